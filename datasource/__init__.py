@@ -1,0 +1,1 @@
+"""Spark: the "replog" Python data source (reader and exactly-once writer)."""

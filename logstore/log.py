@@ -1,0 +1,965 @@
+"""One replica's log of one partition, as immutable segment objects on fsspec storage.
+
+Kafka's UnifiedLog appends to the active segment file in place. Object storage has no append
+and no rename, so this log works differently while keeping Kafka's contracts:
+
+* Appends are buffered in memory (readable at once) and group-committed by :meth:`Log.flush`
+  as one new object named by its base offset. ``durable_end_offset`` is the end of what is
+  on storage; ``log_end_offset`` (LEO) includes the buffer.
+* A *segment* is a run of objects opened by a roll (``segment.bytes``, ``segment.ms`` or
+  :meth:`Log.roll`). :meth:`Log.merge_segments` rewrites a segment's small objects as one
+  object under the first object's name. The merged object begins with the very bytes of that
+  first object, so a reader holding its name and byte positions still reads the same bytes; the
+  other objects stay readable for ``file.delete.delay.ms`` (Kafka's delayed segment deletion)
+  before they go.
+* The live objects are held in memory, with a per-batch index once loaded: finding the batch
+  for an offset never lists storage. ``checkpoint.json`` records the objects (name, size,
+  offsets), the high watermark, log start offset and leader-epoch cache. Recovery trusts a
+  listed object whose size matches; any other object is scanned, CRC-checked and cut at its
+  last valid batch. Objects wholly covered by an earlier one (left by a crash mid-merge) or
+  below the log start offset (left by a crash mid-retention) are deleted.
+* Every batch served from storage is CRC-checked on the way out; a corrupt batch raises
+  :class:`CorruptRecordError` naming the object and offset and is never returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from logstore.batch import (
+    RecordBatch,
+    iter_batches,
+    set_base_offset,
+    set_partition_leader_epoch,
+    valid_prefix,
+)
+from logstore.checkpoint import CHECKPOINT_NAME, Checkpoint, SegmentEntry
+from logstore.config import LogConfig
+from logstore.epoch_cache import EpochEntry, LeaderEpochCache
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    ObjectNotFoundError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from logstore.segment import BatchIndex, LogSegment, base_offset_of, object_name
+from logstore.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """Where an append landed."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class _PendingBatch:
+    """A batch appended but not yet in a segment object."""
+
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    data: bytes
+
+
+class Log:
+    """A partition replica's log. Thread-safe; storage I/O happens outside the state lock.
+
+    Examples
+    --------
+    >>> from logstore.storage import Storage
+    >>> from logstore.batch import Record, build
+    >>> log = Log.open(Storage.from_url("memory://doc-example/t/0"))
+    >>> log.append(build([Record(b"k", b"v", 1)]), leader_epoch=0).first_offset
+    0
+    >>> log.flush()
+    1
+    >>> [r.value for b in iter_batches(log.read(0, 1 << 20)) for r in b.records()]
+    [b'v']
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        high_watermark: int,
+        epochs: LeaderEpochCache,
+        time_ms: Callable[[], int],
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self._time_ms = time_ms
+        self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
+        self._maintenance_lock = threading.Lock()
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._pending: list[_PendingBatch] = []
+        self._log_start_offset = log_start_offset
+        self._durable_end = segments[-1].next_offset if segments else log_start_offset
+        self._leo = self._durable_end
+        self._high_watermark = min(max(high_watermark, log_start_offset), self._leo)
+        self.leader_epoch_cache = epochs
+        self._roll_requested = False
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._delayed_deletes: list[tuple[int, str]] = []
+        self._closed = False
+
+    # --- opening and recovery --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        storage: Storage,
+        config: LogConfig | None = None,
+        *,
+        time_ms: Callable[[], int] = _now_ms,
+    ) -> Log:
+        """Open (and recover) the log stored under ``storage``'s root."""
+        config = config or LogConfig()
+        checkpoint = cls._load_checkpoint(storage)
+        trusted = {s.name: s for s in checkpoint.segments}
+        epochs = LeaderEpochCache([EpochEntry(e, o) for e, o in checkpoint.epochs])
+        found = sorted(
+            (base, info.path, info.size)
+            for info in storage.list()
+            if "/" not in info.path and (base := base_offset_of(info.path)) is not None
+        )
+        segments: list[LogSegment] = []
+        changed = False
+        expected: int | None = None
+        cut = False
+        for base, name, size in found:
+            if cut:
+                log.warning("%s: deleting %s, which follows a cut in the log", storage.url, name)
+                storage.delete(name)
+                changed = True
+                continue
+            entry = trusted.get(name)
+            segment: LogSegment | None
+            if entry is not None and entry.size == size and entry.base_offset == base:
+                segment = LogSegment(
+                    name,
+                    base,
+                    entry.next_offset,
+                    size,
+                    entry.max_timestamp,
+                    entry.rolled,
+                    entry.created_ms,
+                )
+            else:
+                segment, cut = cls._recover_object(storage, name, base, epochs)
+                changed = True
+            if segment is None:
+                continue
+            if expected is not None and segment.base_offset != expected:
+                if segment.next_offset <= expected:
+                    log.info(
+                        "%s: deleting %s, covered by the object before it (a merge was "
+                        "interrupted)",
+                        storage.url,
+                        name,
+                    )
+                    storage.delete(name)
+                    changed = True
+                    continue
+                log.warning(
+                    "%s: %s starts at offset %d but the log before it ends at %d; cutting the "
+                    "log at %d (the replica refetches the rest)",
+                    storage.url,
+                    name,
+                    segment.base_offset,
+                    expected,
+                    expected,
+                )
+                storage.delete(name)
+                cut = True
+                changed = True
+                continue
+            segments.append(segment)
+            expected = segment.next_offset
+        # Objects wholly below the log start offset were retained away before a crash.
+        log_start = checkpoint.log_start_offset
+        while segments and segments[0].next_offset <= log_start:
+            storage.delete(segments.pop(0).name)
+            changed = True
+        if segments:
+            log_start = max(log_start, segments[0].base_offset)
+            segments[0].rolled = True
+        end = segments[-1].next_offset if segments else log_start
+        epochs.truncate_from_end(end)
+        epochs.truncate_from_start(log_start)
+        result = cls(
+            storage, config, segments, log_start, checkpoint.high_watermark, epochs, time_ms
+        )
+        if changed or (not checkpoint.segments and segments):
+            result.checkpoint()
+        log.debug("%s: opened, log start %d, LEO %d", storage.url, log_start, end)
+        return result
+
+    @staticmethod
+    def _load_checkpoint(storage: Storage) -> Checkpoint:
+        try:
+            data = storage.read(CHECKPOINT_NAME)
+        except ObjectNotFoundError:
+            return Checkpoint()
+        try:
+            return Checkpoint.from_bytes(data, where=f"{storage.url}/{CHECKPOINT_NAME}")
+        except CorruptRecordError as err:
+            log.warning("%s; every segment object will be scanned", err)
+            return Checkpoint()
+
+    @staticmethod
+    def _recover_object(
+        storage: Storage, name: str, base: int, epochs: LeaderEpochCache
+    ) -> tuple[LogSegment | None, bool]:
+        """Scan one object; cut it at its last valid batch. Returns (segment, was_cut)."""
+        data = storage.read(name)
+        batches, valid_len, reason = valid_prefix(data)
+        if batches and batches[0].base_offset != base:
+            reason = f"first batch has base offset {batches[0].base_offset}, name says {base}"
+            batches, valid_len = [], 0
+        if reason is not None:
+            at = batches[-1].next_offset if batches else base
+            log.warning(
+                "%s: %s is invalid at byte %d (offset %d): %s; cutting the log there",
+                storage.url,
+                name,
+                valid_len,
+                at,
+                reason,
+            )
+            if valid_len == 0:
+                storage.delete(name)
+                return None, True
+            storage.write(name, data[:valid_len])
+        index = BatchIndex()
+        position = 0
+        for batch in batches:
+            index.add(batch, position)
+            position += batch.size_in_bytes
+            epochs.assign(batch.partition_leader_epoch, batch.base_offset)
+        segment = LogSegment(
+            name,
+            base,
+            batches[-1].next_offset,
+            valid_len,
+            max(b.max_timestamp for b in batches),
+            index=index,
+        )
+        return segment, reason is not None
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """LEO: the next offset to be assigned (appended, flushed or not)."""
+        return self._leo
+
+    @property
+    def durable_end_offset(self) -> int:
+        """End of what is in segment objects on storage (the replica's durable LEO)."""
+        return self._durable_end
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW (clamped to [log start, LEO]); returns the value set."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._leo)
+            return self._high_watermark
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments) + sum(len(p.data) for p in self._pending)
+
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the live segment objects."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetsForLeaderEpoch answers it."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self._leo)
+
+    # --- append -----------------------------------------------------------------------------
+
+    def _validated(self, data: bytes | bytearray | memoryview) -> list[RecordBatch]:
+        batches = list(iter_batches(data, validate=True))
+        if not batches:
+            raise InvalidRecordError("an append carried no record batch")
+        for batch in batches:
+            if batch.size_in_bytes > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"record batch of {batch.size_in_bytes} bytes is larger than "
+                    f"max.message.bytes={self.config.max_message_bytes}; send smaller batches "
+                    "or raise the topic's max.message.bytes"
+                )
+        return batches
+
+    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+        """Append as leader: assign offsets from the LEO and stamp ``leader_epoch``.
+
+        Only header fields outside the CRC are rewritten, so the CRC stays valid.
+        """
+        batches = self._validated(data)
+        buf = bytearray(data)
+        with self._lock:
+            self._check_open()
+            first = self._leo
+            offset = first
+            position = 0
+            pending = []
+            for batch in batches:
+                size = batch.size_in_bytes
+                set_base_offset(buf, offset, position)
+                set_partition_leader_epoch(buf, leader_epoch, position)
+                next_offset = offset + batch.record_count
+                pending.append(
+                    _PendingBatch(
+                        offset,
+                        next_offset,
+                        batch.max_timestamp,
+                        bytes(buf[position : position + size]),
+                    )
+                )
+                offset = next_offset
+                position += size
+            self.leader_epoch_cache.assign(leader_epoch, first)
+            return self._add_pending(pending, batches)
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches fetched from the leader: offsets and epochs as the leader set them."""
+        batches = self._validated(data)
+        with self._lock:
+            self._check_open()
+            if batches[0].base_offset != self._leo:
+                raise InvalidRecordError(
+                    f"follower append at offset {batches[0].base_offset} but the log ends at "
+                    f"{self._leo}; the fetcher must fetch from the LEO"
+                )
+            raw = bytes(data)
+            position = 0
+            pending = []
+            expected = self._leo
+            for batch in batches:
+                if batch.base_offset != expected:
+                    raise InvalidRecordError(
+                        f"fetched batches are not contiguous: offset {batch.base_offset} "
+                        f"follows {expected}"
+                    )
+                size = batch.size_in_bytes
+                pending.append(
+                    _PendingBatch(
+                        batch.base_offset,
+                        batch.next_offset,
+                        batch.max_timestamp,
+                        raw[position : position + size],
+                    )
+                )
+                expected = batch.next_offset
+                position += size
+            for batch in batches:
+                self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+            return self._add_pending(pending, batches)
+
+    def _add_pending(self, pending: list[_PendingBatch], batches: list[RecordBatch]) -> AppendInfo:
+        self._pending.extend(pending)
+        first = pending[0].base_offset
+        self._leo = pending[-1].next_offset
+        return AppendInfo(
+            first_offset=first,
+            last_offset=self._leo - 1,
+            max_timestamp=max(b.max_timestamp for b in batches),
+            record_count=self._leo - first,
+            log_start_offset=self._log_start_offset,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRecordError(f"log {self.storage.url} is closed")
+
+    # --- flush (group commit) ---------------------------------------------------------------
+
+    def roll(self) -> None:
+        """Make the next flushed object open a new segment."""
+        with self._lock:
+            self._roll_requested = True
+
+    def flush(self) -> int:
+        """Write every buffered batch as one new segment object; returns the durable LEO."""
+        with self._flush_lock:
+            with self._lock:
+                pending = list(self._pending)
+                if not pending:
+                    return self._durable_end
+            data = b"".join(p.data for p in pending)
+            base = pending[0].base_offset
+            name = object_name(base)
+            self.storage.write(name, data)
+            index = BatchIndex()
+            position = 0
+            for p in pending:
+                index.base_offsets.append(p.base_offset)
+                index.positions.append(position)
+                index.sizes.append(len(p.data))
+                index.max_timestamps.append(p.max_timestamp)
+                position += len(p.data)
+            with self._lock:
+                now = self._time_ms()
+                rolled, created = self._roll_decision(len(data), now)
+                segment = LogSegment(
+                    name,
+                    base,
+                    pending[-1].next_offset,
+                    len(data),
+                    max(p.max_timestamp for p in pending),
+                    rolled,
+                    created,
+                    index,
+                )
+                self._segments.append(segment)
+                self._bases.append(base)
+                del self._pending[: len(pending)]
+                self._durable_end = segment.next_offset
+                self._delayed_deletes = [(t, n) for t, n in self._delayed_deletes if n != name]
+                self._cache_put(name, data)
+                return self._durable_end
+
+    def _roll_decision(self, size: int, now: int) -> tuple[bool, int]:
+        """Whether a new object of ``size`` bytes opens a segment, and the segment's birth."""
+        if not self._segments or self._roll_requested:
+            self._roll_requested = False
+            return True, now
+        group = self._group_of(len(self._segments) - 1)
+        head = self._segments[group[0]]
+        group_bytes = sum(self._segments[i].size for i in group)
+        if group_bytes + size > self.config.segment_bytes:
+            return True, now
+        if now - head.created_ms >= self.config.segment_ms:
+            return True, now
+        return False, head.created_ms
+
+    def _group_of(self, i: int) -> list[int]:
+        """Indexes of the objects forming the segment that holds object ``i``."""
+        start = i
+        while start > 0 and not self._segments[start].rolled:
+            start -= 1
+        end = i + 1
+        while end < len(self._segments) and not self._segments[end].rolled:
+            end += 1
+        return list(range(start, end))
+
+    def _groups(self) -> list[list[int]]:
+        groups: list[list[int]] = []
+        for i, segment in enumerate(self._segments):
+            if segment.rolled or not groups:
+                groups.append([])
+            groups[-1].append(i)
+        return groups
+
+    # --- read -------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` in total.
+
+        Batches whose base offset is at or past ``max_offset`` (e.g. the HW) are not returned.
+        With ``min_one_batch`` the first batch is returned even if larger than ``max_bytes``
+        (Kafka's rule, so a consumer can always make progress).
+        """
+        with self._lock:
+            if offset < self._log_start_offset or offset > self._leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [{self._log_start_offset}, {self._leo}] "
+                    f"of {self.storage.url}"
+                )
+            upper = self._leo if max_offset is None else min(max_offset, self._leo)
+            if offset >= upper:
+                return b""
+            segments = (
+                self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
+                if (self._segments and offset < self._durable_end)
+                else []
+            )
+            pending = list(self._pending)
+        chunks: list[bytes] = []
+        budget = max_bytes
+        first = min_one_batch
+        position_offset = offset
+        for segment in segments:
+            if position_offset >= upper or (budget <= 0 and not first):
+                break
+            data, budget, first, position_offset = self._read_segment(
+                segment, position_offset, upper, budget, first
+            )
+            if data:
+                chunks.append(data)
+            if position_offset < segment.next_offset:
+                break  # budget ran out inside this object
+        for p in pending:
+            if p.next_offset <= position_offset:
+                continue
+            if p.base_offset >= upper:
+                break
+            if len(p.data) > budget and not first:
+                break
+            chunks.append(p.data)
+            budget -= len(p.data)
+            first = False
+            position_offset = p.next_offset
+        return b"".join(chunks)
+
+    def _read_segment(
+        self, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
+    ) -> tuple[bytes, int, bool, int]:
+        index = self._index_of(segment)
+        slot = index.slot_for(offset)
+        start = index.positions[slot]
+        end = start
+        next_offset = offset
+        n = len(index.base_offsets)
+        while slot < n and index.base_offsets[slot] < upper:
+            size = index.sizes[slot]
+            if size > budget and not first:
+                break
+            end += size
+            budget -= size
+            first = False
+            slot += 1
+            next_offset = index.base_offsets[slot] if slot < n else segment.next_offset
+        if end == start:
+            return b"", budget, first, offset
+        data = self._read_range(segment, start, end)
+        return data, budget, first, next_offset
+
+    def _read_range(self, segment: LogSegment, start: int, end: int) -> bytes:
+        cached = self._cache_get(segment.name)
+        data = (
+            cached[start:end]
+            if cached is not None
+            else (self.storage.read_range(segment.name, start, end))
+        )
+        try:
+            for _ in iter_batches(data, validate=True):
+                pass
+        except CorruptRecordError as err:
+            raise CorruptRecordError(
+                f"{self.storage.url}/{segment.name}: corrupt batch at byte {start} or after "
+                f"(object covers offsets [{segment.base_offset}, {segment.next_offset})): {err}"
+            ) from err
+        return data
+
+    def _index_of(self, segment: LogSegment) -> BatchIndex:
+        if segment.index is None:
+            data = self.storage.read(segment.name)
+            try:
+                # headers only: CRCs are checked on every read of a byte range
+                index = BatchIndex.scan(data, validate=False)
+            except CorruptRecordError as err:
+                raise CorruptRecordError(
+                    f"{self.storage.url}/{segment.name}: {err}; the batch is not served"
+                ) from err
+            with self._lock:
+                segment.index = index
+                self._cache_put(segment.name, data)
+        assert segment.index is not None
+        return segment.index
+
+    # --- timestamps -------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``, or None."""
+        with self._lock:
+            segments = list(self._segments)
+            pending = list(self._pending)
+        for segment in segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            index = self._index_of(segment)
+            for slot, max_ts in enumerate(index.max_timestamps):
+                if max_ts >= timestamp:
+                    start = index.positions[slot]
+                    data = self._read_range(segment, start, start + index.sizes[slot])
+                    found = _first_at_or_after(data, timestamp)
+                    if found is not None:
+                        return found
+        for p in pending:
+            if p.max_timestamp >= timestamp:
+                found = _first_at_or_after(p.data, timestamp)
+                if found is not None:
+                    return found
+        return None
+
+    # --- truncation -------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns the new LEO.
+
+        Batches are atomic, so the LEO lands on the base offset of the batch holding
+        ``offset`` (it equals ``offset`` whenever ``offset`` is a batch boundary, which
+        replication's truncation points always are). Objects past the cut are deleted at
+        once (they hold only data the replication protocol has disowned), last first, before
+        the object holding the cut is rewritten as its prefix, so a crash leaves a contiguous
+        log whose excess the replication protocol truncates again.
+        """
+        with self._maintenance_lock, self._flush_lock:
+            if offset < self._leo and offset > self._log_start_offset:
+                offset = self._batch_base(offset)
+            with self._lock:
+                if offset >= self._leo:
+                    return self._leo
+                if offset <= self._log_start_offset:
+                    end = self._truncate_fully_locked(self._log_start_offset)
+                    doomed: list[LogSegment] = []
+                    straddling = None
+                elif offset >= self._durable_end:
+                    self._pending = [p for p in self._pending if p.next_offset <= offset]
+                    end = self._pending[-1].next_offset if self._pending else self._durable_end
+                    self._set_end_locked(end)
+                    return end
+                else:
+                    self._pending.clear()
+                    keep = bisect.bisect_left(self._bases, offset)
+                    doomed = self._segments[keep:]
+                    straddling = self._segments[keep - 1]
+                    del self._segments[keep:]
+                    del self._bases[keep:]
+            for segment in reversed(doomed):
+                self.storage.delete(segment.name)
+                self._cache_drop(segment.name)
+            if straddling is not None:
+                if straddling.next_offset > offset:
+                    self._cut_object(straddling, offset)
+                with self._lock:
+                    end = (
+                        self._segments[-1].next_offset
+                        if self._segments
+                        else (self._log_start_offset)
+                    )
+                    self._durable_end = end
+                    self._set_end_locked(end)
+            self.checkpoint()
+        log.info("%s: truncated to offset %d (LEO now %d)", self.storage.url, offset, end)
+        return end
+
+    def _batch_base(self, offset: int) -> int:
+        """Base offset of the batch holding ``offset`` (truncation removes whole batches)."""
+        with self._lock:
+            for p in self._pending:
+                if p.base_offset <= offset < p.next_offset:
+                    return p.base_offset
+            if offset >= self._durable_end or not self._segments:
+                return offset
+            segment = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+        index = self._index_of(segment)
+        return index.base_offsets[index.slot_for(offset)]
+
+    def _set_end_locked(self, end: int) -> None:
+        self._leo = end
+        self._high_watermark = min(self._high_watermark, end)
+        self.leader_epoch_cache.truncate_from_end(end)
+
+    def _cut_object(self, segment: LogSegment, offset: int) -> None:
+        """Rewrite ``segment`` without the batch holding ``offset`` and everything after."""
+        index = self._index_of(segment)
+        slot = index.slot_for(offset)
+        cut_position = index.positions[slot]
+        if cut_position == 0:
+            self.storage.delete(segment.name)
+            self._cache_drop(segment.name)
+            with self._lock:
+                i = self._segments.index(segment)
+                del self._segments[i]
+                del self._bases[i]
+            return
+        data = (self._cache_get(segment.name) or self.storage.read(segment.name))[:cut_position]
+        self.storage.write(segment.name, data)
+        with self._lock:
+            segment.index = BatchIndex(
+                index.base_offsets[:slot],
+                index.positions[:slot],
+                index.sizes[:slot],
+                index.max_timestamps[:slot],
+            )
+            segment.next_offset = index.base_offsets[slot]
+            segment.size = len(data)
+            segment.max_timestamp = max(segment.index.max_timestamps)
+            self._cache_drop(segment.name)
+            self._cache_put(segment.name, data)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and restart it empty at ``offset`` (Kafka's same-named method)."""
+        with self._maintenance_lock, self._flush_lock, self._lock:
+            self._truncate_fully_locked(offset)
+        self.checkpoint()
+
+    def _truncate_fully_locked(self, offset: int) -> int:
+        for segment in reversed(self._segments):
+            self.storage.delete(segment.name)
+            self._cache_drop(segment.name)
+        self._segments.clear()
+        self._bases.clear()
+        self._pending.clear()
+        self._log_start_offset = offset
+        self._durable_end = self._leo = self._high_watermark = offset
+        self.leader_epoch_cache.clear()
+        return offset
+
+    # --- retention --------------------------------------------------------------------------
+
+    def delete_retained_segments(self) -> int:
+        """Apply retention.ms / retention.bytes to whole segments below the HW.
+
+        Returns how many objects were retired. The log start offset advances and is
+        checkpointed before the objects go, so recovery never brings them back; the objects
+        stay readable for file.delete.delay.ms.
+        """
+        cfg = self.config
+        with self._maintenance_lock:
+            with self._lock:
+                now = self._time_ms()
+                total = sum(s.size for s in self._segments)
+                retire: list[LogSegment] = []
+                for group in self._groups():
+                    members = [self._segments[i] for i in group]
+                    if members[-1].next_offset > self._high_watermark:
+                        break
+                    size = sum(s.size for s in members)
+                    expired = cfg.retention_ms >= 0 and (
+                        max(s.max_timestamp for s in members) < now - cfg.retention_ms
+                    )
+                    oversized = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
+                    if not (expired or oversized):
+                        break
+                    retire.extend(members)
+                    total -= size
+                if not retire:
+                    return 0
+                del self._segments[: len(retire)]
+                del self._bases[: len(retire)]
+                if self._segments:
+                    self._segments[0].rolled = True
+                self._log_start_offset = retire[-1].next_offset
+                self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+                self._high_watermark = max(self._high_watermark, self._log_start_offset)
+            self.checkpoint()
+            self._schedule_deletes(s.name for s in retire)
+            log.info(
+                "%s: retention removed %d objects; log start offset now %d",
+                self.storage.url,
+                len(retire),
+                self._log_start_offset,
+            )
+            return len(retire)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset (Kafka's DeleteRecords); whole objects below it go."""
+        with self._maintenance_lock:
+            with self._lock:
+                offset = min(offset, self._high_watermark)
+                if offset <= self._log_start_offset:
+                    return self._log_start_offset
+                self._log_start_offset = offset
+                retire = []
+                while self._segments and self._segments[0].next_offset <= offset:
+                    retire.append(self._segments.pop(0))
+                    self._bases.pop(0)
+                if self._segments:
+                    self._segments[0].rolled = True
+                self.leader_epoch_cache.truncate_from_start(offset)
+            self.checkpoint()
+            self._schedule_deletes(s.name for s in retire)
+            return offset
+
+    # --- merging small objects --------------------------------------------------------------
+
+    def merge_segments(self) -> int:
+        """Merge each segment's small objects into one; returns how many merges were done.
+
+        A segment is merged once it is closed (a newer segment exists) or has
+        ``segment.merge.min.objects`` objects. The merged object replaces the first object
+        under its name and starts with its exact bytes; the others are deleted after
+        file.delete.delay.ms so that readers holding them finish.
+        """
+        merges = 0
+        with self._maintenance_lock:
+            with self._lock:
+                groups = self._groups()
+                runs = [
+                    [self._segments[i] for i in g]
+                    for n, g in enumerate(groups)
+                    if len(g) > 1
+                    and (n < len(groups) - 1 or len(g) >= self.config.merge_min_objects)
+                ]
+            for run in runs:
+                self._merge_run(run)
+                merges += 1
+            if merges:
+                self.checkpoint()
+        return merges
+
+    def _merge_run(self, run: list[LogSegment]) -> None:
+        parts: list[bytes] = []
+        merged_index = BatchIndex()
+        shift = 0
+        for segment in run:
+            data = self._cache_get(segment.name) or self.storage.read(segment.name)
+            index = BatchIndex.scan(
+                data, validate=True
+            )  # CRC-checks everything that goes into the merge
+            merged_index.extend(index, shift)
+            parts.append(data)
+            shift += len(data)
+        merged = b"".join(parts)
+        head = run[0]
+        self.storage.write(head.name, merged)
+        with self._lock:
+            i = self._segments.index(head)
+            replacement = LogSegment(
+                head.name,
+                head.base_offset,
+                run[-1].next_offset,
+                len(merged),
+                max(s.max_timestamp for s in run),
+                head.rolled,
+                head.created_ms,
+                merged_index,
+            )
+            self._segments[i : i + len(run)] = [replacement]
+            self._bases[i : i + len(run)] = [head.base_offset]
+            for segment in run:
+                self._cache_drop(segment.name)
+            self._cache_put(head.name, merged)
+        self._schedule_deletes(s.name for s in run[1:])
+        log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
+
+    # --- delayed deletes --------------------------------------------------------------------
+
+    def _schedule_deletes(self, names: Iterable[str]) -> None:
+        due = self._time_ms() + self.config.file_delete_delay_ms
+        with self._lock:
+            for name in names:
+                self._delayed_deletes.append((due, name))
+        self.delete_due_objects()
+
+    def delete_due_objects(self) -> int:
+        """Delete retired objects whose file.delete.delay.ms has passed (never a live one)."""
+        now = self._time_ms()
+        with self._lock:
+            live = {s.name for s in self._segments}
+            due = [n for t, n in self._delayed_deletes if t <= now and n not in live]
+            self._delayed_deletes = [(t, n) for t, n in self._delayed_deletes if t > now]
+        for name in due:
+            self.storage.delete(name)
+            self._cache_drop(name)
+        return len(due)
+
+    # --- checkpoint and close ---------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write checkpoint.json describing the durable log (atomic whole-object write)."""
+        with self._lock:
+            doc = Checkpoint(
+                log_start_offset=self._log_start_offset,
+                high_watermark=self._high_watermark,
+                recovery_point=self._durable_end,
+                epochs=tuple((e.epoch, e.start_offset) for e in self.leader_epoch_cache.entries()),
+                segments=tuple(
+                    SegmentEntry(
+                        s.name,
+                        s.base_offset,
+                        s.next_offset,
+                        s.size,
+                        s.max_timestamp,
+                        s.rolled,
+                        s.created_ms,
+                    )
+                    for s in self._segments
+                ),
+            )
+        self.storage.write(CHECKPOINT_NAME, doc.to_bytes())
+
+    def close(self) -> None:
+        """Flush and checkpoint. Retired objects not yet deleted are found again on open."""
+        if self._closed:
+            return
+        self.flush()
+        self.checkpoint()
+        self._closed = True
+
+    # --- tail cache -------------------------------------------------------------------------
+
+    def _cache_put(self, name: str, data: bytes) -> None:
+        limit = self.config.tail_cache_bytes
+        if len(data) > limit:
+            return
+        with self._lock:
+            self._cache_drop(name)
+            self._cache[name] = data
+            self._cache_bytes += len(data)
+            while self._cache_bytes > limit:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= len(old)
+
+    def _cache_get(self, name: str) -> bytes | None:
+        with self._lock:
+            data = self._cache.get(name)
+            if data is not None:
+                self._cache.move_to_end(name)
+            return data
+
+    def _cache_drop(self, name: str) -> None:
+        with self._lock:
+            old = self._cache.pop(name, None)
+            if old is not None:
+                self._cache_bytes -= len(old)
+
+
+def _first_at_or_after(data: bytes, timestamp: int) -> tuple[int, int] | None:
+    for batch in iter_batches(data, validate=False):
+        if batch.max_timestamp < timestamp or batch.is_control:
+            continue
+        timestamps = batch.to_arrow().column("timestamp").to_pylist()
+        for i, ts in enumerate(timestamps):
+            if ts >= timestamp:
+                return batch.base_offset + i, ts
+    return None

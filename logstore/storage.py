@@ -1,0 +1,646 @@
+"""Whole-object storage under one root URL: local files, memory, S3, or any fsspec filesystem.
+
+A :class:`Storage` holds immutable objects named by relative, ``/``-separated paths. Every
+backend keeps the same contract, so the log runs the same code on local disk as on S3:
+
+- :meth:`Storage.write` replaces an object atomically: a reader sees the old bytes or the new
+  bytes, never a part of them, and :meth:`Storage.list` never shows a half-written object.
+- :meth:`Storage.put_if_absent` creates an object only if no object has that path, atomically
+  and race-free across threads, processes and hosts (local: ``link(2)``; S3: ``If-None-Match:
+  *``; memory: a lock). Controllers and metadata logs coordinate with it.
+- A missing object raises :class:`~logstore.errors.ObjectNotFoundError` (also a
+  ``FileNotFoundError``); a lost put-if-absent race raises
+  :class:`~logstore.errors.ObjectExistsError` (also a ``FileExistsError``); every other backend
+  failure raises :class:`~logstore.errors.StorageError` naming the operation and the URL.
+
+A path never starts or ends with ``/``, has no empty, ``.`` or ``..`` component, and no
+component starts with ``.replog-tmp-`` (the prefix of local temporary files). A path cannot be
+both an object and the prefix of other objects: local files cannot hold that, and S3 and memory
+should not be asked to.
+
+Examples
+--------
+>>> storage = Storage.from_url("memory://doctest-storage/broker-0")
+>>> storage.write("orders/0/00000000000000000000.seg", b"batch")
+>>> storage.put_if_absent("controller/epoch-1", b"broker-0")
+>>> [info.path for info in storage.list("orders")]
+['orders/0/00000000000000000000.seg']
+>>> storage.child("orders/0").read_range("00000000000000000000.seg", 1, 100)
+b'atch'
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import pathlib
+import stat
+import threading
+import urllib.parse
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import fsspec
+
+from logstore.errors import ObjectExistsError, ObjectNotFoundError, ReplogError, StorageError
+
+__all__ = ["Data", "ObjectInfo", "Storage"]
+
+Data = bytes | bytearray | memoryview
+
+#: Prefix of the temporary files a local write renames into place; never listed.
+TEMP_PREFIX = ".replog-tmp-"
+
+# Operations whose FileNotFoundError means "no such object". Elsewhere (write into a missing
+# bucket, a parent that is a file) a missing path is a broken store, not a missing object.
+_READ_OPS = frozenset({"read", "read_range", "size"})
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """One object found by :meth:`Storage.list`."""
+
+    #: Relative to the storage root, ``/``-separated, no leading ``/``.
+    path: str
+    #: Size in bytes.
+    size: int
+
+
+def check_path(path: str) -> str:
+    """Return ``path`` if it is a valid object path; raise ``ValueError`` otherwise."""
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"object path must be a non-empty string, not {path!r}")
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError(
+                f"object path {path!r}: no leading or trailing '/', no empty, '.' or '..' parts"
+            )
+        if part.startswith(TEMP_PREFIX):
+            raise ValueError(f"object path {path!r}: names starting {TEMP_PREFIX!r} are reserved")
+        if "\x00" in part:
+            raise ValueError(f"object path {path!r}: contains NUL")
+    return path
+
+
+def _check_prefix(prefix: str) -> str:
+    """A list prefix: '' (everything) or a path; one trailing '/' is allowed and dropped."""
+    prefix = prefix.removesuffix("/")
+    return check_path(prefix) if prefix else ""
+
+
+def _check_range(start: int, end: int) -> None:
+    if start < 0 or end < start:
+        raise ValueError(f"byte range [{start}, {end}) must have 0 <= start <= end")
+
+
+def _bytes(data: Data) -> bytes:
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+@contextmanager
+def _translating(
+    op: str, target: str, backend_errors: tuple[type[BaseException], ...]
+) -> Iterator[None]:
+    """Translate a backend's exceptions into the replog error tree (the only place that does).
+
+    ``FileNotFoundError`` becomes :class:`ObjectNotFoundError` for reads, and
+    ``FileExistsError`` becomes :class:`ObjectExistsError` for put-if-absent; any other
+    backend error becomes :class:`StorageError`. Errors already in the tree pass through.
+    """
+    try:
+        yield
+    except ReplogError:
+        raise
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+        if op in _READ_OPS:
+            raise ObjectNotFoundError(f"{op} {target}: no such object") from err
+        raise StorageError(f"{op} {target} failed: {type(err).__name__}: {err}") from err
+    except FileExistsError as err:
+        if op == "put_if_absent":
+            raise ObjectExistsError(f"{op} {target}: the object already exists") from err
+        raise StorageError(f"{op} {target} failed: {type(err).__name__}: {err}") from err
+    except backend_errors as err:
+        raise StorageError(f"{op} {target} failed: {type(err).__name__}: {err}") from err
+
+
+class Storage(ABC):
+    """Immutable objects under one root URL. Create one with :meth:`Storage.from_url`.
+
+    Methods are safe to call from several threads. Paths are relative to :attr:`url`.
+
+    Examples
+    --------
+    >>> with Storage.from_url("memory://doctest-storage-class") as storage:
+    ...     storage.write("a/b", b"hello")
+    ...     storage.read("a/b"), storage.size("a/b"), storage.exists("a/c")
+    (b'hello', 5, False)
+    """
+
+    #: The root URL, without a trailing ``/``.
+    url: str
+
+    @staticmethod
+    def from_url(url: str, *, fsync: bool = True, **storage_options: Any) -> Storage:
+        """Open the storage rooted at ``url``.
+
+        Parameters
+        ----------
+        url
+            ``file:///abs/dir`` or a plain local path; ``memory://name/prefix`` (one store per
+            Python process); ``s3://bucket/prefix``; or any other fsspec URL (whose
+            :meth:`put_if_absent` raises :class:`StorageError`: fsspec offers no atomic
+            create for it).
+        fsync
+            Local files only: fsync each written file and its directory before returning.
+        **storage_options
+            Passed to the fsspec filesystem (for S3: ``endpoint_url``, ``key``, ``secret``,
+            ``client_kwargs``, ...). Local files take none.
+        """
+        protocol, sep, rest = url.partition("://")
+        if not sep or protocol in ("file", "local"):
+            if storage_options:
+                raise ValueError(
+                    f"local storage {url!r} takes no storage options, got {sorted(storage_options)}"
+                )
+            if sep and not rest.startswith("/"):
+                raise ValueError(f"storage url {url!r}: a file url needs an absolute path")
+            path = urllib.parse.unquote(rest) if sep else url
+            return LocalStorage(os.path.abspath(path), fsync=fsync)
+        if not rest.strip("/"):
+            raise ValueError(f"storage url {url!r} needs a bucket or a name after '://'")
+        url = url.rstrip("/")
+        options = dict(storage_options)
+        if protocol in ("s3", "s3a"):
+            # Other brokers write to the same bucket, so a cached listing would be stale.
+            options.setdefault("use_listings_cache", False)
+        with _translating("open", url, (OSError,)):
+            fs, root = fsspec.url_to_fs(url, **options)
+        root = root.rstrip("/")
+        if not root.strip("/"):
+            raise ValueError(f"storage url {url!r} needs a bucket or a name after '://'")
+        if protocol == "memory":
+            return MemoryStorage(fs, root, url)
+        if protocol in ("s3", "s3a"):
+            # fsspec shares one client among equal options unless skip_instance_cache is set.
+            return S3Storage(fs, root, url, owns_fs=bool(options.get("skip_instance_cache")))
+        return FsspecStorage(fs, root, url)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole object; :class:`ObjectNotFoundError` if there is none."""
+
+    @abstractmethod
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object, clipped at its size (so possibly short)."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether an object has this path (a prefix of other objects is not an object)."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """The object's size in bytes; :class:`ObjectNotFoundError` if there is none."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object at or below ``prefix`` (a path, not a string prefix: ``"a"`` finds
+        ``a/x`` but not ``ab``), recursively, sorted by path; ``""`` lists everything, and a
+        prefix with nothing below it gives ``[]``."""
+
+    # --- writing ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, path: str, data: Data) -> None:
+        """Create or replace the object, atomically: readers see old or new, never a part."""
+
+    @abstractmethod
+    def put_if_absent(self, path: str, data: Data) -> None:
+        """Create the object only if none has this path, atomically and race-free.
+
+        Raises :class:`ObjectExistsError` if one does; it is left unchanged. Any other
+        :class:`StorageError` leaves the outcome unknown (the object may have been written).
+        On S3, s3fs retries a request whose response was lost, and the retry may find the
+        caller's own object: an ObjectExistsError there can hide a win, so a caller that must
+        know reads the object back and compares.
+        """
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove the object; a missing object is fine."""
+
+    # --- structure -------------------------------------------------------------------------
+
+    @abstractmethod
+    def child(self, prefix: str) -> Storage:
+        """A Storage rooted at ``url/prefix`` sharing this one's filesystem and client."""
+
+    def close(self) -> None:  # noqa: B027 - most backends hold nothing to close
+        """Release the client, if this Storage owns one (never a child); safe to repeat."""
+
+    def __enter__(self) -> Storage:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+# --- local files ----------------------------------------------------------------------------
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    with suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _scan_dir(directory: str, rel: str, out: list[ObjectInfo]) -> None:
+    """Append every file below ``directory`` to ``out``, skipping temporary files."""
+    try:
+        entries = os.scandir(directory)
+    except FileNotFoundError:  # removed while we listed
+        return
+    with entries:
+        for entry in entries:
+            if entry.name.startswith(TEMP_PREFIX):
+                continue
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                _scan_dir(entry.path, path, out)
+            elif entry.is_file():
+                try:
+                    out.append(ObjectInfo(path, entry.stat().st_size))
+                except FileNotFoundError:  # deleted while we listed
+                    continue
+
+
+class LocalStorage(Storage):
+    """Objects as files under a directory, using ``os`` directly.
+
+    A write goes to a temporary file in the object's directory (named ``.replog-tmp-*``,
+    never listed), is fsynced, then renamed over the object (``os.replace``) or linked to it
+    (``os.link``, for put-if-absent, which fails if the object exists), and the directory is
+    fsynced. A crash leaves the old object or the new one, and at worst a temporary file.
+    """
+
+    def __init__(self, root: str, *, fsync: bool = True) -> None:
+        self._root = root
+        self._fsync = fsync
+        self.url = pathlib.Path(root).as_uri()
+
+    def _path(self, path: str) -> str:
+        return os.path.join(self._root, *check_path(path).split("/"))
+
+    def _translating(self, op: str, path: str) -> Any:
+        return _translating(op, f"{self.url}/{path}", (OSError,))
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        full = self._path(path)
+        with self._translating("read", path), open(full, "rb") as f:
+            return f.read()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        full = self._path(path)
+        _check_range(start, end)
+        with self._translating("read_range", path), open(full, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+
+    def exists(self, path: str) -> bool:
+        full = self._path(path)
+        with self._translating("exists", path):
+            try:
+                return stat.S_ISREG(os.stat(full).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+
+    def size(self, path: str) -> int:
+        full = self._path(path)
+        with self._translating("size", path):
+            st = os.stat(full)
+            if not stat.S_ISREG(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), full)
+            return st.st_size
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        prefix = _check_prefix(prefix)
+        base = os.path.join(self._root, *prefix.split("/")) if prefix else self._root
+        out: list[ObjectInfo] = []
+        with self._translating("list", prefix):
+            try:
+                st = os.stat(base)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            if stat.S_ISREG(st.st_mode):
+                return [ObjectInfo(prefix, st.st_size)]
+            _scan_dir(base, prefix, out)
+        out.sort(key=lambda info: info.path)
+        return out
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def write(self, path: str, data: Data) -> None:
+        full = self._path(path)
+        with self._translating("write", path):
+            temp = self._write_temp(full, data)
+            try:
+                os.replace(temp, full)
+            except BaseException:
+                _unlink_quietly(temp)
+                raise
+            if self._fsync:
+                _fsync_dir(os.path.dirname(full))
+
+    def put_if_absent(self, path: str, data: Data) -> None:
+        full = self._path(path)
+        with self._translating("put_if_absent", path):
+            temp = self._write_temp(full, data)
+            try:
+                os.link(temp, full)  # FileExistsError if the object exists
+            finally:
+                _unlink_quietly(temp)
+            if self._fsync:
+                _fsync_dir(os.path.dirname(full))
+
+    def _write_temp(self, full: str, data: Data) -> str:
+        directory = os.path.dirname(full)
+        self._makedirs(directory)
+        temp = os.path.join(directory, TEMP_PREFIX + uuid.uuid4().hex)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            with open(fd, "wb") as f:
+                f.write(data)
+                if self._fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+        return temp
+
+    def _makedirs(self, directory: str) -> None:
+        """Create ``directory`` and its missing parents, fsyncing each new entry's parent."""
+        missing: list[str] = []
+        current = directory
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for new in reversed(missing):
+            try:
+                os.mkdir(new)
+            except FileExistsError as err:
+                if not os.path.isdir(new):  # an object is in the way
+                    raise NotADirectoryError(errno.ENOTDIR, "an object is in the way", new) from err
+            if self._fsync:
+                _fsync_dir(os.path.dirname(new))
+
+    def delete(self, path: str) -> None:
+        full = self._path(path)
+        with self._translating("delete", path):
+            try:
+                os.unlink(full)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if self._fsync:
+                _fsync_dir(os.path.dirname(full))
+
+    # --- structure -------------------------------------------------------------------------
+
+    def child(self, prefix: str) -> LocalStorage:
+        return LocalStorage(self._path(prefix), fsync=self._fsync)
+
+
+# --- fsspec filesystems ---------------------------------------------------------------------
+
+
+class FsspecStorage(Storage):
+    """Objects on an fsspec filesystem, for protocols without a dedicated subclass.
+
+    ``write`` is ``pipe_file``, which is atomic on object stores (one PUT). ``put_if_absent``
+    raises :class:`StorageError`: fsspec's generic ``mode="create"`` checks, then writes, which
+    is not race-free; protocols whose create is atomic get a subclass.
+    """
+
+    def __init__(self, fs: Any, root: str, url: str, *, owns_fs: bool = False) -> None:
+        self._fs = fs
+        self._root = root
+        self._owns_fs = owns_fs
+        self.url = url
+
+    def _path(self, path: str) -> str:
+        return f"{self._root}/{check_path(path)}"
+
+    def _translating(self, op: str, path: str) -> Any:
+        return _translating(op, f"{self.url}/{path}", self._backend_errors())
+
+    def _backend_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions this backend raises for a failed operation."""
+        return (OSError,)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def read(self, path: str) -> bytes:
+        full = self._path(path)
+        with self._translating("read", path):
+            data: bytes = self._fs.cat_file(full)
+            return data
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        full = self._path(path)
+        _check_range(start, end)
+        with self._translating("read_range", path):
+            if start == end:
+                self._file_size(full)  # still ObjectNotFoundError for a missing object
+                return b""
+            data: bytes = self._fs.cat_file(full, start=start, end=end)
+            return data
+
+    def exists(self, path: str) -> bool:
+        full = self._path(path)
+        with self._translating("exists", path):
+            try:
+                self._file_size(full)
+            except FileNotFoundError:
+                return False
+            return True
+
+    def size(self, path: str) -> int:
+        full = self._path(path)
+        with self._translating("size", path):
+            return self._file_size(full)
+
+    def _file_size(self, full: str) -> int:
+        """The size of the object at ``full``; FileNotFoundError if it is missing or a dir."""
+        info = self._fs.info(full)
+        if info["type"] != "file":
+            raise FileNotFoundError(errno.ENOENT, "not an object", full)
+        size: int = info["size"]
+        return size
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        prefix = _check_prefix(prefix)
+        base = f"{self._root}/{prefix}" if prefix else self._root
+        with self._translating("list", prefix):
+            found: dict[str, dict[str, Any]] = self._fs.find(base, withdirs=False, detail=True)
+        start = len(self._root) + 1
+        out = [
+            ObjectInfo(name[start:], int(info["size"]))
+            for name, info in found.items()
+            if info["type"] == "file" and not name.endswith("/")
+        ]
+        out.sort(key=lambda info: info.path)
+        return out
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def write(self, path: str, data: Data) -> None:
+        full = self._path(path)
+        with self._translating("write", path):
+            self._fs.pipe_file(full, _bytes(data))
+
+    def put_if_absent(self, path: str, data: Data) -> None:
+        protocol = self.url.split("://", 1)[0]
+        raise StorageError(
+            f"put_if_absent {self.url}/{path}: conditional writes are unsupported for "
+            f"protocol {protocol!r}; use file://, memory:// or s3:// for a root that "
+            "coordinates (controller epochs, metadata)"
+        )
+
+    def delete(self, path: str) -> None:
+        full = self._path(path)
+        with self._translating("delete", path):
+            try:
+                self._fs.rm_file(full)
+            except FileNotFoundError:
+                return
+
+    # --- structure -------------------------------------------------------------------------
+
+    def child(self, prefix: str) -> FsspecStorage:
+        check_path(prefix)
+        return type(self)(self._fs, f"{self._root}/{prefix}", f"{self.url}/{prefix}")
+
+
+# The memory filesystem's store is one dict per process, shared by every MemoryFileSystem
+# that uses it, so one lock serialises all mutations and listings of it.
+_MEMORY_LOCK = threading.Lock()
+
+
+class MemoryStorage(FsspecStorage):
+    """Objects in fsspec's in-process memory filesystem; one lock makes mutations atomic."""
+
+    def put_if_absent(self, path: str, data: Data) -> None:
+        full = self._path(path)
+        with self._translating("put_if_absent", path), _MEMORY_LOCK:
+            if full in self._fs.store:
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), full)
+            self._fs.pipe_file(full, _bytes(data))
+
+    def write(self, path: str, data: Data) -> None:
+        with _MEMORY_LOCK:
+            super().write(path, data)
+
+    def delete(self, path: str) -> None:
+        with _MEMORY_LOCK:
+            super().delete(path)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        with _MEMORY_LOCK:
+            return super().list(prefix)
+
+
+@functools.cache
+def _s3_errors() -> tuple[type[BaseException], ...]:
+    import aiohttp
+    import botocore.exceptions
+
+    return (
+        OSError,
+        botocore.exceptions.BotoCoreError,
+        botocore.exceptions.ClientError,
+        aiohttp.ClientError,
+    )
+
+
+class S3Storage(FsspecStorage):
+    """Objects on S3 through s3fs.
+
+    ``write`` is one PUT (a multipart upload above 100 MB, also atomic); ``put_if_absent`` is
+    a PUT with ``If-None-Match: *`` (s3fs ``pipe_file(mode="create")``), which S3 answers with
+    412 if the key exists and s3fs raises as ``FileExistsError``. ``read_range`` is a ranged
+    GET. Listing is never cached (``use_listings_cache=False`` by default).
+
+    Storages opened with equal options share one client (fsspec's instance cache), which
+    lives until the process exits; with ``skip_instance_cache=True`` a Storage has its own
+    client, and :meth:`close` closes it.
+    """
+
+    def _backend_errors(self) -> tuple[type[BaseException], ...]:
+        return _s3_errors()
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        full = self._path(path)
+        _check_range(start, end)
+        with self._translating("read_range", path):
+            if start == end:
+                self._file_size(full)
+                return b""
+            try:
+                data: bytes = self._fs.cat_file(full, start=start, end=end)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                # S3 answers 416 for a range that starts at or past the end; that is b"".
+                if start < self._file_size(full):
+                    raise
+                return b""
+            return data
+
+    def _file_size(self, full: str) -> int:
+        # One HEAD; fs.info() would also list the prefix to tell a directory from nothing.
+        bucket, key, _ = self._fs.split_path(full)
+        head = self._fs.call_s3("head_object", Bucket=bucket, Key=key)
+        size: int = head["ContentLength"]
+        return size
+
+    def put_if_absent(self, path: str, data: Data) -> None:
+        full = self._path(path)
+        with self._translating("put_if_absent", path):
+            self._fs.pipe_file(full, _bytes(data), mode="create")
+
+    def close(self) -> None:
+        if not self._owns_fs:
+            return
+        self._owns_fs = False
+        creator = getattr(self._fs, "_s3creator", None)
+        if creator is not None:
+            # s3fs has no public close; this is what its own finalizer runs at exit.
+            with self._translating("close", ""):
+                type(self._fs).close_session(self._fs.loop, creator)

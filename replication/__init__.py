@@ -1,0 +1,1 @@
+"""The cluster: wire protocol, broker, replication, controller, transactions, client and CLI."""

@@ -1,0 +1,334 @@
+"""Request handlers, as Kafka's KafkaApis: one method per API, protocol objects in and out.
+
+Handlers turn :class:`ReplogError` into per-partition or per-topic error codes with the
+error's message; nothing here touches sockets (network.py) or storage (the replica manager and
+the controller do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.config import BrokerConfig
+from replication.controller import Controller
+from replication.errors import (
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
+from replication.replica_manager import FetchSpec, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[p.RequestHeader, Any], Awaitable[Any]]
+
+
+def _code(err: ReplogError | None) -> int:
+    if err is None:
+        return 0
+    return err.code if err.code is not None else -1
+
+
+def _message(err: ReplogError | None) -> str | None:
+    return None if err is None else str(err)
+
+
+class KafkaApis:
+    def __init__(
+        self, config: BrokerConfig, replica_manager: ReplicaManager, controller: Controller
+    ) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.handlers: dict[int, Handler] = {
+            p.ApiKey.API_VERSIONS: self.handle_api_versions,
+            p.ApiKey.METADATA: self.handle_metadata,
+            p.ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            p.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            p.ApiKey.PRODUCE: self.handle_produce,
+            p.ApiKey.FETCH: self.handle_fetch,
+            p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
+        }
+
+    async def handle(self, header: p.RequestHeader, body: Any) -> Any:
+        """The response body, or None when no response is sent (Produce with acks=0)."""
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            raise UnsupportedVersionError(
+                f"API {p.ApiKey(header.api_key).name} is not served by this broker"
+            )
+        return await handler(header, body)
+
+    # --- ApiVersions, Metadata ---------------------------------------------------------------
+
+    async def handle_api_versions(self, header: p.RequestHeader, body: Any) -> Any:
+        return p.ApiVersionsResponse(
+            api_keys=[
+                p.ApiVersionsResponseKey(api_key=int(k), min_version=lo, max_version=hi)
+                for k, (lo, hi) in p.SUPPORTED_VERSIONS.items()
+                if k in self.handlers
+            ]
+        )
+
+    async def wait_for_metadata(self, version: int) -> None:
+        """Until this broker has applied metadata ``version`` (applied on the loop)."""
+        while self.replica_manager.image.version < version:
+            await asyncio.sleep(0.001)
+
+    async def handle_metadata(self, header: p.RequestHeader, body: p.MetadataRequest) -> Any:
+        image = self.replica_manager.image
+        if body.topics is None:
+            names = [t.name for t in image.topics]
+        else:
+            names = [t.name for t in body.topics]
+            missing = [n for n in names if image.topic(n) is None]
+            if missing and body.allow_auto_topic_creation and self.config.auto_create_topics_enable:
+                for name in missing:
+                    try:
+                        await asyncio.to_thread(
+                            self.controller.create_topic,
+                            name,
+                            self.config.num_partitions,
+                            self.config.default_replication_factor,
+                        )
+                    except ReplogError as err:
+                        log.info("auto-creation of topic %r failed: %s", name, err)
+                await self.wait_for_metadata(self.controller.image.version)
+                image = self.replica_manager.image
+        topics = []
+        for name in names:
+            info = image.topic(name)
+            if info is None:
+                topics.append(
+                    p.MetadataResponseTopic(error_code=UnknownTopicOrPartitionError.code, name=name)
+                )
+                continue
+            partitions = []
+            for index, state in enumerate(info.partitions):
+                leader_ok = state.leader >= 0
+                partitions.append(
+                    p.MetadataResponsePartition(
+                        error_code=0 if leader_ok else LeaderNotAvailableError.code,
+                        partition_index=index,
+                        leader_id=state.leader,
+                        leader_epoch=state.leader_epoch,
+                        replica_nodes=list(state.replicas),
+                        isr_nodes=list(state.isr),
+                        offline_replicas=[
+                            r for r in state.replicas if (b := image.broker(r)) is None or b.fenced
+                        ],
+                    )
+                )
+            topics.append(p.MetadataResponseTopic(name=name, partitions=partitions))
+        return p.MetadataResponse(
+            brokers=[
+                p.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                for b in image.brokers
+                if not b.fenced
+            ],
+            cluster_id=image.cluster_id or None,
+            controller_id=image.controller_id,
+            topics=topics,
+        )
+
+    # --- topics ------------------------------------------------------------------------------
+
+    async def handle_create_topics(
+        self, header: p.RequestHeader, body: p.CreateTopicsRequest
+    ) -> Any:
+        results = []
+        for topic in body.topics:
+            partitions = (
+                topic.num_partitions if topic.num_partitions != -1 else self.config.num_partitions
+            )
+            rf = (
+                topic.replication_factor
+                if topic.replication_factor != -1
+                else self.config.default_replication_factor
+            )
+            try:
+                await asyncio.to_thread(
+                    self.controller.create_topic,
+                    topic.name,
+                    partitions,
+                    rf,
+                    [(c.name, c.value or "") for c in topic.configs],
+                    validate_only=body.validate_only,
+                )
+                results.append(
+                    p.CreatableTopicResult(
+                        name=topic.name, num_partitions=partitions, replication_factor=rf
+                    )
+                )
+            except ReplogError as err:
+                results.append(
+                    p.CreatableTopicResult(
+                        name=topic.name, error_code=_code(err), error_message=_message(err)
+                    )
+                )
+        await self.wait_for_metadata(self.controller.image.version)
+        return p.CreateTopicsResponse(topics=results)
+
+    async def handle_delete_topics(
+        self, header: p.RequestHeader, body: p.DeleteTopicsRequest
+    ) -> Any:
+        results = []
+        for name in body.topic_names:
+            try:
+                await asyncio.to_thread(self.controller.delete_topic, name)
+                results.append(p.DeletableTopicResult(name=name))
+            except ReplogError as err:
+                results.append(
+                    p.DeletableTopicResult(
+                        name=name, error_code=_code(err), error_message=_message(err)
+                    )
+                )
+        await self.wait_for_metadata(self.controller.image.version)
+        return p.DeleteTopicsResponse(responses=results)
+
+    # --- produce and fetch -------------------------------------------------------------------
+
+    async def handle_produce(self, header: p.RequestHeader, body: p.ProduceRequest) -> Any:
+        entries = [
+            (topic.name, part.index, part.records)
+            for topic in body.topic_data
+            for part in topic.partition_data
+        ]
+        results = await self.replica_manager.append_records(body.acks, body.timeout_ms, entries)
+        if body.acks == 0:
+            return None
+        return p.ProduceResponse(
+            responses=[
+                p.ProduceResponseTopic(
+                    name=topic.name,
+                    partition_responses=[
+                        p.ProduceResponsePartition(
+                            index=part.index,
+                            error_code=_code(r.error),
+                            base_offset=r.base_offset,
+                            log_start_offset=r.log_start_offset,
+                            error_message=_message(r.error),
+                        )
+                        for part in topic.partition_data
+                        for r in [results[(topic.name, part.index)]]
+                    ],
+                )
+                for topic in body.topic_data
+            ]
+        )
+
+    async def handle_fetch(self, header: p.RequestHeader, body: p.FetchRequest) -> Any:
+        specs = [
+            FetchSpec(
+                topic=t.topic,
+                partition=part.partition,
+                fetch_offset=part.fetch_offset,
+                partition_max_bytes=part.partition_max_bytes,
+                current_leader_epoch=part.current_leader_epoch,
+                last_fetched_epoch=part.last_fetched_epoch,
+            )
+            for t in body.topics
+            for part in t.partitions
+        ]
+        data = await self.replica_manager.fetch(
+            body.replica_id,
+            specs,
+            max_wait_ms=body.max_wait_ms,
+            min_bytes=body.min_bytes,
+            max_bytes=body.max_bytes,
+            isolation_level=body.isolation_level,
+        )
+        by_topic: dict[str, list[p.FetchResponsePartition]] = {}
+        for spec in specs:
+            d = data[(spec.topic, spec.partition)]
+            by_topic.setdefault(spec.topic, []).append(
+                p.FetchResponsePartition(
+                    partition_index=spec.partition,
+                    error_code=_code(d.error),
+                    high_watermark=d.high_watermark,
+                    last_stable_offset=d.last_stable_offset,
+                    log_start_offset=d.log_start_offset,
+                    diverging_epoch=p.EpochEndOffset(
+                        epoch=d.diverging_epoch[0], end_offset=d.diverging_epoch[1]
+                    )
+                    if d.diverging_epoch
+                    else p.EpochEndOffset(),
+                    records=d.records,
+                )
+            )
+        return p.FetchResponse(
+            responses=[p.FetchResponseTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
+        )
+
+    async def handle_list_offsets(self, header: p.RequestHeader, body: p.ListOffsetsRequest) -> Any:
+        rm = self.replica_manager
+        topics = []
+        for t in body.topics:
+            parts = []
+            for part in t.partitions:
+                try:
+                    partition = rm.get_partition(t.name, part.partition_index)
+                    partition.check_leader_epoch(part.current_leader_epoch, require_leader=True)
+                    upper = (
+                        partition.last_stable_offset
+                        if body.isolation_level == 1
+                        else partition.high_watermark
+                    )
+                    plog = partition.log
+                    timestamp, offset = -1, -1
+                    if part.timestamp == p.EARLIEST_TIMESTAMP:
+                        offset = plog.log_start_offset
+                    elif part.timestamp == p.LATEST_TIMESTAMP:
+                        offset = upper
+                    else:
+                        found = await asyncio.to_thread(plog.offset_for_timestamp, part.timestamp)
+                        if found is not None and found[0] < upper:
+                            offset, timestamp = found
+                    parts.append(
+                        p.ListOffsetsResponsePartition(
+                            partition_index=part.partition_index,
+                            timestamp=timestamp,
+                            offset=offset,
+                            leader_epoch=partition.leader_epoch,
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.ListOffsetsResponsePartition(
+                            partition_index=part.partition_index, error_code=_code(err)
+                        )
+                    )
+            topics.append(p.ListOffsetsResponseTopic(name=t.name, partitions=parts))
+        return p.ListOffsetsResponse(topics=topics)
+
+    async def handle_offsets_for_leader_epoch(
+        self, header: p.RequestHeader, body: p.OffsetsForLeaderEpochRequest
+    ) -> Any:
+        rm = self.replica_manager
+        topics = []
+        for t in body.topics:
+            parts = []
+            for part in t.partitions:
+                try:
+                    partition = rm.get_partition(t.topic, part.partition)
+                    partition.check_leader_epoch(part.current_leader_epoch, require_leader=True)
+                    epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
+                    parts.append(
+                        p.OffsetForLeaderPartitionResult(
+                            partition=part.partition, leader_epoch=epoch, end_offset=end
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.OffsetForLeaderPartitionResult(
+                            partition=part.partition, error_code=_code(err)
+                        )
+                    )
+            topics.append(p.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return p.OffsetsForLeaderEpochResponse(topics=topics)

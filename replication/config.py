@@ -1,0 +1,247 @@
+"""Broker configuration: Kafka's key names, TOML files in conf/, ``--set key=value`` overrides.
+
+Topic-level log settings (segment.bytes, retention.ms, ...) given to a broker are the defaults of
+every topic it hosts; a topic's own configs (``topics create --config``) override them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from logstore.config import LogConfig, keys_of, parse
+from logstore.config import key as k
+from logstore.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int = field(default=0, metadata=k("broker.id", "this broker's id", minimum=0))
+    listeners: str = field(
+        default="127.0.0.1:9092",
+        metadata=k("listeners", "HOST:PORT to listen on (PLAINTEXT:// optional)"),
+    )
+    log_dir: str = field(
+        default="file:///tmp/replog-logs",
+        metadata=k(
+            "log.dir", "storage root URL of this broker's replica logs (file://, s3://, memory://)"
+        ),
+    )
+    metadata_log_dir: str = field(
+        default="",
+        metadata=k(
+            "metadata.log.dir",
+            "storage root URL of the cluster metadata (default: <log.dir>/__cluster_metadata)",
+        ),
+    )
+    storage_endpoint_url: str = field(
+        default="",
+        metadata=k("storage.endpoint.url", "S3 endpoint URL (MinIO, moto); empty: AWS default"),
+    )
+    broker_rack: str = field(
+        default="", metadata=k("broker.rack", "rack of this broker (rack-aware placement)")
+    )
+    num_partitions: int = field(
+        default=1, metadata=k("num.partitions", "default partitions of a new topic", minimum=1)
+    )
+    default_replication_factor: int = field(
+        default=1,
+        metadata=k(
+            "default.replication.factor", "default replication factor of a new topic", minimum=1
+        ),
+    )
+    min_insync_replicas: int = field(
+        default=1, metadata=k("min.insync.replicas", "ISR size acks=all needs", minimum=1)
+    )
+    auto_create_topics_enable: bool = field(
+        default=False,
+        metadata=k("auto.create.topics.enable", "create unknown topics on first produce/metadata"),
+    )
+    socket_request_max_bytes: int = field(
+        default=100 * 1024 * 1024,
+        metadata=k("socket.request.max.bytes", "largest request frame accepted", minimum=64),
+    )
+    request_timeout_ms: int = field(
+        default=30_000,
+        metadata=k("request.timeout.ms", "longest an acks=all produce waits", minimum=1),
+    )
+    log_flush_interval_ms: int = field(
+        default=5,
+        metadata=k(
+            "log.flush.interval.ms",
+            "group-commit interval: buffered appends become objects",
+            minimum=0,
+        ),
+    )
+    log_flush_interval_bytes: int = field(
+        default=4 * 1024 * 1024,
+        metadata=k(
+            "log.flush.interval.bytes",
+            "flush a partition early once this much is buffered",
+            minimum=1,
+        ),
+    )
+    log_retention_check_interval_ms: int = field(
+        default=300_000,
+        metadata=k(
+            "log.retention.check.interval.ms", "how often retention and merges run", minimum=1
+        ),
+    )
+    log_checkpoint_interval_ms: int = field(
+        default=5_000,
+        metadata=k(
+            "log.checkpoint.interval.ms",
+            "how often HW and recovery checkpoints are written",
+            minimum=1,
+        ),
+    )
+    replica_lag_time_max_ms: int = field(
+        default=30_000,
+        metadata=k(
+            "replica.lag.time.max.ms",
+            "a follower not caught up for this long leaves the ISR",
+            minimum=1,
+        ),
+    )
+    replica_fetch_max_bytes: int = field(
+        default=1024 * 1024,
+        metadata=k(
+            "replica.fetch.max.bytes", "bytes per partition a follower fetch asks for", minimum=1
+        ),
+    )
+    replica_fetch_response_max_bytes: int = field(
+        default=10 * 1024 * 1024,
+        metadata=k(
+            "replica.fetch.response.max.bytes",
+            "bytes a follower fetch response may hold",
+            minimum=1,
+        ),
+    )
+    replica_fetch_min_bytes: int = field(
+        default=1,
+        metadata=k("replica.fetch.min.bytes", "bytes a follower fetch waits for", minimum=1),
+    )
+    replica_fetch_wait_max_ms: int = field(
+        default=500,
+        metadata=k(
+            "replica.fetch.wait.max.ms", "longest a follower fetch waits on the leader", minimum=0
+        ),
+    )
+    replica_fetch_backoff_ms: int = field(
+        default=1_000,
+        metadata=k("replica.fetch.backoff.ms", "pause after a follower fetch error", minimum=0),
+    )
+    num_replica_fetchers: int = field(
+        default=1,
+        metadata=k("num.replica.fetchers", "fetcher threads per source broker", minimum=1),
+    )
+    max_incremental_fetch_session_cache_slots: int = field(
+        default=1000,
+        metadata=k(
+            "max.incremental.fetch.session.cache.slots", "fetch sessions a broker keeps", minimum=0
+        ),
+    )
+    unclean_leader_election_enable: bool = field(
+        default=False,
+        metadata=k(
+            "unclean.leader.election.enable", "allow a leader from outside the ISR (may lose data)"
+        ),
+    )
+    broker_heartbeat_interval_ms: int = field(
+        default=500,
+        metadata=k(
+            "broker.heartbeat.interval.ms",
+            "how often a broker heartbeats the controller",
+            minimum=1,
+        ),
+    )
+    broker_session_timeout_ms: int = field(
+        default=3_000,
+        metadata=k("broker.session.timeout.ms", "a broker silent this long is fenced", minimum=1),
+    )
+    transaction_timeout_ms: int = field(
+        default=60_000,
+        metadata=k(
+            "transaction.timeout.ms", "an open transaction older than this is aborted", minimum=1
+        ),
+    )
+    transaction_max_timeout_ms: int = field(
+        default=900_000,
+        metadata=k(
+            "transaction.max.timeout.ms",
+            "largest transaction timeout a producer may ask",
+            minimum=1,
+        ),
+    )
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        text = self.listeners.split(",")[0].strip()
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        host, _, port = text.rpartition(":")
+        try:
+            return host or "127.0.0.1", int(port)
+        except ValueError:
+            raise ConfigError(f"config listeners={self.listeners!r}: expected HOST:PORT") from None
+
+    @property
+    def metadata_root(self) -> str:
+        return self.metadata_log_dir or self.log_dir.rstrip("/") + "/__cluster_metadata"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        if self.storage_endpoint_url:
+            return {"endpoint_url": self.storage_endpoint_url}
+        return {}
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """``["key=value", ...]`` from --set flags into a mapping (refusing malformed pairs)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set {pair!r}: expected key=value, e.g. --set broker.id=1")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def load_broker_config(path: str | Path | None, overrides: Mapping[str, Any] = ()) -> BrokerConfig:  # type: ignore[assignment]
+    """Read a TOML file (flat Kafka keys, dotted keys quoted) and apply overrides."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                values.update(_flatten(tomllib.load(f)))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"config file {path} is not valid TOML: {err}") from err
+    values.update(dict(overrides))
+    return broker_config_from(values)
+
+
+def broker_config_from(values: Mapping[str, Any]) -> BrokerConfig:
+    log_keys = set(keys_of(LogConfig))
+    log_values = {name: v for name, v in values.items() if name in log_keys}
+    broker_values = {name: v for name, v in values.items() if name not in log_keys}
+    log_config = parse(LogConfig, log_values)
+    config = parse(BrokerConfig, broker_values)
+    return BrokerConfig(**{**config.__dict__, "log": log_config})
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML tables flatten into dotted keys: ``[replica] lag.time.max.ms = 1`` works too."""
+    out: dict[str, Any] = {}
+    for name, value in doc.items():
+        full = f"{prefix}{name}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, full + "."))
+        else:
+            out[full] = value
+    return out

@@ -1,0 +1,583 @@
+"""Kafka's wire errors, and the client-side errors of the cluster layer.
+
+Every class here extends the one tree in :mod:`logstore.errors`: subclassing registers the
+class's ``code`` in the table behind :func:`logstore.errors.for_code`, so importing this module
+is what teaches ``for_code`` the codes below. Codes, ``retriable`` and ``refresh_metadata``
+follow Kafka's ``Errors`` enum (the Java exception hierarchy: ``InvalidMetadataException`` means
+retriable and refresh metadata).
+
+Each docstring says what happened and what to do; it is the default message (on one line),
+so ``raise NotLeaderOrFollowerError()`` says something useful.
+Codes the log layer owns (-1, 1, 2, 10, 40, 56, 87) live in :mod:`logstore.errors` and are
+re-exported here so callers need one import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from logstore.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    ReplogError,
+    UnknownServerError,
+    for_code,
+    raise_for_code,
+)
+
+__all__ = [
+    "BrokerIdNotRegisteredError",
+    "BrokerNotAvailableError",
+    "BrokerUnreachableError",
+    "CommitFailedError",
+    "CommitStateUnknownError",
+    "ConcurrentTransactionsError",
+    "ConfigError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
+    "CorruptFrameError",
+    "CorruptRecordError",
+    "DuplicateSequenceNumberError",
+    "FencedLeaderEpochError",
+    "FetchSessionIdNotFoundError",
+    "FrameTooLargeError",
+    "IllegalGenerationError",
+    "IneligibleReplicaError",
+    "InvalidFetchSessionEpochError",
+    "InvalidFieldError",
+    "InvalidFrameLengthError",
+    "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
+    "InvalidRecordError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidRequiredAcksError",
+    "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
+    "InvalidUpdateVersionError",
+    "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "NetworkError",
+    "NotControllerError",
+    "NotCoordinatorError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
+    "NotLeaderOrFollowerError",
+    "OffsetNotAvailableError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "ProducerFencedError",
+    "ProtocolError",
+    "RecordTooLargeError",
+    "ReplicaNotAvailableError",
+    "ReplogError",
+    "RequestTimedOutError",
+    "StaleControllerEpochError",
+    "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
+    "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
+    "UnknownServerError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedVersionError",
+    "WireError",
+    "for_code",
+    "raise_for_code",
+]
+
+
+class WireError(ReplogError):
+    """An error a peer reports on the wire."""
+
+
+# --- topics, partitions and leadership ---------------------------------------------------------
+
+
+class UnknownTopicOrPartitionError(WireError):
+    """This broker does not host that topic or partition.
+
+    Check the name with `replog topic list`; if the topic was just created or moved, the
+    client refreshes its metadata and retries.
+    """
+
+    code = 3
+    retriable = True
+    refresh_metadata = True
+
+
+class LeaderNotAvailableError(WireError):
+    """The partition has no leader right now (an election is in progress).
+
+    Retry after refreshing metadata; if it persists, check `replog cluster status` for
+    brokers that are down.
+    """
+
+    code = 5
+    retriable = True
+    refresh_metadata = True
+
+
+class NotLeaderOrFollowerError(WireError):
+    """This broker is not the leader (or a follower) of that partition any more.
+
+    Leadership moved: refresh metadata and send the request to the new leader.
+    """
+
+    code = 6
+    retriable = True
+    refresh_metadata = True
+
+
+class RequestTimedOutError(WireError):
+    """The broker did not complete the request within its timeout.
+
+    For acks=all produce requests the outcome is unknown: an idempotent producer retries
+    safely; raise timeout_ms if replicas are slow.
+    """
+
+    code = 7
+    retriable = True
+
+
+class BrokerNotAvailableError(WireError):
+    """The broker named in the request is not alive.
+
+    Check `replog cluster status`; the client refreshes metadata and retries.
+    """
+
+    code = 8
+    retriable = True
+    refresh_metadata = True
+
+
+class ReplicaNotAvailableError(WireError):
+    """A replica of the partition is not available on the broker that should hold it.
+
+    Retry after refreshing metadata; if it persists, check that broker's storage.
+    """
+
+    # Kafka: ReplicaNotAvailableException extends InvalidMetadataException.
+    code = 9
+    retriable = True
+    refresh_metadata = True
+
+
+class StaleControllerEpochError(WireError):
+    """The request came from a controller whose epoch is older than the current one.
+
+    A newer controller has taken over; the stale controller must stop acting.
+    """
+
+    code = 11
+
+
+class NetworkError(WireError):
+    """The connection to the broker broke before the response arrived.
+
+    Retry after refreshing metadata; the outcome of the request is unknown.
+    """
+
+    code = 13  # NETWORK_EXCEPTION
+    retriable = True
+    refresh_metadata = True
+
+
+class CoordinatorLoadInProgressError(WireError):
+    """The coordinator is still loading its state after taking over.
+
+    Retry shortly.
+    """
+
+    code = 14
+    retriable = True
+
+
+class CoordinatorNotAvailableError(WireError):
+    """The coordinator is not available (not elected yet, or its broker is down).
+
+    Find the coordinator again and retry.
+    """
+
+    code = 15
+    retriable = True
+
+
+class NotCoordinatorError(WireError):
+    """This broker is not the coordinator for that id.
+
+    Find the coordinator again and retry.
+    """
+
+    code = 16
+    retriable = True
+
+
+class InvalidTopicError(WireError, ValueError):
+    """The topic name is not valid.
+
+    Use 1-249 characters from [a-zA-Z0-9._-], not "." or "..".
+    """
+
+    code = 17  # INVALID_TOPIC_EXCEPTION
+
+
+class NotEnoughReplicasError(WireError):
+    """Fewer in-sync replicas than min.insync.replicas; the batch was not appended.
+
+    Nothing was written: retry once failed brokers are back (`replog cluster status`), or
+    lower min.insync.replicas for the topic.
+    """
+
+    code = 19
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(WireError):
+    """The batch was appended, but the ISR shrank below min.insync.replicas before it was acked.
+
+    The batch may be visible later: an idempotent producer retries safely (it is appended once).
+    """
+
+    code = 20
+    retriable = True
+
+
+class InvalidRequiredAcksError(WireError, ValueError):
+    """The acks value is not one of 0, 1 or -1 (all).
+
+    Set acks to 0, 1 or all.
+    """
+
+    code = 21
+
+
+class IllegalGenerationError(WireError):
+    """The generation id is not the current one.
+
+    Rejoin to get the current generation.
+    """
+
+    code = 22
+
+
+class UnsupportedVersionError(WireError):
+    """The peer does not support this request's API or version.
+
+    Upgrade the older side, or let the client negotiate versions with ApiVersions.
+    """
+
+    code = 35
+
+
+class TopicAlreadyExistsError(WireError):
+    """A topic with that name already exists.
+
+    Use it, or delete it first with `replog topic delete`.
+    """
+
+    code = 36
+
+
+class InvalidPartitionsError(WireError, ValueError):
+    """The number of partitions is not valid (it must be at least 1, or -1 for the default).
+
+    Pass a positive num_partitions.
+    """
+
+    code = 37
+
+
+class InvalidReplicationFactorError(WireError, ValueError):
+    """The replication factor is not valid: below 1, or larger than the number of live brokers.
+
+    Pass a replication factor between 1 and the number of brokers in `replog cluster status`.
+    """
+
+    code = 38
+
+
+class NotControllerError(WireError):
+    """This broker is not the active controller.
+
+    Refresh metadata to find the controller and retry.
+    """
+
+    code = 41
+    retriable = True
+    refresh_metadata = True
+
+
+class InvalidRequestError(WireError):
+    """The request is malformed or not valid for this API version.
+
+    This is a client bug or a version mismatch; upgrade the client or report it.
+    """
+
+    code = 42
+
+
+class OutOfOrderSequenceNumberError(WireError):
+    """The broker received a sequence number that leaves a gap after the last one it appended.
+
+    Records may have been lost between producer and broker; the idempotent producer must
+    reset (abort its transaction or get a new producer id).
+    """
+
+    code = 45
+
+
+class DuplicateSequenceNumberError(WireError):
+    """The batch's sequence number was already appended (a retry of an acked batch).
+
+    Nothing to do: the batch is already in the log once.
+    """
+
+    code = 46
+
+
+class InvalidProducerEpochError(WireError):
+    """The producer epoch is older than the current one for this producer id.
+
+    Another producer instance with the same transactional id took over; close this one.
+    """
+
+    code = 47
+
+
+class InvalidTxnStateError(WireError):
+    """The request is not valid in the transaction's current state.
+
+    For example, adding partitions to a transaction that is committing: abort it and start over.
+    """
+
+    code = 48
+
+
+class InvalidProducerIdMappingError(WireError):
+    """The producer id is not the one the coordinator holds for this transactional id.
+
+    Call InitProducerId again to get the current producer id and epoch.
+    """
+
+    code = 49
+
+
+class InvalidTransactionTimeoutError(WireError, ValueError):
+    """transaction.timeout.ms is larger than the broker allows (or not positive).
+
+    Lower transaction.timeout.ms to at most the broker's transaction.max.timeout.ms.
+    """
+
+    code = 50
+
+
+class ConcurrentTransactionsError(WireError):
+    """The previous transaction of this producer is still being completed.
+
+    Retry shortly; the coordinator is writing its markers.
+    """
+
+    code = 51
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(WireError):
+    """The transaction coordinator that sent this request has been replaced by a newer one.
+
+    The stale coordinator must stop; the new one takes over its transactions.
+    """
+
+    code = 52
+
+
+class UnknownProducerIdError(WireError):
+    """The broker has no state for this producer id (it expired or was never written here).
+
+    The idempotent producer must reset its sequence numbers (get a new producer id).
+    """
+
+    code = 59
+
+
+class FetchSessionIdNotFoundError(WireError):
+    """The fetch session id is not in the leader's session cache (evicted or never created).
+
+    Send a full fetch request to start a new session.
+    """
+
+    code = 70
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(WireError):
+    """The fetch session epoch is not the one the leader expects.
+
+    Send a full fetch request to start a new session.
+    """
+
+    code = 71
+    retriable = True
+
+
+class FencedLeaderEpochError(WireError):
+    """The request's leader epoch is older than the broker's: the client's metadata is stale.
+
+    Refresh metadata and retry with the current leader epoch.
+    """
+
+    code = 74
+    retriable = True
+    refresh_metadata = True
+
+
+class UnknownLeaderEpochError(WireError):
+    """The request's leader epoch is newer than the broker's: the broker has not caught up yet.
+
+    Refresh metadata and retry shortly.
+    """
+
+    code = 75
+    retriable = True
+    refresh_metadata = True
+
+
+class OffsetNotAvailableError(WireError):
+    """The leader cannot answer the offset query yet (the high watermark is not known).
+
+    Retry shortly.
+    """
+
+    code = 78
+    retriable = True
+
+
+class ProducerFencedError(WireError):
+    """A newer producer with the same transactional id has been initialised; this one is fenced.
+
+    Close this producer: its transaction is aborted.
+    """
+
+    code = 90
+
+
+class InvalidUpdateVersionError(WireError):
+    """The partition epoch in the update is not the current one (someone else changed it first).
+
+    Refresh the partition state and retry the update from it.
+    """
+
+    code = 95
+
+
+class BrokerIdNotRegisteredError(WireError):
+    """The broker id is not registered with the controller.
+
+    Register the broker (restart it) before sending heartbeats.
+    """
+
+    code = 102
+
+
+class IneligibleReplicaError(WireError):
+    """The proposed ISR contains a replica that may not join it (fenced or shutting down).
+
+    Refresh the partition state and propose a new ISR.
+    """
+
+    code = 107
+
+
+# --- wire protocol (client and broker side, never sent as their own code) ------------------------
+
+
+class ProtocolError(InvalidRequestError):
+    """Bytes on the wire do not follow the replog protocol.
+
+    The peer is not speaking replog's protocol, or a different version of it.
+    """
+
+    # Kafka answers a malformed request with INVALID_REQUEST (42) when it can answer at all;
+    # these subclasses carry that code by inheritance and do not register a code of their own.
+
+
+class CorruptFrameError(ProtocolError):
+    """A frame could not be decoded; the connection that carried it is closed.
+
+    Check that the peer speaks the replog protocol at a supported version.
+    """
+
+
+class InvalidFrameLengthError(CorruptFrameError):
+    """A frame's length prefix is negative; the connection is closed.
+
+    The peer is not speaking the replog protocol.
+    """
+
+
+class FrameTooLargeError(InvalidFrameLengthError):
+    """A frame's length prefix is larger than the limit; the connection is closed.
+
+    Raise socket.request.max.bytes (broker) or the client's max bytes, or check that the peer
+    speaks the replog protocol (a TLS or HTTP client looks like a huge frame).
+    """
+
+
+class InvalidFieldError(ProtocolError, ValueError):
+    """A message field holds a value its wire type cannot carry, so it cannot be encoded.
+
+    Fix the value (e.g. an int16 field out of range, a string longer than 32767 bytes).
+    """
+
+
+# --- client side, no wire code ---------------------------------------------------------------
+
+
+class BrokerUnreachableError(ReplogError, ConnectionError):
+    """A broker could not be reached.
+
+    Check that it runs (`replog cluster status`) and that --bootstrap-server / bootstrap.servers
+    names the right host:port.
+    """
+
+    retriable = True
+    refresh_metadata = True
+
+    def __init__(self, host: str, port: int, reason: str = "") -> None:
+        self.host = host
+        self.port = port
+        self.reason = reason
+        detail = f": {reason}" if reason else ""
+        super().__init__(
+            f"cannot reach broker {host}:{port}{detail}; check that it runs "
+            "(`replog cluster status`) and that --bootstrap-server / bootstrap.servers "
+            "names the right host:port"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default reduce passes self.args (the message) back to __init__; keep the fields.
+        return (type(self), (self.host, self.port, self.reason))
+
+
+class CommitFailedError(WireError):
+    """The commit did not happen; nothing of it is visible.
+
+    It is safe to clean up (abort the transaction, delete temporary state) and retry the batch.
+    """
+
+    # pyiceberg's CommitFailedException: of the two, only this one may clean up.
+
+
+class CommitStateUnknownError(WireError):
+    """The outcome of the commit is unknown: it may or may not have happened.
+
+    Do not clean up anything the commit may refer to; look the outcome up (or retry the
+    idempotent commit) before acting.
+    """
+
+    # pyiceberg's CommitStateUnknownException: never clean up after this one.

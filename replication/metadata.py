@@ -1,0 +1,153 @@
+"""The cluster metadata image: brokers, topics, partition assignments, leaders, ISRs.
+
+One immutable :class:`MetadataImage` per metadata version. The controller writes each new
+version to the metadata store; brokers apply versions in order. The image is a frozen,
+versioned model (``format_version``) so a newer replog can refuse or migrate an older file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from logstore.errors import CorruptRecordError
+
+FORMAT_VERSION = 1
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    #: bumped at every registration of this broker id (Kafka's broker epoch)
+    epoch: int = 0
+    fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    #: versions every change of this partition's ISR or leadership (Kafka's partition epoch)
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionState, ...]
+    configs: tuple[tuple[str, str], ...] = ()
+
+    def config_map(self) -> dict[str, str]:
+        return dict(self.configs)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    version: int = 0
+    controller_epoch: int = 0
+    controller_id: int = -1
+    cluster_id: str = ""
+    brokers: tuple[BrokerInfo, ...] = ()
+    topics: tuple[TopicInfo, ...] = ()
+    #: first producer id not yet handed out (ids are allocated in blocks by the controller)
+    next_producer_id: int = 0
+    format_version: int = FORMAT_VERSION
+    _topic_index: dict[str, TopicInfo] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_topic_index", {t.name: t for t in self.topics})
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topic_index.get(name)
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        for b in self.brokers:
+            if b.broker_id == broker_id:
+                return b
+        return None
+
+    def with_topic(self, topic: TopicInfo) -> MetadataImage:
+        others = tuple(t for t in self.topics if t.name != topic.name)
+        return replace(self, topics=(*others, topic))
+
+    def without_topic(self, name: str) -> MetadataImage:
+        return replace(self, topics=tuple(t for t in self.topics if t.name != name))
+
+    def with_broker(self, broker: BrokerInfo) -> MetadataImage:
+        others = tuple(b for b in self.brokers if b.broker_id != broker.broker_id)
+        return replace(self, brokers=tuple(sorted((*others, broker), key=lambda b: b.broker_id)))
+
+    def next(self, **changes: Any) -> MetadataImage:
+        """The following version with ``changes`` applied."""
+        return replace(self, version=self.version + 1, **changes)
+
+    # --- serialization ---------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format_version": self.format_version,
+            "version": self.version,
+            "controller_epoch": self.controller_epoch,
+            "controller_id": self.controller_id,
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self.next_producer_id,
+            "brokers": [
+                [b.broker_id, b.host, b.port, b.rack, b.epoch, b.fenced] for b in self.brokers
+            ],
+            "topics": [
+                {
+                    "name": t.name,
+                    "id": t.topic_id,
+                    "configs": [list(c) for c in t.configs],
+                    "partitions": [
+                        [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+                        for p in t.partitions
+                    ],
+                }
+                for t in self.topics
+            ],
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str = "metadata") -> MetadataImage:
+        try:
+            doc = json.loads(data)
+            if doc.get("format_version") != FORMAT_VERSION:
+                raise CorruptRecordError(
+                    f"{where}: metadata format_version {doc.get('format_version')!r} is not "
+                    f"supported (this replog reads {FORMAT_VERSION}); upgrade replog"
+                )
+            return cls(
+                version=int(doc["version"]),
+                controller_epoch=int(doc["controller_epoch"]),
+                controller_id=int(doc["controller_id"]),
+                cluster_id=str(doc["cluster_id"]),
+                next_producer_id=int(doc["next_producer_id"]),
+                brokers=tuple(
+                    BrokerInfo(int(i), str(h), int(p), r, int(e), bool(f))
+                    for i, h, p, r, e, f in doc["brokers"]
+                ),
+                topics=tuple(
+                    TopicInfo(
+                        name=str(t["name"]),
+                        topic_id=str(t["id"]),
+                        configs=tuple((str(k), str(v)) for k, v in t["configs"]),
+                        partitions=tuple(
+                            PartitionState(tuple(r), tuple(i), int(ld), int(le), int(pe))
+                            for r, i, ld, le, pe in t["partitions"]
+                        ),
+                    )
+                    for t in doc["topics"]
+                ),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise CorruptRecordError(f"{where}: unreadable metadata: {err}") from err

@@ -1,0 +1,127 @@
+"""The socket server: length-prefixed frames in, responses out, one connection at a time.
+
+As Kafka's SocketServer, requests on one connection are handled in order and their responses
+go back in order. Anything wrong with a connection's bytes (a malformed frame, a frame over
+``socket.request.max.bytes``, an unknown API or version) closes that connection and nothing
+else; a bug in a handler is logged and closes that connection too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.apis import KafkaApis
+from replication.errors import CorruptFrameError, UnsupportedVersionError
+
+log = logging.getLogger(__name__)
+
+
+class SocketServer:
+    def __init__(self, apis: KafkaApis, host: str, port: int, max_request_bytes: int) -> None:
+        self.apis = apis
+        self.host = host
+        self.port = port
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self.connections_closed_for_errors = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20)
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                try:
+                    frame = await p.read_frame(reader, self.max_request_bytes)
+                except asyncio.IncompleteReadError:
+                    return  # the client went away
+                except CorruptFrameError as err:
+                    self.connections_closed_for_errors += 1
+                    log.warning("closing connection from %s: %s", peer, err)
+                    return
+                if not await self._handle_frame(frame, writer, peer):
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _handle_frame(self, frame: bytes, writer: asyncio.StreamWriter, peer: object) -> bool:
+        """Handle one request; False closes the connection."""
+        try:
+            header, body = p.decode_request(frame)
+        except UnsupportedVersionError as err:
+            return await self._unsupported(frame, writer, peer, err)
+        except CorruptFrameError as err:
+            self.connections_closed_for_errors += 1
+            log.warning("closing connection from %s: %s", peer, err)
+            return False
+        try:
+            response = await self.apis.handle(header, body)
+        except ReplogError as err:
+            self.connections_closed_for_errors += 1
+            log.warning("closing connection from %s: %s", peer, err)
+            return False
+        except Exception:
+            self.connections_closed_for_errors += 1
+            log.exception(
+                "bug: %s request from %s failed; closing that connection",
+                p.ApiKey(header.api_key).name,
+                peer,
+            )
+            return False
+        if response is None:
+            return True
+        writer.writelines(
+            p.encode_response_parts(
+                header.correlation_id, header.api_key, header.api_version, response
+            )
+        )
+        await writer.drain()
+        return True
+
+    async def _unsupported(
+        self, frame: bytes, writer: asyncio.StreamWriter, peer: object, err: ReplogError
+    ) -> bool:
+        """ApiVersions of an unknown version gets UNSUPPORTED_VERSION at v0 (as Kafka); any
+        other unknown API or version closes the connection."""
+        try:
+            header, _ = p.decode_request_header(frame)
+        except CorruptFrameError:
+            header = None
+        if header is not None and header.api_key == p.ApiKey.API_VERSIONS:
+            versions = dataclasses.replace(
+                await self.apis.handle_api_versions(header, None),
+                error_code=UnsupportedVersionError.code,
+            )
+            writer.writelines(
+                p.encode_response_parts(header.correlation_id, p.ApiKey.API_VERSIONS, 0, versions)
+            )
+            await writer.drain()
+            return True
+        self.connections_closed_for_errors += 1
+        log.warning("closing connection from %s: %s", peer, err)
+        return False

@@ -1,0 +1,185 @@
+"""A partition replica on this broker: its log, its role, and (as leader) its followers.
+
+As Kafka's Partition: the leader assigns offsets and stamps its leader epoch; it tracks every
+follower's log end offset (the fetch offset of the follower's last fetch, which is the
+follower's durable LEO) and moves the high watermark to the minimum durable LEO over the ISR.
+Consumers never see offsets at or above the HW.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from logstore.config import LogConfig
+from logstore.log import AppendInfo, Log
+from replication.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+from replication.metadata import PartitionState
+
+log = logging.getLogger(__name__)
+
+NO_EPOCH_CHECK = -1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = -1
+    last_fetch_ms: int = 0
+    #: last time the follower's LEO reached the leader's LEO (for replica.lag.time.max.ms)
+    last_caught_up_ms: int = field(default_factory=_now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicy:
+    """Per-topic settings beyond the log's own (from topic configs over broker defaults)."""
+
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        log: Log,
+        broker_id: int,
+        policy: TopicPolicy,
+        state: PartitionState,
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.log = log
+        self.broker_id = broker_id
+        self.policy = policy
+        self.state = state
+        self.followers: dict[int, ReplicaState] = {}
+        self.apply_state(state)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index}, leader={self.state.leader}, epoch={self.state.leader_epoch})"
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.index
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state.leader == self.broker_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, or the HW (no transactions yet)."""
+        return self.log.high_watermark
+
+    @property
+    def log_config(self) -> LogConfig:
+        return self.log.config
+
+    def apply_state(self, state: PartitionState) -> bool:
+        """Take a new leader/ISR state from the metadata; True if the role or epoch changed."""
+        changed = (state.leader, state.leader_epoch) != (self.state.leader, self.state.leader_epoch)
+        self.state = state
+        if self.is_leader:
+            now = _now_ms()
+            for replica in state.replicas:
+                if replica != self.broker_id and replica not in self.followers:
+                    self.followers[replica] = ReplicaState(last_caught_up_ms=now)
+            for gone in set(self.followers) - set(state.replicas):
+                del self.followers[gone]
+            if changed:
+                # a new leader does not know its followers' LEOs until they fetch
+                for replica in self.followers.values():
+                    replica.log_end_offset = -1
+                    replica.last_caught_up_ms = now
+        else:
+            self.followers.clear()
+        return changed
+
+    # --- leader epoch checks -------------------------------------------------------------------
+
+    def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool) -> None:
+        if current_leader_epoch != NO_EPOCH_CHECK:
+            if current_leader_epoch < self.state.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{self.topic}-{self.index}: request epoch {current_leader_epoch} is older "
+                    f"than the current leader epoch {self.state.leader_epoch}; refresh metadata"
+                )
+            if current_leader_epoch > self.state.leader_epoch:
+                raise UnknownLeaderEpochError(
+                    f"{self.topic}-{self.index}: request epoch {current_leader_epoch} is newer "
+                    f"than this broker knows ({self.state.leader_epoch}); retry shortly"
+                )
+        if require_leader and not self.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {self.topic}-{self.index} "
+                f"(leader is {self.state.leader}); refresh metadata and retry"
+            )
+
+    # --- produce -------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: memoryview | bytes, acks: int) -> AppendInfo:
+        self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
+        if acks == -1 and len(self.state.isr) < self.policy.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.index}: ISR {list(self.state.isr)} is smaller than "
+                f"min.insync.replicas={self.policy.min_insync_replicas}; acks=all cannot be "
+                "met until replicas catch up"
+            )
+        return self.log.append(records, leader_epoch=self.state.leader_epoch)
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = min durable LEO over the ISR. True if it moved."""
+        if not self.is_leader:
+            return False
+        hw = self.log.durable_end_offset
+        for replica_id in self.state.isr:
+            if replica_id == self.broker_id:
+                continue
+            replica = self.followers.get(replica_id)
+            leo = replica.log_end_offset if replica else -1
+            if leo < 0:
+                return False  # a follower not heard from since this leader took over
+            hw = min(hw, leo)
+        if hw > self.log.high_watermark:
+            self.log.update_high_watermark(hw)
+            return True
+        return False
+
+    def acks_satisfied(self, required_offset: int) -> bool:
+        """acks=all: the ISR has everything below ``required_offset`` in its stores."""
+        return self.log.high_watermark >= required_offset
+
+    # --- followers -----------------------------------------------------------------------------
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """A follower fetched from ``fetch_offset`` (its durable LEO). True if the HW moved."""
+        replica = self.followers.get(replica_id)
+        if replica is None:
+            return False
+        now = _now_ms()
+        replica.log_end_offset = fetch_offset
+        replica.last_fetch_ms = now
+        if fetch_offset >= self.log.log_end_offset:
+            replica.last_caught_up_ms = now
+        return self.maybe_increment_high_watermark()

@@ -1,0 +1,395 @@
+"""The replica manager: this broker's partitions, the produce and fetch paths, group commit.
+
+As Kafka's ReplicaManager. Appends run on the event loop (CRC check and an offset rewrite,
+no decoding); storage I/O (flushes, reads, checkpoints, retention) runs in worker threads.
+Group commit: appended partitions are flushed every ``log.flush.interval.ms`` as one new
+segment object each; then high watermarks move and parked requests complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from logstore.config import LogConfig, keys_of, parse
+from logstore.errors import ReplogError
+from logstore.log import Log
+from logstore.storage import Storage
+from replication.config import BrokerConfig
+from replication.errors import (
+    InvalidRequiredAcksError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from replication.metadata import MetadataImage, PartitionState, TopicInfo
+from replication.partition import Partition, TopicPolicy
+from replication.purgatory import DelayedOperation, Purgatory
+
+log = logging.getLogger(__name__)
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: ReplogError | None = None
+    base_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchPartitionData:
+    error: ReplogError | None = None
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging_epoch: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSpec:
+    topic: str
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, storage: Storage) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.storage = storage
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.image = MetadataImage()
+        self.produce_purgatory = Purgatory("produce")
+        self.fetch_purgatory = Purgatory("fetch")
+        self._dirty: set[Partition] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.on_partition_change: list[Callable[[Partition], None]] = []
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._flush_loop(), name="flush"),
+            asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
+            asyncio.create_task(self._retention_loop(), name="retention"),
+        ]
+
+    async def shutdown(self) -> None:
+        """Flush and checkpoint every log (graceful shutdown)."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.produce_purgatory.complete_all()
+        self.fetch_purgatory.complete_all()
+        logs = [p.log for p in self.partitions.values()]
+        await asyncio.gather(*(asyncio.to_thread(lg.close) for lg in logs))
+
+    # --- metadata --------------------------------------------------------------------------------
+
+    def topic_log_config(self, topic: TopicInfo) -> tuple[LogConfig, TopicPolicy]:
+        configs = topic.config_map()
+        log_keys = set(keys_of(LogConfig))
+        defaults = {k: v for k, v in _log_config_values(self.config.log).items()}
+        defaults.update({k: v for k, v in configs.items() if k in log_keys})
+        policy = TopicPolicy(
+            min_insync_replicas=int(
+                configs.get("min.insync.replicas", self.config.min_insync_replicas)
+            ),
+            unclean_leader_election_enable=str(
+                configs.get(
+                    "unclean.leader.election.enable", self.config.unclean_leader_election_enable
+                )
+            ).lower()
+            == "true",
+        )
+        return parse(LogConfig, defaults), policy
+
+    def apply_image(self, image: MetadataImage) -> None:
+        """Become leader/follower for this broker's replicas; drop deleted partitions."""
+        if image.version <= self.image.version:
+            return
+        self.image = image
+        wanted: set[TopicPartition] = set()
+        for topic in image.topics:
+            for index, state in enumerate(topic.partitions):
+                if self.broker_id not in state.replicas:
+                    continue
+                key = (topic.name, index)
+                wanted.add(key)
+                partition = self.partitions.get(key)
+                if partition is None:
+                    partition = self._open_partition(topic, index, state)
+                    changed = True
+                else:
+                    changed = partition.apply_state(state)
+                if changed:
+                    self._partition_changed(partition)
+        for key in set(self.partitions) - wanted:
+            partition = self.partitions.pop(key)
+            self._dirty.discard(partition)
+            self._partition_changed(partition)
+            log.info("deleting %s-%d (topic deleted or replica moved)", *key)
+            partition.log.truncate_fully_and_start_at(0)
+
+    def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
+        log_config, policy = self.topic_log_config(topic)
+        plog = Log.open(self.storage.child(f"{topic.name}/{index}"), log_config)
+        partition = Partition(topic.name, index, plog, self.broker_id, policy, state)
+        self.partitions[(topic.name, index)] = partition
+        if partition.is_leader:
+            partition.maybe_increment_high_watermark()
+        log.info(
+            "opened %r: log start %d, LEO %d, HW %d",
+            partition,
+            plog.log_start_offset,
+            plog.log_end_offset,
+            plog.high_watermark,
+        )
+        return partition
+
+    def _partition_changed(self, partition: Partition) -> None:
+        for callback in self.on_partition_change:
+            callback(partition)
+        self.produce_purgatory.check_and_complete(partition.key)
+        self.fetch_purgatory.check_and_complete(partition.key)
+
+    def get_partition(self, topic: str, index: int) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            known = self.image.topic(topic)
+            if known is not None and 0 <= index < len(known.partitions):
+                raise NotLeaderOrFollowerError(
+                    f"broker {self.broker_id} hosts no replica of {topic}-{index}; refresh "
+                    "metadata and retry"
+                )
+            raise UnknownTopicOrPartitionError(
+                f"unknown topic or partition {topic}-{index}; create it with "
+                f"`replog topics create {topic}` or check the name"
+            )
+        return partition
+
+    # --- produce ---------------------------------------------------------------------------------
+
+    async def append_records(
+        self, acks: int, timeout_ms: int, entries: list[tuple[str, int, memoryview | bytes | None]]
+    ) -> dict[TopicPartition, ProduceResult]:
+        results: dict[TopicPartition, ProduceResult] = {}
+        waiting: list[tuple[Partition, int]] = []
+        for topic, index, records in entries:
+            key = (topic, index)
+            try:
+                if acks not in (-1, 0, 1):
+                    raise InvalidRequiredAcksError(f"acks={acks} is not one of -1 (all), 0, 1")
+                partition = self.get_partition(topic, index)
+                info = partition.append_as_leader(records or b"", acks)
+            except ReplogError as err:
+                results[key] = ProduceResult(err)
+                continue
+            self._dirty.add(partition)
+            self.fetch_purgatory.check_and_complete(key)  # followers wait on the LEO
+            results[key] = ProduceResult(None, info.first_offset, info.log_start_offset)
+            if acks == -1:
+                waiting.append((partition, info.last_offset + 1))
+        if waiting:
+            op = DelayedOperation(
+                lambda: all(p.acks_satisfied(end) or not p.is_leader for p, end in waiting),
+                timeout_ms,
+            )
+            await self.produce_purgatory.wait(op, [p.key for p, _ in waiting])
+            for partition, end in waiting:
+                result = results[partition.key]
+                if not partition.is_leader or self.partitions.get(partition.key) is not partition:
+                    result.error = NotLeaderOrFollowerError(
+                        f"leadership of {partition.topic}-{partition.index} moved while the "
+                        "produce waited for the ISR; the outcome is unknown, retry"
+                    )
+                elif not partition.acks_satisfied(end):
+                    result.error = RequestTimedOutError(
+                        f"{partition.topic}-{partition.index}: the ISR did not acknowledge "
+                        f"within {timeout_ms} ms"
+                    )
+                elif len(partition.state.isr) < partition.policy.min_insync_replicas:
+                    result.error = NotEnoughReplicasAfterAppendError(
+                        f"{partition.topic}-{partition.index}: written, but the ISR shrank below "
+                        f"min.insync.replicas={partition.policy.min_insync_replicas}"
+                    )
+        return results
+
+    # --- fetch -----------------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        replica_id: int,
+        specs: list[FetchSpec],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+    ) -> dict[TopicPartition, FetchPartitionData]:
+        """Read for a consumer (replica_id < 0) or a follower; long-poll until ``min_bytes``."""
+        deadline = time.monotonic() + max_wait_ms / 1000
+        follower = replica_id >= 0
+        while True:
+            marks = {(s.topic, s.partition): self._progress_mark(s, follower) for s in specs}
+            result = await self._read_once(replica_id, specs, max_bytes, isolation_level)
+            total = sum(len(d.records) for d in result.values())
+            errors = any(d.error is not None or d.diverging_epoch for d in result.values())
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if total >= min_bytes or errors or remaining_ms <= 0 or self._stopping:
+                return result
+            op = DelayedOperation(
+                lambda: any(
+                    self._progress_mark(s, follower) != marks[(s.topic, s.partition)] for s in specs
+                ),
+                remaining_ms,
+            )
+            if not await self.fetch_purgatory.wait(op, list(marks)):
+                return result
+
+    def _progress_mark(self, spec: FetchSpec, follower: bool) -> tuple[int, ...]:
+        partition = self.partitions.get((spec.topic, spec.partition))
+        if partition is None:
+            return (-1,)
+        plog = partition.log
+        end = plog.log_end_offset if follower else plog.high_watermark
+        return (id(partition), partition.leader_epoch, end, plog.log_start_offset)
+
+    async def _read_once(
+        self, replica_id: int, specs: list[FetchSpec], max_bytes: int, isolation_level: int
+    ) -> dict[TopicPartition, FetchPartitionData]:
+        follower = replica_id >= 0
+        plans: list[tuple[TopicPartition, Partition | None, FetchPartitionData, int]] = []
+        for spec in specs:
+            key = (spec.topic, spec.partition)
+            data = FetchPartitionData()
+            try:
+                partition = self.get_partition(spec.topic, spec.partition)
+                partition.check_leader_epoch(spec.current_leader_epoch, require_leader=True)
+                plog = partition.log
+                if follower:
+                    if partition.update_follower_fetch(replica_id, spec.fetch_offset):
+                        self._hw_moved(partition)
+                    upper = plog.log_end_offset
+                elif isolation_level == READ_COMMITTED:
+                    upper = partition.last_stable_offset
+                else:
+                    upper = partition.high_watermark
+                data.high_watermark = partition.high_watermark
+                data.last_stable_offset = partition.last_stable_offset
+                data.log_start_offset = plog.log_start_offset
+                if spec.last_fetched_epoch >= 0:
+                    epoch, end = plog.end_offset_for_epoch(spec.last_fetched_epoch)
+                    if epoch < spec.last_fetched_epoch or end < spec.fetch_offset:
+                        data.diverging_epoch = (epoch, end)
+                        plans.append((key, None, data, 0))
+                        continue
+                if not plog.log_start_offset <= spec.fetch_offset <= plog.log_end_offset:
+                    raise OffsetOutOfRangeError(
+                        f"fetch offset {spec.fetch_offset} of {spec.topic}-{spec.partition} is "
+                        f"outside [{plog.log_start_offset}, {plog.log_end_offset}]"
+                    )
+                plans.append((key, partition, data, upper))
+            except ReplogError as err:
+                data.error = err
+                plans.append((key, None, data, 0))
+
+        def read_all() -> None:
+            budget = max_bytes
+            for (_, partition, data, upper), spec in zip(plans, specs, strict=True):
+                if partition is None or data.error is not None:
+                    continue
+                if budget <= 0:
+                    break
+                try:
+                    data.records = partition.log.read(
+                        spec.fetch_offset,
+                        min(spec.partition_max_bytes, budget),
+                        max_offset=upper,
+                        min_one_batch=budget == max_bytes,
+                    )
+                except ReplogError as err:
+                    data.error = err
+                budget -= len(data.records)
+
+        if any(p is not None for _, p, _, _ in plans):
+            await asyncio.to_thread(read_all)
+        return {key: data for key, _, data, _ in plans}
+
+    # --- high watermark and group commit ---------------------------------------------------------
+
+    def _hw_moved(self, partition: Partition) -> None:
+        self.produce_purgatory.check_and_complete(partition.key)
+        self.fetch_purgatory.check_and_complete(partition.key)
+
+    async def flush_dirty(self) -> None:
+        dirty = [p for p in self._dirty if self.partitions.get(p.key) is p]
+        self._dirty.clear()
+        if not dirty:
+            return
+        results = await asyncio.gather(
+            *(asyncio.to_thread(p.log.flush) for p in dirty), return_exceptions=True
+        )
+        for partition, outcome in zip(dirty, results, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("flush of %r failed, retrying: %s", partition, outcome)
+                self._dirty.add(partition)
+                continue
+            if partition.maybe_increment_high_watermark():
+                self._hw_moved(partition)
+            for callback in self.on_partition_change:
+                callback(partition)
+
+    async def _flush_loop(self) -> None:
+        interval = self.config.log_flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_dirty()
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.log_checkpoint_interval_ms / 1000)
+            logs = [p.log for p in self.partitions.values()]
+            for plog in logs:
+                try:
+                    await asyncio.to_thread(plog.checkpoint)
+                except ReplogError as err:
+                    log.warning("checkpoint of %s failed: %s", plog.storage.url, err)
+
+    async def _retention_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
+            await self.run_maintenance()
+
+    async def run_maintenance(self) -> None:
+        """Retention, merging of small objects, and delayed deletes, for every log."""
+        for partition in list(self.partitions.values()):
+            plog = partition.log
+            try:
+                await asyncio.to_thread(plog.delete_retained_segments)
+                await asyncio.to_thread(plog.merge_segments)
+                await asyncio.to_thread(plog.delete_due_objects)
+            except ReplogError as err:
+                log.warning("maintenance of %r failed: %s", partition, err)
+
+
+def _log_config_values(config: LogConfig) -> dict[str, object]:
+    from logstore.config import to_mapping
+
+    return to_mapping(config)

@@ -1,0 +1,173 @@
+"""Real broker processes on 127.0.0.1 for tests: start, stop (SIGTERM), kill (SIGKILL), restart.
+
+    broker = BrokerProcess(tmp_path / "b0")
+    broker.start()
+    ... Producer(bootstrap_servers=broker.bootstrap) ...
+    broker.kill(); broker.start()   # same port, same storage
+
+Fixtures: ``broker`` (one broker per test module, shared; use unique topic names) and
+``broker_factory`` (fresh brokers for tests that kill or restart them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from replication.broker import READY_LINE
+
+START_TIMEOUT_S = 60
+_READY_PREFIX = READY_LINE.split("{", 1)[0]
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        broker_id: int = 0,
+        port: int = 0,
+        log_dir: str | None = None,
+        overrides: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.broker_id = broker_id
+        self.port = port
+        self.log_dir = log_dir or (self.data_dir / "logs").as_uri()
+        self.overrides = dict(overrides or {})
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr_path = self.data_dir / "broker.stderr"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        settings = {
+            "broker.id": str(self.broker_id),
+            "listeners": f"127.0.0.1:{self.port}",
+            "log.dir": self.log_dir,
+            **self.overrides,
+        }
+        cmd = [sys.executable, "-m", "replication.cli", "broker", "start"]
+        for key, value in settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self) -> BrokerProcess:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        stderr = open(self.stderr_path, "a")  # noqa: SIM115 - owned by the process
+        env = {**os.environ, **(self.env or {})}
+        self.proc = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
+        )
+        stderr.close()
+        line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
+        if not line.startswith(_READY_PREFIX):
+            self.proc.kill()
+            raise RuntimeError(
+                f"broker {self.broker_id} did not start: {line!r}\n{self.stderr_tail()}"
+            )
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        return self
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.stderr_path.read_text().splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait: a graceful shutdown."""
+        return self._signal(signal.SIGTERM, timeout)
+
+    def kill(self) -> int:
+        """SIGKILL: the process dies at once, with whatever was not flushed."""
+        return self._signal(signal.SIGKILL, 30)
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def _signal(self, sig: int, timeout: float) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _read_line_with_timeout(proc: subprocess.Popen[str], timeout: float) -> str:
+    out: list[str] = []
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.readline())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return out[0] if out else ""
+
+
+def wait_until(condition, timeout: float = 30, interval: float = 0.02, message: str = ""):  # type: ignore[no-untyped-def]
+    """Poll ``condition`` until it returns a truthy value (returned) or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or condition}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker shared by a test module (use unique topic names per test)."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[object]:
+    """``broker_factory(**kwargs)`` starts a fresh broker; all are stopped after the test."""
+    started: list[BrokerProcess] = []
+
+    def make(**kwargs: object) -> BrokerProcess:
+        proc = BrokerProcess(tmp_path / f"broker{len(started)}", **kwargs)  # type: ignore[arg-type]
+        started.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in started:
+        proc.kill()

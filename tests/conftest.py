@@ -1,0 +1,95 @@
+"""Shared fixtures: a real S3 endpoint over HTTP (moto's server on 127.0.0.1).
+
+``s3_endpoint`` (session) starts one ``ThreadedMotoServer`` on a free port and sets dummy AWS
+credentials in the environment, so broker subprocesses inherit them. ``s3_url`` (function)
+resets moto and creates a fresh bucket, and returns an :class:`S3Location`::
+
+    @pytest.mark.s3
+    def test_something(s3_url: S3Location) -> None:
+        storage = Storage.from_url(s3_url.url, **s3_url.storage_options)
+
+Both are plain fixtures, usable from any test module; mark S3 tests ``pytest.mark.s3``.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class S3Location:
+    """A fresh, empty bucket on the test S3 endpoint."""
+
+    #: ``s3://<bucket>/root``: the root URL to hand to ``Storage.from_url``.
+    url: str
+    #: fsspec/s3fs options reaching the endpoint: ``Storage.from_url(url, **storage_options)``.
+    storage_options: Mapping[str, Any] = field(repr=False)
+    #: The bucket's name.
+    bucket: str
+    #: ``http://127.0.0.1:<port>``.
+    endpoint_url: str
+
+    def sub(self, name: str) -> str:
+        """Another root URL in the same bucket, e.g. one per broker: ``s3://<bucket>/<name>``."""
+        return f"s3://{self.bucket}/{name}"
+
+
+_DUMMY_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    # Never read the developer's ~/.aws, never ask an EC2 metadata service.
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The URL of a moto S3 server on 127.0.0.1, for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in _DUMMY_AWS_ENV.items():
+            mp.setenv(name, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def _s3_admin(s3_endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def s3_url(s3_endpoint: str, _s3_admin: Any) -> S3Location:
+    """A fresh bucket on an empty moto (reset before each test); see :class:`S3Location`."""
+    request = urllib.request.Request(f"{s3_endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        response.read()
+    bucket = f"replog-{uuid.uuid4().hex[:12]}"
+    _s3_admin.create_bucket(Bucket=bucket)
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    return S3Location(f"s3://{bucket}/root", options, bucket, s3_endpoint)
+
+
+# Real broker processes (tests/cluster.py): `broker` (module-shared) and `broker_factory`.
+from tests.cluster import broker, broker_factory  # noqa: E402, F401

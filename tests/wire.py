@@ -1,0 +1,130 @@
+"""A raw protocol connection for broker tests (no client library in the way)."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from typing import Any
+
+from replication import protocol as p
+
+
+class RawConnection:
+    def __init__(self, bootstrap: str, timeout: float = 30) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._recv_exactly(4))[0]
+        return self._recv_exactly(size)
+
+    def _recv_exactly(self, n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(n)
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def request(self, api_key: p.ApiKey, body: Any, version: int | None = None) -> Any:
+        version = p.SUPPORTED_VERSIONS[api_key][1] if version is None else version
+        header = p.RequestHeader(
+            api_key=api_key, api_version=version, correlation_id=next(self._ids), client_id="test"
+        )
+        self.send_raw(p.encode_request(header, body))
+        if api_key == p.ApiKey.PRODUCE and body.acks == 0:
+            return None
+        correlation_id, response = p.decode_response(self.recv_frame(), api_key, version)
+        assert correlation_id == header.correlation_id
+        return response
+
+    def is_closed_by_peer(self) -> bool:
+        """True once the broker has closed this connection (EOF)."""
+        self.sock.settimeout(10)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+
+
+def create_topic(
+    conn: RawConnection, name: str, partitions: int = 1, rf: int = 1, **configs: str
+) -> Any:
+    return conn.request(
+        p.ApiKey.CREATE_TOPICS,
+        p.CreateTopicsRequest(
+            topics=[
+                p.CreatableTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=rf,
+                    configs=[p.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
+                )
+            ]
+        ),
+    )
+
+
+def produce(conn: RawConnection, topic: str, partition: int, records: bytes, acks: int = -1) -> Any:
+    return conn.request(
+        p.ApiKey.PRODUCE,
+        p.ProduceRequest(
+            acks=acks,
+            timeout_ms=30000,
+            topic_data=[
+                p.ProduceRequestTopic(
+                    name=topic,
+                    partition_data=[p.ProduceRequestPartition(index=partition, records=records)],
+                )
+            ],
+        ),
+    )
+
+
+def fetch(
+    conn: RawConnection,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 1 << 20,
+    isolation_level: int = 0,
+) -> Any:
+    return conn.request(
+        p.ApiKey.FETCH,
+        p.FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            topics=[
+                p.FetchRequestTopic(
+                    topic=topic,
+                    partitions=[
+                        p.FetchRequestPartition(
+                            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes
+                        )
+                    ],
+                )
+            ],
+        ),
+    )
