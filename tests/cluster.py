@@ -81,11 +81,18 @@ class BrokerProcess:
         line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
         if not line.startswith(_READY_PREFIX):
             self.proc.kill()
+            self.proc.wait()
+            self._close_pipe()
             raise RuntimeError(
                 f"broker {self.broker_id} did not start: {line!r}\n{self.stderr_tail()}"
             )
         self.port = int(line.strip().rsplit(":", 1)[1])
+        self._close_pipe()  # the broker prints nothing after its ready line
         return self
+
+    def _close_pipe(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def stderr_tail(self, lines: int = 40) -> str:
         try:
