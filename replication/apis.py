@@ -16,11 +16,16 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.controller import Controller
+from replication.controller_service import ControllerService
 from replication.errors import (
     LeaderNotAvailableError,
+    NotControllerError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
+from replication.fetch_session import FetchSessionCache, PartitionFetchState
+from replication.lifecycle import BrokerLifecycle
+from replication.metadata import MetadataImage
 from replication.replica_manager import FetchSpec, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -34,27 +39,83 @@ def _code(err: ReplogError | None) -> int:
     return err.code if err.code is not None else -1
 
 
+#: error messages go back on the wire; one that echoes a huge input is cut to this
+MAX_ERROR_MESSAGE = 1000
+
+
 def _message(err: ReplogError | None) -> str | None:
-    return None if err is None else str(err)
+    if err is None:
+        return None
+    text = str(err)
+    return text if len(text) <= MAX_ERROR_MESSAGE else text[: MAX_ERROR_MESSAGE - 3] + "..."
+
+
+def _not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
+    return p.CreateTopicsResponse(
+        topics=[
+            p.CreatableTopicResult(
+                name=t.name,
+                error_code=NotControllerError.code,
+                error_message="this controller is a standby; send it to the active controller",
+            )
+            for t in body.topics
+        ]
+    )
 
 
 class KafkaApis:
     def __init__(
-        self, config: BrokerConfig, replica_manager: ReplicaManager, controller: Controller
+        self,
+        config: BrokerConfig,
+        replica_manager: ReplicaManager | None,
+        controller_service: ControllerService | None,
+        lifecycle: BrokerLifecycle | None,
     ) -> None:
         self.config = config
-        self.replica_manager = replica_manager
-        self.controller = controller
+        self._replica_manager = replica_manager
+        self.controller_service = controller_service
+        self.lifecycle = lifecycle
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.handlers: dict[int, Handler] = {
             p.ApiKey.API_VERSIONS: self.handle_api_versions,
             p.ApiKey.METADATA: self.handle_metadata,
             p.ApiKey.CREATE_TOPICS: self.handle_create_topics,
             p.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
-            p.ApiKey.PRODUCE: self.handle_produce,
-            p.ApiKey.FETCH: self.handle_fetch,
-            p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
-            p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
         }
+        if replica_manager is not None:
+            self.handlers.update(
+                {
+                    p.ApiKey.PRODUCE: self.handle_produce,
+                    p.ApiKey.FETCH: self.handle_fetch,
+                    p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+                    p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
+                }
+            )
+        if controller_service is not None:
+            self.handlers.update(
+                {
+                    p.ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
+                    p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+                    p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
+                }
+            )
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        assert self._replica_manager is not None
+        return self._replica_manager
+
+    @property
+    def image(self) -> MetadataImage:
+        if self._replica_manager is not None:
+            return self._replica_manager.image
+        assert self.controller_service is not None
+        return self.controller_service.controller.image
+
+    @property
+    def active_controller(self) -> Controller | None:
+        service = self.controller_service
+        return service.controller if service is not None and service.active else None
 
     async def handle(self, header: p.RequestHeader, body: Any) -> Any:
         """The response body, or None when no response is sent (Produce with acks=0)."""
@@ -76,31 +137,29 @@ class KafkaApis:
             ]
         )
 
-    async def wait_for_metadata(self, version: int) -> None:
-        """Until this broker has applied metadata ``version`` (applied on the loop)."""
-        while self.replica_manager.image.version < version:
-            await asyncio.sleep(0.001)
+    async def _after_controller_change(self) -> None:
+        """Make this process's own view of metadata include what the controller just did."""
+        if self.lifecycle is not None:
+            await self.lifecycle.refresh_metadata()
 
     async def handle_metadata(self, header: p.RequestHeader, body: p.MetadataRequest) -> Any:
-        image = self.replica_manager.image
+        image = self.image
         if body.topics is None:
             names = [t.name for t in image.topics]
         else:
             names = [t.name for t in body.topics]
             missing = [n for n in names if image.topic(n) is None]
             if missing and body.allow_auto_topic_creation and self.config.auto_create_topics_enable:
-                for name in missing:
-                    try:
-                        await asyncio.to_thread(
-                            self.controller.create_topic,
-                            name,
-                            self.config.num_partitions,
-                            self.config.default_replication_factor,
-                        )
-                    except ReplogError as err:
-                        log.info("auto-creation of topic %r failed: %s", name, err)
-                await self.wait_for_metadata(self.controller.image.version)
-                image = self.replica_manager.image
+                await self.handle_create_topics(
+                    header,
+                    p.CreateTopicsRequest(
+                        topics=[
+                            p.CreatableTopic(name=name, num_partitions=-1, replication_factor=-1)
+                            for name in missing
+                        ]
+                    ),
+                )
+                image = self.image
         topics = []
         for name in names:
             info = image.topic(name)
@@ -142,6 +201,13 @@ class KafkaApis:
     async def handle_create_topics(
         self, header: p.RequestHeader, body: p.CreateTopicsRequest
     ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            if self.lifecycle is None:
+                return _not_controller_create(body)
+            response = await self.lifecycle.controller_request(p.ApiKey.CREATE_TOPICS, body)
+            await self._after_controller_change()
+            return response
         results = []
         for topic in body.topics:
             partitions = (
@@ -154,7 +220,7 @@ class KafkaApis:
             )
             try:
                 await asyncio.to_thread(
-                    self.controller.create_topic,
+                    controller.create_topic,
                     topic.name,
                     partitions,
                     rf,
@@ -172,16 +238,28 @@ class KafkaApis:
                         name=topic.name, error_code=_code(err), error_message=_message(err)
                     )
                 )
-        await self.wait_for_metadata(self.controller.image.version)
+        await self._after_controller_change()
         return p.CreateTopicsResponse(topics=results)
 
     async def handle_delete_topics(
         self, header: p.RequestHeader, body: p.DeleteTopicsRequest
     ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            if self.lifecycle is None:
+                return p.DeleteTopicsResponse(
+                    responses=[
+                        p.DeletableTopicResult(name=n, error_code=NotControllerError.code)
+                        for n in body.topic_names
+                    ]
+                )
+            response = await self.lifecycle.controller_request(p.ApiKey.DELETE_TOPICS, body)
+            await self._after_controller_change()
+            return response
         results = []
         for name in body.topic_names:
             try:
-                await asyncio.to_thread(self.controller.delete_topic, name)
+                await asyncio.to_thread(controller.delete_topic, name)
                 results.append(p.DeletableTopicResult(name=name))
             except ReplogError as err:
                 results.append(
@@ -189,8 +267,82 @@ class KafkaApis:
                         name=name, error_code=_code(err), error_message=_message(err)
                     )
                 )
-        await self.wait_for_metadata(self.controller.image.version)
+        await self._after_controller_change()
         return p.DeleteTopicsResponse(responses=results)
+
+    # --- controller APIs ---------------------------------------------------------------------
+
+    async def handle_broker_registration(
+        self, header: p.RequestHeader, body: p.BrokerRegistrationRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
+        listener = body.listeners[0]
+        try:
+            info = await asyncio.to_thread(
+                controller.register_broker, body.broker_id, listener.host, listener.port, body.rack
+            )
+        except ReplogError as err:
+            return p.BrokerRegistrationResponse(error_code=_code(err))
+        return p.BrokerRegistrationResponse(broker_epoch=info.epoch)
+
+    async def handle_broker_heartbeat(
+        self, header: p.RequestHeader, body: p.BrokerHeartbeatRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.BrokerHeartbeatResponse(error_code=NotControllerError.code)
+        try:
+            info = await asyncio.to_thread(controller.heartbeat, body.broker_id, body.broker_epoch)
+        except ReplogError as err:
+            return p.BrokerHeartbeatResponse(
+                error_code=_code(err), controller_epoch=controller.epoch
+            )
+        return p.BrokerHeartbeatResponse(
+            is_caught_up=body.current_metadata_offset >= controller.image.version,
+            is_fenced=info.fenced,
+            metadata_version=controller.image.version,
+            controller_epoch=controller.epoch,
+        )
+
+    async def handle_alter_partition(
+        self, header: p.RequestHeader, body: p.AlterPartitionRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.AlterPartitionResponse(error_code=NotControllerError.code)
+        topics = []
+        for t in body.topics:
+            parts = []
+            for part in t.partitions:
+                try:
+                    state = await asyncio.to_thread(
+                        controller.alter_partition,
+                        body.broker_id,
+                        t.topic_name,
+                        part.partition_index,
+                        part.leader_epoch,
+                        part.partition_epoch,
+                        part.new_isr,
+                    )
+                    parts.append(
+                        p.AlterPartitionResponsePartition(
+                            partition_index=part.partition_index,
+                            leader_id=state.leader,
+                            leader_epoch=state.leader_epoch,
+                            isr=list(state.isr),
+                            partition_epoch=state.partition_epoch,
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.AlterPartitionResponsePartition(
+                            partition_index=part.partition_index, error_code=_code(err)
+                        )
+                    )
+            topics.append(p.AlterPartitionResponseTopic(topic_name=t.topic_name, partitions=parts))
+        return p.AlterPartitionResponse(topics=topics)
 
     # --- produce and fetch -------------------------------------------------------------------
 
@@ -224,17 +376,40 @@ class KafkaApis:
         )
 
     async def handle_fetch(self, header: p.RequestHeader, body: p.FetchRequest) -> Any:
-        specs = [
-            FetchSpec(
-                topic=t.topic,
-                partition=part.partition,
-                fetch_offset=part.fetch_offset,
-                partition_max_bytes=part.partition_max_bytes,
-                current_leader_epoch=part.current_leader_epoch,
-                last_fetched_epoch=part.last_fetched_epoch,
+        requested = [
+            (
+                (t.topic, part.partition),
+                PartitionFetchState(
+                    fetch_offset=part.fetch_offset,
+                    max_bytes=part.partition_max_bytes,
+                    current_leader_epoch=part.current_leader_epoch,
+                    last_fetched_epoch=part.last_fetched_epoch,
+                    log_start_offset=part.log_start_offset,
+                ),
             )
             for t in body.topics
             for part in t.partitions
+        ]
+        forgotten = [(f.topic, i) for f in body.forgotten_topics_data for i in f.partitions]
+        context = self.fetch_sessions.new_context(
+            body.session_id,
+            body.session_epoch,
+            requested,
+            forgotten,
+            is_from_follower=body.replica_id >= 0,
+        )
+        if context.error is not None:
+            return p.FetchResponse(error_code=context.error_code, session_id=body.session_id)
+        specs = [
+            FetchSpec(
+                topic=topic,
+                partition=index,
+                fetch_offset=state.fetch_offset,
+                partition_max_bytes=state.max_bytes,
+                current_leader_epoch=state.current_leader_epoch,
+                last_fetched_epoch=state.last_fetched_epoch,
+            )
+            for topic, index, state in context.partitions()
         ]
         data = await self.replica_manager.fetch(
             body.replica_id,
@@ -244,26 +419,29 @@ class KafkaApis:
             max_bytes=body.max_bytes,
             isolation_level=body.isolation_level,
         )
-        by_topic: dict[str, list[p.FetchResponsePartition]] = {}
-        for spec in specs:
-            d = data[(spec.topic, spec.partition)]
-            by_topic.setdefault(spec.topic, []).append(
-                p.FetchResponsePartition(
-                    partition_index=spec.partition,
-                    error_code=_code(d.error),
-                    high_watermark=d.high_watermark,
-                    last_stable_offset=d.last_stable_offset,
-                    log_start_offset=d.log_start_offset,
-                    diverging_epoch=p.EpochEndOffset(
-                        epoch=d.diverging_epoch[0], end_offset=d.diverging_epoch[1]
-                    )
-                    if d.diverging_epoch
-                    else p.EpochEndOffset(),
-                    records=d.records,
+        results = {
+            key: p.FetchResponsePartition(
+                partition_index=key[1],
+                error_code=_code(d.error),
+                high_watermark=d.high_watermark,
+                last_stable_offset=d.last_stable_offset,
+                log_start_offset=d.log_start_offset,
+                diverging_epoch=p.EpochEndOffset(
+                    epoch=d.diverging_epoch[0], end_offset=d.diverging_epoch[1]
                 )
+                if d.diverging_epoch
+                else p.EpochEndOffset(),
+                records=d.records,
             )
+            for key, d in data.items()
+        }
+        by_topic: dict[str, list[p.FetchResponsePartition]] = {}
+        for (topic, _), part in context.filter_response(results):
+            by_topic.setdefault(topic, []).append(part)
         return p.FetchResponse(
-            responses=[p.FetchResponseTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
+            error_code=context.error_code,
+            session_id=context.session_id,
+            responses=[p.FetchResponseTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
         )
 
     async def handle_list_offsets(self, header: p.RequestHeader, body: p.ListOffsetsRequest) -> Any:

@@ -1,8 +1,10 @@
-"""The broker process: storage, replica manager, controller, request handlers, socket server.
+"""A replog node: a broker, a controller candidate, or both (``process.roles``).
 
-``replog broker start --conf conf/broker.toml [--set key=value ...]`` runs :func:`run_broker`.
-SIGTERM or SIGINT shut it down gracefully: stop accepting requests, flush and checkpoint every
-log. After a restart every acked record is there (acks=all/1 records once flushed).
+``replog broker start`` and ``replog controller start`` run :func:`run_node`. A broker opens
+its replica logs on its own storage root, registers with the active controller (found through
+the metadata store) and heartbeats; a controller candidate stands by until the active
+controller is lost. SIGTERM or SIGINT shut a node down gracefully: stop accepting requests,
+flush and checkpoint every log.
 """
 
 from __future__ import annotations
@@ -11,76 +13,110 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import Any
 
 from logstore.storage import Storage
+from replication import protocol as p
 from replication.apis import KafkaApis
 from replication.config import BrokerConfig
-from replication.controller import Controller
+from replication.controller_service import ControllerService
+from replication.lifecycle import BrokerLifecycle
 from replication.metadata_store import MetadataStore
 from replication.network import SocketServer
+from replication.replica_fetcher import ReplicaFetcherManager
 from replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
-READY_LINE = "replog broker {broker_id} listening on {host}:{port}"
+READY_LINE = "replog {role} {broker_id} listening on {host}:{port}"
 
 
-class BrokerServer:
+class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        roles = config.roles
         options = config.storage_options
-        self.storage = Storage.from_url(config.log_dir, **options)
-        self.metadata_storage = Storage.from_url(config.metadata_root, **options)
-        host, port = config.host_port
-        self.host = host
-        self.port = port
-        self.replica_manager = ReplicaManager(config, self.storage)
-        self.controller = Controller(
-            MetadataStore(self.metadata_storage), config.broker_id, host, port
-        )
-        self.apis = KafkaApis(config, self.replica_manager, self.controller)
-        self.server = SocketServer(self.apis, host, port, config.socket_request_max_bytes)
+        self.metadata_store = MetadataStore(Storage.from_url(config.metadata_root, **options))
+        self.host, self.port = config.host_port
+        self.replica_manager: ReplicaManager | None = None
+        self.controller_service: ControllerService | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        if "broker" in roles:
+            storage = Storage.from_url(config.log_dir, **options)
+            self.replica_manager = ReplicaManager(config, storage)
+        if "controller" in roles:
+            self.controller_service = ControllerService(
+                config, self.metadata_store, self.host, self.port
+            )
+        self.apis = KafkaApis(config, self.replica_manager, self.controller_service, None)
+        self.server = SocketServer(self.apis, self.host, self.port, config.socket_request_max_bytes)
+
+    @property
+    def role(self) -> str:
+        return "broker" if self.replica_manager is not None else "controller"
 
     async def start(self) -> None:
         self.port = await self.server.start()
-        self.controller.port = self.port
-        loop = asyncio.get_running_loop()
+        if self.controller_service is not None:
+            self.controller_service.controller.port = self.port
+            self.controller_service.start()
         rm = self.replica_manager
-        self.controller.add_listener(lambda image: loop.call_soon_threadsafe(rm.apply_image, image))
-        await asyncio.to_thread(self.controller.activate)
-        await asyncio.to_thread(
-            self.controller.register_broker,
-            self.config.broker_id,
+        if rm is None:
+            return
+        self.lifecycle = BrokerLifecycle(
+            self.config,
+            self.metadata_store,
+            rm.apply_image,
+            lambda: rm.image.version,
             self.host,
             self.port,
-            self.config.broker_rack or None,
         )
-        await self.apis.wait_for_metadata(self.controller.image.version)
+        self.apis.lifecycle = self.lifecycle
+        self.fetchers = ReplicaFetcherManager(self.config, rm, lambda: rm.image)
+        rm.fetchers = self.fetchers
+        lifecycle = self.lifecycle
+
+        async def send_alter_partition(request: p.AlterPartitionRequest) -> Any:
+            return await lifecycle.controller_request(p.ApiKey.ALTER_PARTITION, request)
+
+        rm.send_alter_partition = send_alter_partition
+        # Serve with the metadata on storage right away; registration then follows.
+        await lifecycle.refresh_metadata()
+        lifecycle.start()
         rm.start()
+        await lifecycle.registered.wait()
 
     async def stop(self) -> None:
         await self.server.stop()
-        await self.replica_manager.shutdown()
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        if self.replica_manager is not None:
+            await self.replica_manager.shutdown()
+        if self.controller_service is not None:
+            await self.controller_service.stop()
 
 
 async def _serve(config: BrokerConfig) -> None:
-    broker = BrokerServer(config)
-    await broker.start()
+    node = Node(config)
+    await node.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(
-        READY_LINE.format(broker_id=config.broker_id, host=broker.host, port=broker.port),
+        READY_LINE.format(role=node.role, broker_id=config.broker_id, host=node.host, port=node.port),
         flush=True,
     )
     await stop.wait()
     log.info("shutting down: flushing and checkpointing every log")
-    await broker.stop()
-    log.info("broker %d stopped", config.broker_id)
+    await node.stop()
+    log.info("%s %d stopped", node.role, config.broker_id)
 
 
-def run_broker(config: BrokerConfig, *, log_level: str = "INFO") -> None:
+def run_node(config: BrokerConfig, *, log_level: str = "INFO") -> None:
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,

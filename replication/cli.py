@@ -23,6 +23,8 @@ log_app = typer.Typer(no_args_is_help=True, help="Inspect partition logs on stor
 app.add_typer(log_app, name="log")
 broker_app = typer.Typer(no_args_is_help=True, help="Run a broker.")
 app.add_typer(broker_app, name="broker")
+controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
+app.add_typer(controller_app, name="controller")
 
 err_console = Console(stderr=True)
 
@@ -53,12 +55,31 @@ def broker_start(
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
-    """Start a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully)."""
-    from replication.broker import run_broker
+    """Start a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully).
+
+    By default it is also a controller candidate (process.roles=broker,controller): alone it
+    is a whole cluster; beside a controller it stands by to take over.
+    """
+    from replication.broker import run_node
     from replication.config import load_broker_config, parse_overrides
 
-    config = load_broker_config(conf, parse_overrides(overrides or []))
-    run_broker(config, log_level=log_level)
+    run_node(load_broker_config(conf, parse_overrides(overrides or [])), log_level=log_level)
+
+
+@controller_app.command("start")
+def controller_start(
+    conf: Annotated[str | None, typer.Option("--conf", help="controller TOML file (see conf/)")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="override one key: --set broker.id=100")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+) -> None:
+    """Start a controller alone (process.roles=controller) in the foreground."""
+    from replication.broker import run_node
+    from replication.config import load_broker_config, parse_overrides
+
+    values = {"process.roles": "controller", **parse_overrides(overrides or [])}
+    run_node(load_broker_config(conf, values), log_level=log_level)
 
 
 @app.command("demo")

@@ -19,7 +19,11 @@ from logstore.errors import ConfigError
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    broker_id: int = field(default=0, metadata=k("broker.id", "this broker's id", minimum=0))
+    broker_id: int = field(default=0, metadata=k("broker.id", "this node's id", minimum=0))
+    process_roles: str = field(
+        default="broker,controller",
+        metadata=k("process.roles", "broker, controller, or both (a controller candidate)"),
+    )
     listeners: str = field(
         default="127.0.0.1:9092",
         metadata=k("listeners", "HOST:PORT to listen on (PLAINTEXT:// optional)"),
@@ -177,6 +181,16 @@ class BrokerConfig:
         ),
     )
     log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def roles(self) -> frozenset[str]:
+        roles = frozenset(r.strip() for r in self.process_roles.split(",") if r.strip())
+        if not roles or roles - {"broker", "controller"}:
+            raise ConfigError(
+                f"config process.roles={self.process_roles!r}: use broker, controller, or "
+                "broker,controller"
+            )
+        return roles
 
     @property
     def host_port(self) -> tuple[str, int]:

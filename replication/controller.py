@@ -22,13 +22,21 @@ from dataclasses import replace
 from logstore.config import LogConfig, keys_of, parse
 from logstore.errors import ConfigError
 from replication.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
+    InvalidUpdateVersionError,
+    NotControllerError,
+    NotLeaderOrFollowerError,
+    StaleBrokerEpochError,
+    StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from replication.metadata import BrokerInfo, MetadataImage, PartitionState, TopicInfo
+from replication.metadata import NO_LEADER, BrokerInfo, MetadataImage, PartitionState, TopicInfo
 from replication.metadata_store import ControllerClaim, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -40,10 +48,19 @@ TOPIC_EXTRA_KEYS = frozenset({"min.insync.replicas", "unclean.leader.election.en
 Listener = Callable[[MetadataImage], None]
 
 
+#: more partitions than this in one topic is a mistake, not a plan (each is a log to open)
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+
+def _shown(name: str) -> str:
+    return repr(name) if len(name) <= 80 else repr(name[:77] + "...")
+
+
 def validate_topic_name(name: str) -> None:
     if name in (".", "..") or not _LEGAL_TOPIC.match(name):
         raise InvalidTopicError(
-            f"topic name {name!r} is not legal: use 1-249 characters from a-z A-Z 0-9 . _ -"
+            f"topic name {_shown(name)} is not legal: use 1-249 characters from "
+            "a-z A-Z 0-9 . _ -"
         )
 
 
@@ -112,9 +129,18 @@ class Controller:
         host: str,
         port: int,
         *,
+        session_timeout_ms: int = 3_000,
+        unclean_leader_election: bool = False,
+        incarnation: str = "",
         time_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.store = store
+        self.session_timeout_ms = session_timeout_ms
+        self.unclean_leader_election = unclean_leader_election
+        self.incarnation = incarnation or uuid.uuid4().hex
+        #: broker id -> time of its last heartbeat (ms), for the brokers this controller saw
+        self._last_heartbeat: dict[int, int] = {}
+        self.active = False
         self.controller_id = controller_id
         self.host = host
         self.port = port
@@ -133,26 +159,61 @@ class Controller:
             latest = self.store.latest_claim()
             epoch = (latest.epoch if latest else 0) + 1
             self.store.claim(
-                ControllerClaim(epoch, self.controller_id, self.host, self.port, self._time_ms())
+                ControllerClaim(
+                    epoch,
+                    self.controller_id,
+                    self.host,
+                    self.port,
+                    self._time_ms(),
+                    self.incarnation,
+                )
             )
             self.epoch = epoch
-            image = self.store.read_latest()
-            log.info(
-                "controller %d active at epoch %d (metadata version %d)",
-                self.controller_id,
-                epoch,
-                image.version,
-            )
-            return self._commit(
-                image.next(
-                    controller_epoch=epoch,
-                    controller_id=self.controller_id,
-                    cluster_id=image.cluster_id or uuid.uuid4().hex,
+            # A controller deposed just now may still write one version before it notices;
+            # retry on top of it (it cannot write again: the next version will be ours).
+            for _ in range(10):
+                image = self.store.read_latest()
+                now = self._time_ms()
+                # every broker gets a full session to heartbeat to this controller
+                self._last_heartbeat = {b.broker_id: now for b in image.brokers}
+                self.active = True
+                try:
+                    committed = self._commit(
+                        image.next(
+                            controller_epoch=epoch,
+                            controller_id=self.controller_id,
+                            cluster_id=image.cluster_id or uuid.uuid4().hex,
+                        )
+                    )
+                except StaleControllerEpochError:
+                    continue
+                log.info(
+                    "controller %d active at epoch %d (metadata version %d)",
+                    self.controller_id, epoch, committed.version,
                 )
+                return committed
+            raise StaleControllerEpochError(
+                f"controller {self.controller_id} claimed epoch {epoch} but could not write "
+                "metadata"
             )
 
     def _commit(self, image: MetadataImage) -> MetadataImage:
-        self.store.write(image)
+        if not self.active:
+            raise NotControllerError(
+                f"controller {self.controller_id} is not the active controller; retry on the "
+                "active one"
+            )
+        try:
+            image = self.store.write(image)
+        except StaleControllerEpochError:
+            self.active = False
+            log.warning(
+                "controller %d lost its epoch %d: a newer controller wrote version %d",
+                self.controller_id,
+                self.epoch,
+                image.version,
+            )
+            raise
         self.image = image
         for listener in self._listeners:
             listener(image)
@@ -161,11 +222,174 @@ class Controller:
     # --- brokers ------------------------------------------------------------------------------
 
     def register_broker(self, broker_id: int, host: str, port: int, rack: str | None) -> BrokerInfo:
+        """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed."""
         with self._lock:
             old = self.image.broker(broker_id)
             info = BrokerInfo(broker_id, host, port, rack or None, (old.epoch + 1) if old else 1)
-            self._commit(self.image.next().with_broker(info))
+            self._last_heartbeat[broker_id] = self._time_ms()
+            image = self.image.next().with_broker(info)
+            self._commit(self._elect_offline_leaders(image))
+            log.info(
+                "broker %d registered at %s:%d (broker epoch %d)", broker_id, host, port, info.epoch
+            )
             return info
+
+    def heartbeat(self, broker_id: int, broker_epoch: int) -> BrokerInfo:
+        """A broker is alive. Unfences it if it had been fenced."""
+        with self._lock:
+            info = self.image.broker(broker_id)
+            if info is None or info.epoch != broker_epoch:
+                raise StaleBrokerEpochError(
+                    f"broker {broker_id} epoch {broker_epoch} is not registered "
+                    f"(current: {info.epoch if info else 'none'}); register again"
+                )
+            self._last_heartbeat[broker_id] = self._time_ms()
+            if info.fenced:
+                info = replace(info, fenced=False)
+                image = self.image.next().with_broker(info)
+                self._commit(self._elect_offline_leaders(image))
+                log.info("broker %d is back: unfenced", broker_id)
+            return info
+
+    def check_sessions(self) -> list[int]:
+        """Fence brokers whose session expired; move leadership off them. Returns them."""
+        with self._lock:
+            now = self._time_ms()
+            expired = [
+                b.broker_id
+                for b in self.image.brokers
+                if not b.fenced
+                and now - self._last_heartbeat.get(b.broker_id, now) > self.session_timeout_ms
+            ]
+            if not expired:
+                return []
+            image = self.image.next()
+            for broker_id in expired:
+                info = image.broker(broker_id)
+                assert info is not None
+                image = image.with_broker(replace(info, fenced=True))
+            image = self._fence_replicas(image, set(expired))
+            self._commit(image)
+            log.warning(
+                "fenced broker(s) %s: no heartbeat for %d ms", expired, self.session_timeout_ms
+            )
+            return expired
+
+    # --- leadership and ISR ---------------------------------------------------------------------
+
+    def _live(self, image: MetadataImage) -> set[int]:
+        return {b.broker_id for b in image.brokers if not b.fenced}
+
+    def _unclean_allowed(self, topic: TopicInfo) -> bool:
+        value = topic.config_map().get("unclean.leader.election.enable")
+        return self.unclean_leader_election if value is None else value.lower() == "true"
+
+    def _elect(self, state: PartitionState, live: set[int], unclean: bool) -> PartitionState:
+        """Kafka's election: the first replica (in assignment order) that is live and in the
+        ISR; with unclean election, any live replica (its ISR restarts with it alone)."""
+        candidates = [r for r in state.replicas if r in state.isr and r in live]
+        if candidates:
+            leader, isr = candidates[0], tuple(r for r in state.isr if r in live)
+        else:
+            outside = [r for r in state.replicas if r in live] if unclean else []
+            if outside:
+                leader, isr = outside[0], (outside[0],)
+                log.warning("unclean leader election: %d leads with ISR %s", leader, isr)
+            else:
+                leader, isr = NO_LEADER, state.isr
+        if leader == state.leader and isr == state.isr:
+            return state
+        return PartitionState(
+            state.replicas,
+            isr,
+            leader,
+            state.leader_epoch + (1 if leader != state.leader else 0),
+            state.partition_epoch + 1,
+        )
+
+    def _fence_replicas(self, image: MetadataImage, fenced: set[int]) -> MetadataImage:
+        """Take fenced brokers out of every ISR (keeping a last member, as KRaft keeps it so
+        the partition can come back without data loss) and re-elect where they led."""
+        live = self._live(image)
+        for topic in image.topics:
+            parts = []
+            for state in topic.partitions:
+                if not fenced & set(state.replicas):
+                    parts.append(state)
+                    continue
+                isr = tuple(r for r in state.isr if r not in fenced) or state.isr[:1]
+                shrunk = (
+                    state
+                    if isr == state.isr
+                    else replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+                )
+                if shrunk.leader in fenced or shrunk.leader == NO_LEADER:
+                    shrunk = self._elect(
+                        replace(shrunk, isr=isr), live, self._unclean_allowed(topic)
+                    )
+                    if shrunk.leader == NO_LEADER and state.leader != NO_LEADER:
+                        shrunk = replace(
+                            shrunk, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1
+                        )
+                parts.append(shrunk)
+            image = image.with_topic(replace(topic, partitions=tuple(parts)))
+        return image
+
+    def _elect_offline_leaders(self, image: MetadataImage) -> MetadataImage:
+        live = self._live(image)
+        for topic in image.topics:
+            if all(s.leader != NO_LEADER for s in topic.partitions):
+                continue
+            parts = tuple(
+                self._elect(s, live, self._unclean_allowed(topic)) if s.leader == NO_LEADER else s
+                for s in topic.partitions
+            )
+            image = image.with_topic(replace(topic, partitions=parts))
+        return image
+
+    def alter_partition(
+        self,
+        broker_id: int,
+        topic: str,
+        index: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        new_isr: Sequence[int],
+    ) -> PartitionState:
+        """Commit an ISR change asked for by a partition's leader (Kafka's AlterPartition)."""
+        with self._lock:
+            info = self.image.topic(topic)
+            if info is None or not 0 <= index < len(info.partitions):
+                raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
+            state = info.partitions[index]
+            if state.leader != broker_id:
+                raise NotLeaderOrFollowerError(
+                    f"broker {broker_id} is not the leader of {topic}-{index}"
+                )
+            if leader_epoch != state.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{topic}-{index}: leader epoch {leader_epoch} is not current "
+                    f"({state.leader_epoch})"
+                )
+            if partition_epoch != state.partition_epoch:
+                raise InvalidUpdateVersionError(
+                    f"{topic}-{index}: partition epoch {partition_epoch} is stale "
+                    f"(current {state.partition_epoch}); apply the newer metadata first"
+                )
+            live = self._live(self.image)
+            isr = tuple(dict.fromkeys(new_isr))
+            if broker_id not in isr or any(r not in state.replicas for r in isr):
+                raise InvalidRequestError(f"{topic}-{index}: ISR {list(isr)} is not valid")
+            added = set(isr) - set(state.isr)
+            if any(r not in live for r in added):
+                raise IneligibleReplicaError(
+                    f"{topic}-{index}: replicas {sorted(added - live)} are fenced and cannot "
+                    "join the ISR"
+                )
+            new_state = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+            self.update_partition(topic, index, new_state)
+            log.info("%s-%d: ISR %s -> %s", topic, index, list(state.isr), list(isr))
+            return new_state
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -179,9 +403,10 @@ class Controller:
         validate_only: bool = False,
     ) -> TopicInfo:
         validate_topic_name(name)
-        if num_partitions < 1:
+        if not 1 <= num_partitions <= MAX_PARTITIONS_PER_TOPIC:
             raise InvalidPartitionsError(
-                f"topic {name!r}: number of partitions must be at least 1, got {num_partitions}"
+                f"topic {name!r}: number of partitions must be between 1 and "
+                f"{MAX_PARTITIONS_PER_TOPIC}, got {num_partitions}"
             )
         validate_topic_configs(configs)
         with self._lock:

@@ -31,6 +31,7 @@ from logstore.errors import (
 
 __all__ = [
     "BrokerIdNotRegisteredError",
+    "StaleBrokerEpochError",
     "BrokerNotAvailableError",
     "BrokerUnreachableError",
     "CommitFailedError",
@@ -473,6 +474,15 @@ class InvalidUpdateVersionError(WireError):
     """
 
     code = 95
+
+
+class StaleBrokerEpochError(WireError):
+    """The broker epoch in the request is not the broker's current registration.
+
+    The broker re-registers with the controller and carries on.
+    """
+
+    code = 77
 
 
 class BrokerIdNotRegisteredError(WireError):

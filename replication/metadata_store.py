@@ -14,6 +14,7 @@ server; each write is one conditional PUT, so this is used for metadata changes 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -26,6 +27,8 @@ from replication.metadata import MetadataImage
 log = logging.getLogger(__name__)
 
 CONTROLLER_DIR = "controller"
+#: how far back a reader looks past versions written by a deposed controller
+MAX_STALE_VERSIONS = 100
 METADATA_DIR = "metadata"
 
 
@@ -36,6 +39,8 @@ class ControllerClaim:
     host: str
     port: int
     claimed_ms: int = 0
+    #: unique per controller process start, so a restarted controller knows its old claim
+    incarnation: str = ""
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -90,27 +95,59 @@ class MetadataStore:
         return MetadataImage.from_bytes(self.storage.read(name), where=f"{self.storage.url}/{name}")
 
     def read_latest(self) -> MetadataImage:
-        """The newest image (an empty image at version 0 if there is none)."""
-        version = self.latest_version()
-        if version == 0:
+        """The newest valid image (an empty image at version 0 if there is none).
+
+        A version written by a deposed controller after its successor's first version (its
+        fence) carries an older controller epoch and is skipped: the valid head is the newest
+        version written at the newest claimed epoch, or, before the newest claimant has
+        written anything, simply the newest version.
+        """
+        newest = self.latest_version()
+        if newest == 0:
             return MetadataImage()
         # A newer version may appear between the list and the read: follow it.
-        image = self.read(version)
+        while self.storage.exists(_name(METADATA_DIR, newest + 1)):
+            newest += 1
+        claim = self.latest_claim()
+        head = self.read(newest)
+        if claim is None or head.controller_epoch >= claim.epoch:
+            return head
+        version = newest - 1
+        while version > 0 and newest - version <= MAX_STALE_VERSIONS:
+            try:
+                image = self.read(version)
+            except ObjectNotFoundError:
+                break
+            if image.controller_epoch >= claim.epoch:
+                return image
+            if image.controller_epoch < head.controller_epoch:
+                break  # past the stale stretch without meeting the new epoch: not fenced yet
+            version -= 1
+        return head
+
+    def write(self, image: MetadataImage) -> MetadataImage:
+        """Create version ``image.version`` (or the next free one, if the version is taken by
+        a deposed controller with an older epoch); returns the image as written.
+
+        Raises StaleControllerEpochError if a controller with an epoch at least ours wrote it.
+        """
         while True:
             try:
-                image = self.read(image.version + 1)
-            except ObjectNotFoundError:
+                self.storage.put_if_absent(_name(METADATA_DIR, image.version), image.to_bytes())
                 return image
-
-    def write(self, image: MetadataImage) -> None:
-        """Create version ``image.version``; StaleControllerEpochError if it already exists."""
-        try:
-            self.storage.put_if_absent(_name(METADATA_DIR, image.version), image.to_bytes())
-        except ObjectExistsError as err:
-            raise StaleControllerEpochError(
-                f"metadata version {image.version} was already written (by controller epoch "
-                f"newer than {image.controller_epoch}?); this controller is stale"
-            ) from err
+            except ObjectExistsError as err:
+                other = self.read(image.version)
+                if other.controller_epoch >= image.controller_epoch:
+                    raise StaleControllerEpochError(
+                        f"metadata version {image.version} was written by controller epoch "
+                        f"{other.controller_epoch}; this controller (epoch "
+                        f"{image.controller_epoch}) is stale"
+                    ) from err
+                log.warning(
+                    "skipping metadata version %d, written by deposed controller epoch %d",
+                    image.version, other.controller_epoch,
+                )
+                image = dataclasses.replace(image, version=image.version + 1)
 
     def prune(self, keep: int = 100) -> int:
         """Delete all but the newest ``keep`` metadata versions."""

@@ -37,7 +37,9 @@ class ReplicaState:
 
     log_end_offset: int = -1
     last_fetch_ms: int = 0
-    #: last time the follower's LEO reached the leader's LEO (for replica.lag.time.max.ms)
+    #: the leader's LEO when this follower last fetched
+    last_fetch_leader_leo: int = -1
+    #: last time the follower had caught up to the leader's LEO (for replica.lag.time.max.ms)
     last_caught_up_ms: int = field(default_factory=_now_ms)
 
 
@@ -64,7 +66,7 @@ class Partition:
         self.log = log
         self.broker_id = broker_id
         self.policy = policy
-        self.state = state
+        self.state = PartitionState((), (), -1, -1, -1)  # nothing yet: the first state is news
         self.followers: dict[int, ReplicaState] = {}
         self.apply_state(state)
 
@@ -97,7 +99,16 @@ class Partition:
         return self.log.config
 
     def apply_state(self, state: PartitionState) -> bool:
-        """Take a new leader/ISR state from the metadata; True if the role or epoch changed."""
+        """Take a leader/ISR state; True if the leader or leader epoch changed.
+
+        A state older than the one held (a lower leader epoch, or the same leader epoch and a
+        lower partition epoch: e.g. metadata that trails an AlterPartition answer) is ignored.
+        """
+        if (state.leader_epoch, state.partition_epoch) < (
+            self.state.leader_epoch,
+            self.state.partition_epoch,
+        ):
+            return False
         changed = (state.leader, state.leader_epoch) != (self.state.leader, self.state.leader_epoch)
         self.state = state
         if self.is_leader:
@@ -108,9 +119,12 @@ class Partition:
             for gone in set(self.followers) - set(state.replicas):
                 del self.followers[gone]
             if changed:
-                # a new leader does not know its followers' LEOs until they fetch
+                # Kafka's makeLeader: the new epoch starts at this replica's LEO, and the
+                # followers' LEOs are unknown until they fetch
+                self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
                 for replica in self.followers.values():
                     replica.log_end_offset = -1
+                    replica.last_fetch_leader_leo = -1
                     replica.last_caught_up_ms = now
         else:
             self.followers.clear()
@@ -173,13 +187,53 @@ class Partition:
     # --- followers -----------------------------------------------------------------------------
 
     def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
-        """A follower fetched from ``fetch_offset`` (its durable LEO). True if the HW moved."""
+        """A follower fetched from ``fetch_offset`` (its durable LEO). True if the HW moved.
+
+        Caught-up tracking is Kafka's: the follower is caught up now if it fetched from the
+        leader's LEO, or since its previous fetch if it has reached the LEO of that time.
+        """
         replica = self.followers.get(replica_id)
         if replica is None:
             return False
         now = _now_ms()
-        replica.log_end_offset = fetch_offset
-        replica.last_fetch_ms = now
-        if fetch_offset >= self.log.log_end_offset:
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
             replica.last_caught_up_ms = now
+        elif replica.last_fetch_leader_leo >= 0 and fetch_offset >= replica.last_fetch_leader_leo:
+            replica.last_caught_up_ms = max(replica.last_caught_up_ms, replica.last_fetch_ms)
+        replica.log_end_offset = fetch_offset
+        replica.last_fetch_leader_leo = leo
+        replica.last_fetch_ms = now
         return self.maybe_increment_high_watermark()
+
+    # --- ISR -----------------------------------------------------------------------------------
+
+    def isr_to_expand(self) -> tuple[int, ...] | None:
+        """The ISR with every follower that has caught up added, or None if none has."""
+        if not self.is_leader:
+            return None
+        epoch_start = self.log.leader_epoch_cache.start_offset_of(self.state.leader_epoch)
+        joining = [
+            replica_id
+            for replica_id, replica in self.followers.items()
+            if replica_id not in self.state.isr
+            and replica.log_end_offset >= self.log.high_watermark
+            and replica.log_end_offset >= (epoch_start if epoch_start is not None else 0)
+        ]
+        return (*self.state.isr, *sorted(joining)) if joining else None
+
+    def isr_to_shrink(self, lag_time_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR without followers that have not caught up for ``lag_time_max_ms``."""
+        if not self.is_leader:
+            return None
+        now = _now_ms()
+        lagging = {
+            replica_id
+            for replica_id in self.state.isr
+            if replica_id != self.broker_id
+            and now - self.followers.get(replica_id, ReplicaState(last_caught_up_ms=0)).last_caught_up_ms
+            > lag_time_max_ms
+        }
+        if not lagging:
+            return None
+        return tuple(r for r in self.state.isr if r not in lagging)

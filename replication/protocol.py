@@ -1554,6 +1554,10 @@ class BrokerHeartbeatResponse:
     is_caught_up: bool = field(default=False, metadata=wire(BOOL))
     is_fenced: bool = field(default=True, metadata=wire(BOOL))
     should_shut_down: bool = field(default=False, metadata=wire(BOOL))
+    #: replog: the newest metadata version; the broker reads it from the metadata store
+    metadata_version: int = field(default=-1, metadata=wire(INT64))
+    #: replog: the epoch of the controller answering (brokers ignore stale controllers)
+    controller_epoch: int = field(default=-1, metadata=wire(INT32))
 
 
 # --- the API table ----------------------------------------------------------------------------

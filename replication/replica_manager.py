@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from logstore.config import LogConfig, keys_of, parse
 from logstore.errors import ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
+from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.errors import (
     InvalidRequiredAcksError,
@@ -37,6 +39,14 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
 TopicPartition = tuple[str, int]
+
+
+class FetcherHooks(Protocol):
+    """What the replica manager needs from the replica fetchers."""
+
+    def add(self, partition: Partition) -> None: ...
+
+    def remove(self, partition: Partition) -> None: ...
 
 
 @dataclass(slots=True)
@@ -79,11 +89,17 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.on_partition_change: list[Callable[[Partition], None]] = []
+        #: set by the broker: follower partitions are fetched by the replica fetchers
+        self.fetchers: FetcherHooks | None = None
+        #: set by the broker: sends an AlterPartition to the active controller
+        self.send_alter_partition: Callable[[p.AlterPartitionRequest], Awaitable[Any]] | None = None
+        self._isr_pending: set[TopicPartition] = set()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._tasks = [
+            asyncio.create_task(self._isr_loop(), name="isr"),
             asyncio.create_task(self._flush_loop(), name="flush"),
             asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -139,10 +155,13 @@ class ReplicaManager:
                 else:
                     changed = partition.apply_state(state)
                 if changed:
+                    self._role_changed(partition)
                     self._partition_changed(partition)
         for key in set(self.partitions) - wanted:
             partition = self.partitions.pop(key)
             self._dirty.discard(partition)
+            if self.fetchers is not None:
+                self.fetchers.remove(partition)
             self._partition_changed(partition)
             log.info("deleting %s-%d (topic deleted or replica moved)", *key)
             partition.log.truncate_fully_and_start_at(0)
@@ -163,6 +182,14 @@ class ReplicaManager:
         )
         return partition
 
+    def _role_changed(self, partition: Partition) -> None:
+        if self.fetchers is None:
+            return
+        if partition.is_leader or partition.state.leader < 0:
+            self.fetchers.remove(partition)
+        else:
+            self.fetchers.add(partition)
+
     def _partition_changed(self, partition: Partition) -> None:
         for callback in self.on_partition_change:
             callback(partition)
@@ -178,9 +205,10 @@ class ReplicaManager:
                     f"broker {self.broker_id} hosts no replica of {topic}-{index}; refresh "
                     "metadata and retry"
                 )
+            shown = topic if len(topic) <= 80 else topic[:77] + "..."
             raise UnknownTopicOrPartitionError(
-                f"unknown topic or partition {topic}-{index}; create it with "
-                f"`replog topics create {topic}` or check the name"
+                f"unknown topic or partition {shown}-{index}; create it with "
+                f"`replog topics create {shown}` or check the name"
             )
         return partition
 
@@ -286,6 +314,9 @@ class ReplicaManager:
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
+                    expanded = partition.isr_to_expand()
+                    if expanded is not None:
+                        self._alter_isr(partition, expanded)
                     upper = plog.log_end_offset
                 elif isolation_level == READ_COMMITTED:
                     upper = partition.last_stable_offset
@@ -331,6 +362,70 @@ class ReplicaManager:
         if any(p is not None for _, p, _, _ in plans):
             await asyncio.to_thread(read_all)
         return {key: data for key, _, data, _ in plans}
+
+    def follower_appended(self, partition: Partition) -> None:
+        """The replica fetcher appended to a follower replica (and flushed it)."""
+        for callback in self.on_partition_change:
+            callback(partition)
+
+    # --- ISR changes, committed through the controller before use --------------------------------
+
+    async def _isr_loop(self) -> None:
+        lag = self.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(lag / 2000)
+            for partition in list(self.partitions.values()):
+                shrunk = partition.isr_to_shrink(lag)
+                if shrunk is not None:
+                    self._alter_isr(partition, shrunk)
+
+    def _alter_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        if partition.key in self._isr_pending or self.send_alter_partition is None:
+            return
+        self._isr_pending.add(partition.key)
+        asyncio.get_running_loop().create_task(self._send_alter_isr(partition, new_isr))
+
+    async def _send_alter_isr(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        state = partition.state
+        request = p.AlterPartitionRequest(
+            broker_id=self.broker_id,
+            topics=[
+                p.AlterPartitionRequestTopic(
+                    topic_name=partition.topic,
+                    partitions=[
+                        p.AlterPartitionRequestPartition(
+                            partition_index=partition.index,
+                            leader_epoch=state.leader_epoch,
+                            new_isr=list(new_isr),
+                            partition_epoch=state.partition_epoch,
+                        )
+                    ],
+                )
+            ],
+        )
+        try:
+            assert self.send_alter_partition is not None
+            response = await self.send_alter_partition(request)
+            result = response.topics[0].partitions[0] if response.topics else None
+            code = response.error_code or (result.error_code if result else 0)
+            if code or result is None:
+                log.info("%r: ISR change to %s refused (error %d)", partition, list(new_isr), code)
+                return
+            committed = PartitionState(
+                state.replicas, tuple(result.isr), result.leader_id, result.leader_epoch,
+                result.partition_epoch,
+            )
+            if self.partitions.get(partition.key) is partition and partition.apply_state(committed):
+                self._role_changed(partition)
+            log.info("%r: ISR now %s (partition epoch %d)", partition, list(committed.isr),
+                     committed.partition_epoch)
+            if partition.maybe_increment_high_watermark():
+                self._hw_moved(partition)
+            self._partition_changed(partition)
+        except ReplogError as err:
+            log.warning("%r: ISR change to %s failed: %s", partition, list(new_isr), err)
+        finally:
+            self._isr_pending.discard(partition.key)
 
     # --- high watermark and group commit ---------------------------------------------------------
 

@@ -38,7 +38,9 @@ class BrokerProcess:
         log_dir: str | None = None,
         overrides: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        role: str = "broker",
     ) -> None:
+        self.role = role
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.broker_id = broker_id
@@ -65,7 +67,7 @@ class BrokerProcess:
             "log.dir": self.log_dir,
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "replication.cli", "broker", "start"]
+        cmd = [sys.executable, "-m", "replication.cli", self.role, "start"]
         for key, value in settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
@@ -178,3 +180,78 @@ def broker_factory(tmp_path: Path) -> Iterator[object]:
     yield make
     for proc in started:
         proc.kill()
+
+
+#: timings that keep failover tests short (Kafka's defaults are tuned for production)
+FAST_FAILOVER = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "2000",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "100",
+}
+
+
+class Cluster:
+    """A controller and N brokers as processes on 127.0.0.1, each broker on its own storage
+    root, all sharing one metadata root."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        brokers: int = 3,
+        *,
+        overrides: dict[str, str] | None = None,
+        broker_log_dirs: dict[int, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.metadata_root = (self.data_dir / "metadata").as_uri()
+        common = {**FAST_FAILOVER, "metadata.log.dir": self.metadata_root, **(overrides or {})}
+        self.controller = BrokerProcess(
+            self.data_dir / "controller", broker_id=100, role="controller",
+            overrides=common, env=env,
+        )
+        self.brokers = {
+            i: BrokerProcess(
+                self.data_dir / f"broker-{i}",
+                broker_id=i,
+                log_dir=(broker_log_dirs or {}).get(i),
+                overrides=common,
+                env=env,
+            )
+            for i in range(brokers)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive)
+
+    def start(self) -> Cluster:
+        self.controller.start()
+        for broker in self.brokers.values():
+            broker.start()
+        return self
+
+    def broker_by_port(self, port: int) -> BrokerProcess:
+        return next(b for b in self.brokers.values() if b.port == port)
+
+    def stop(self) -> None:
+        for proc in [*self.brokers.values(), self.controller]:
+            if proc.alive:
+                proc.kill()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[object]:
+    """``cluster_factory(brokers=3, overrides=...)`` starts a cluster; killed after the test."""
+    started: list[Cluster] = []
+
+    def make(**kwargs: object) -> Cluster:
+        cluster = Cluster(tmp_path / f"cluster{len(started)}", **kwargs)  # type: ignore[arg-type]
+        started.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in started:
+        cluster.stop()

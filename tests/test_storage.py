@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import fsspec
 import pytest
-from conftest import S3Location
-from faulty_fs import FaultyStorage, InjectedStorageError
+from tests.conftest import S3Location
+from tests.faulty_fs import FaultyStorage, InjectedStorageError
 from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st

@@ -1,0 +1,126 @@
+"""A controller candidate in a process: standby until the active controller is lost.
+
+Election without ZooKeeper or Raft: the active controller is the holder of the newest claim in
+the metadata store. A standby pings the claim's holder (ApiVersions); once it has not answered
+for ``broker.session.timeout.ms``, the standby claims the next epoch with a put-if-absent write.
+Only one claimant can win, and a deposed controller cannot write metadata (its next version
+already exists), so a paused controller that wakes up finds itself stale and steps down.
+
+The active controller also fences brokers whose heartbeats stopped and moves their leadership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.config import BrokerConfig
+from replication.controller import Controller
+from replication.errors import BrokerUnreachableError, StaleControllerEpochError
+from replication.metadata_store import ControllerClaim, MetadataStore
+from replication.rpc import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerService:
+    def __init__(self, config: BrokerConfig, store: MetadataStore, host: str, port: int) -> None:
+        self.config = config
+        self.store = store
+        self.controller = Controller(
+            store,
+            config.broker_id,
+            host,
+            port,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            unclean_leader_election=config.unclean_leader_election_enable,
+        )
+        self._claim_alive_ms = _now_ms()
+        self._watched: ControllerClaim | None = None
+        self._ping: AsyncConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.controller.active
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._ping is not None:
+            await self._ping.close()
+
+    async def _run(self) -> None:
+        interval = self.config.broker_heartbeat_interval_ms / 1000 / 2
+        last_claim_check = 0
+        while True:
+            try:
+                if self.controller.active:
+                    await asyncio.to_thread(self.controller.check_sessions)
+                    if _now_ms() - last_claim_check > 1000:
+                        last_claim_check = _now_ms()
+                        await self._step_down_if_superseded()
+                else:
+                    await self._maybe_take_over()
+            except StaleControllerEpochError as err:
+                log.warning("controller %d steps down: %s", self.config.broker_id, err)
+            except ReplogError as err:
+                log.warning("controller %d: %s", self.config.broker_id, err)
+            await asyncio.sleep(interval)
+
+    async def _step_down_if_superseded(self) -> None:
+        claim = await asyncio.to_thread(self.store.latest_claim)
+        if claim is not None and claim.epoch > self.controller.epoch:
+            self.controller.active = False
+            log.warning(
+                "controller %d (epoch %d) was superseded by controller %d (epoch %d)",
+                self.config.broker_id, self.controller.epoch, claim.controller_id, claim.epoch,
+            )
+
+    async def _maybe_take_over(self) -> None:
+        claim = await asyncio.to_thread(self.store.latest_claim)
+        if claim is None or claim.controller_id == self.config.broker_id:
+            # the first controller ever, our own earlier life, or our activation that failed
+            await self._activate()
+            return
+        if self._watched is None or claim.epoch != self._watched.epoch:
+            self._watched = claim
+            self._claim_alive_ms = _now_ms()
+            if self._ping is not None:
+                await self._ping.close()
+            self._ping = AsyncConnection(
+                claim.host, claim.port, client_id=f"controller-{self.config.broker_id}"
+            )
+        assert self._ping is not None
+        try:
+            await self._ping.request(
+                p.ApiKey.API_VERSIONS,
+                p.ApiVersionsRequest(),
+                timeout_ms=self.config.broker_heartbeat_interval_ms * 2,
+            )
+            self._claim_alive_ms = _now_ms()
+        except BrokerUnreachableError:
+            silent = _now_ms() - self._claim_alive_ms
+            if silent > self.config.broker_session_timeout_ms:
+                log.warning(
+                    "active controller %d (epoch %d) silent for %d ms: taking over",
+                    claim.controller_id, claim.epoch, silent,
+                )
+                await self._activate()
+
+    async def _activate(self) -> None:
+        try:
+            await asyncio.to_thread(self.controller.activate)
+        except StaleControllerEpochError as err:
+            log.info("controller %d lost the election: %s", self.config.broker_id, err)

@@ -1,0 +1,169 @@
+"""The broker's side of the controller relationship, as Kafka's BrokerLifecycleManager.
+
+Finds the active controller through the metadata store's newest claim, registers (getting a
+broker epoch), heartbeats every ``broker.heartbeat.interval.ms``, and applies each newer
+metadata version the heartbeat names, read straight from the metadata store. Responses from a
+controller whose epoch is older than one already seen are ignored (a deposed controller).
+Controller requests other brokers receive (CreateTopics, AlterPartition...) are forwarded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.config import BrokerConfig
+from replication.errors import (
+    BrokerUnreachableError,
+    NotControllerError,
+    StaleBrokerEpochError,
+    for_code,
+)
+from replication.metadata import MetadataImage
+from replication.metadata_store import ControllerClaim, MetadataStore
+from replication.rpc import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+
+class BrokerLifecycle:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        apply_image: Callable[[MetadataImage], None],
+        current_version: Callable[[], int],
+        host: str,
+        port: int,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.apply_image = apply_image
+        self.current_version = current_version
+        self.host = host
+        self.port = port
+        self.broker_epoch = -1
+        self.fenced = True
+        self.highest_controller_epoch = 0
+        self._claim: ControllerClaim | None = None
+        self._conn: AsyncConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="lifecycle")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def refresh_metadata(self) -> None:
+        """Read and apply the newest valid metadata version now."""
+        image = await asyncio.to_thread(self.store.read_latest)
+        if image.version > self.current_version():
+            self.apply_image(image)
+
+    async def controller_request(self, api_key: p.ApiKey, body: Any) -> Any:
+        """Send a request to the active controller, finding it again if it moved."""
+        last: ReplogError | None = None
+        for _ in range(20):
+            conn = await self._controller_connection()
+            if conn is None:
+                await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
+                continue
+            try:
+                response = await conn.request(api_key, body)
+            except BrokerUnreachableError as err:
+                last = err
+                self._forget_controller()
+                continue
+            if getattr(response, "error_code", 0) == NotControllerError.code:
+                last = NotControllerError()
+                self._forget_controller()
+                await asyncio.sleep(self.config.broker_heartbeat_interval_ms / 1000)
+                continue
+            return response
+        raise last or NotControllerError("no active controller found")
+
+    async def _controller_connection(self) -> AsyncConnection | None:
+        if self._conn is None:
+            claim = await asyncio.to_thread(self.store.latest_claim)
+            if claim is None:
+                return None
+            self._claim = claim
+            self._conn = AsyncConnection(
+                claim.host, claim.port, client_id=f"broker-{self.config.broker_id}",
+                timeout_ms=self.config.broker_session_timeout_ms,
+            )
+        return self._conn
+
+    def _forget_controller(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            asyncio.get_running_loop().create_task(conn.close())
+
+    async def _run(self) -> None:
+        interval = self.config.broker_heartbeat_interval_ms / 1000
+        while True:
+            try:
+                if self.broker_epoch < 0:
+                    await self._register()
+                else:
+                    await self._heartbeat()
+            except StaleBrokerEpochError as err:
+                log.warning("broker %d: %s", self.config.broker_id, err)
+                self.broker_epoch = -1
+                continue
+            except ReplogError as err:
+                log.warning("broker %d: controller unreachable: %s", self.config.broker_id, err)
+            await asyncio.sleep(interval)
+
+    async def _register(self) -> None:
+        response = await self.controller_request(
+            p.ApiKey.BROKER_REGISTRATION,
+            p.BrokerRegistrationRequest(
+                broker_id=self.config.broker_id,
+                cluster_id="",
+                incarnation_id=uuid.uuid4(),
+                listeners=[p.BrokerRegistrationListener(name="PLAINTEXT", host=self.host, port=self.port)],
+                rack=self.config.broker_rack or None,
+            ),
+        )
+        _raise(response.error_code, "broker registration")
+        self.broker_epoch = response.broker_epoch
+        self.fenced = False
+        await self.refresh_metadata()
+        self.registered.set()
+        log.info("broker %d registered with broker epoch %d", self.config.broker_id, self.broker_epoch)
+
+    async def _heartbeat(self) -> None:
+        response = await self.controller_request(
+            p.ApiKey.BROKER_HEARTBEAT,
+            p.BrokerHeartbeatRequest(
+                broker_id=self.config.broker_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=self.current_version(),
+            ),
+        )
+        if response.controller_epoch < self.highest_controller_epoch:
+            self._forget_controller()  # a deposed controller answered
+            return
+        self.highest_controller_epoch = response.controller_epoch
+        _raise(response.error_code, "heartbeat")
+        self.fenced = response.is_fenced
+        if response.metadata_version > self.current_version():
+            await self.refresh_metadata()
+
+
+def _raise(code: int, what: str) -> None:
+    cls = for_code(code)
+    if cls is not None:
+        raise cls(f"{what} refused by the controller: {cls.__doc__ and ' '.join(cls.__doc__.split())}")

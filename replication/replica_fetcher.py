@@ -1,0 +1,290 @@
+"""Follower fetchers: keep this broker's follower replicas in step with their leaders.
+
+As Kafka's ReplicaFetcherManager / ReplicaFetcherThread, one asyncio task per (leader broker,
+fetcher index): ``num.replica.fetchers`` fetchers per leader, a partition going to the one its
+name hashes to. Each fetcher serves all its partitions through one incremental fetch session
+(KIP-227). Fetched batches are appended to this broker's own store and flushed as a segment
+object before the next fetch, so the fetch offset a follower reports is its durable LEO: the
+leader's HW (min LEO over the ISR) then counts only data that is on every ISR member's storage.
+
+Divergence is settled by leader epoch (KIP-101/279, Fetch v12's DivergingEpoch): the fetch
+carries the epoch of the follower's last batch; if the leader's log ends that epoch earlier,
+the follower truncates there and fetches again, never truncating to its HW alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from collections.abc import Callable
+
+from logstore.epoch_cache import UNDEFINED_EPOCH
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.config import BrokerConfig
+from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
+from replication.fetch_session import FetchSessionHandler, PartitionFetchState
+from replication.metadata import MetadataImage
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
+from replication.rpc import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replica_manager: ReplicaManager,
+        image: Callable[[], MetadataImage],
+        leader_id: int,
+        fetcher_id: int,
+    ) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.image = image
+        self.leader_id = leader_id
+        self.fetcher_id = fetcher_id
+        self.partitions: dict[TopicPartition, Partition] = {}
+        #: partitions that must flush their unflushed tail before fetching (former leaders)
+        self._fresh: set[TopicPartition] = set()
+        self.session = FetchSessionHandler(leader_id)
+        self._conn: AsyncConnection | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: bytes of every fetch request sent, for tests and metrics
+        self.request_sizes: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"ReplicaFetcher(leader={self.leader_id}, id={self.fetcher_id}, {len(self.partitions)} partitions)"
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=repr(self))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._conn is not None:
+            await self._conn.close()
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.key] = partition
+        self._fresh.add(partition.key)
+        self._wake.set()
+
+    def remove(self, key: TopicPartition) -> None:
+        self.partitions.pop(key, None)
+        self._fresh.discard(key)
+
+    def _connection(self) -> AsyncConnection | None:
+        broker = self.image().broker(self.leader_id)
+        if broker is None:
+            return None
+        conn = self._conn
+        if conn is None or (conn.host, conn.port) != (broker.host, broker.port):
+            self._conn = AsyncConnection(
+                broker.host,
+                broker.port,
+                client_id=f"replica-fetcher-{self.config.broker_id}-{self.fetcher_id}",
+                timeout_ms=self.config.replica_fetch_wait_max_ms + self.config.request_timeout_ms,
+            )
+        return self._conn
+
+    async def _run(self) -> None:
+        backoff = self.config.replica_fetch_backoff_ms / 1000
+        while True:
+            if not self.partitions:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                progressed = await self._fetch_once()
+            except ReplogError as err:
+                log.warning("%r: %s; backing off %d ms", self, err, self.config.replica_fetch_backoff_ms)
+                progressed = False
+            if not progressed:
+                await asyncio.sleep(backoff)
+
+    async def _prepare(self) -> None:
+        """Former leaders flush what they appended before following (their fetch offset is
+        their durable LEO)."""
+        fresh = [self.partitions[k] for k in list(self._fresh) if k in self.partitions]
+        self._fresh.clear()
+        for partition in fresh:
+            await asyncio.to_thread(partition.log.flush)
+
+    def _fetch_state(self, partition: Partition) -> PartitionFetchState:
+        plog = partition.log
+        return PartitionFetchState(
+            fetch_offset=plog.durable_end_offset,
+            max_bytes=self.config.replica_fetch_max_bytes,
+            current_leader_epoch=partition.leader_epoch,
+            last_fetched_epoch=plog.latest_epoch if plog.log_end_offset > plog.log_start_offset else -1,
+            log_start_offset=plog.log_start_offset,
+        )
+
+    async def _fetch_once(self) -> bool:
+        await self._prepare()
+        conn = self._connection()
+        if conn is None:
+            return False
+        data = self.session.build({k: self._fetch_state(v) for k, v in self.partitions.items()})
+        topics: dict[str, list[p.FetchRequestPartition]] = {}
+        for (topic, index), state in data.to_send:
+            topics.setdefault(topic, []).append(
+                p.FetchRequestPartition(
+                    partition=index,
+                    current_leader_epoch=state.current_leader_epoch,
+                    fetch_offset=state.fetch_offset,
+                    last_fetched_epoch=state.last_fetched_epoch,
+                    log_start_offset=state.log_start_offset,
+                    partition_max_bytes=state.max_bytes,
+                )
+            )
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in data.to_forget:
+            forgotten.setdefault(topic, []).append(index)
+        request = p.FetchRequest(
+            replica_id=self.config.broker_id,
+            max_wait_ms=self.config.replica_fetch_wait_max_ms,
+            min_bytes=self.config.replica_fetch_min_bytes,
+            max_bytes=self.config.replica_fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=data.session_id,
+            session_epoch=data.session_epoch,
+            topics=[p.FetchRequestTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[
+                p.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()
+            ],
+        )
+        sent_before = conn.bytes_sent
+        try:
+            response = await conn.request(p.ApiKey.FETCH, request)
+        except BrokerUnreachableError as err:
+            self.session.handle_error(err)
+            raise
+        finally:
+            self.request_sizes.append(conn.bytes_sent - sent_before)
+        responded = [
+            ((t.topic, part.partition_index), part)
+            for t in response.responses
+            for part in t.partitions
+        ]
+        if not self.session.handle_response(
+            response.session_id, response.error_code, [tp for tp, _ in responded]
+        ):
+            return response.error_code != 0  # a session error: fetch again (full) at once
+        progressed = False
+        for key, part in responded:
+            partition = self.partitions.get(key)
+            if partition is None or partition.state.leader != self.leader_id:
+                continue
+            progressed = await self._process(partition, part) or progressed
+        return progressed or not responded
+
+    async def _process(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
+        plog = partition.log
+        if part.error_code:
+            error = for_code(part.error_code)
+            if error is OffsetOutOfRangeError:
+                await asyncio.to_thread(self._handle_out_of_range, partition, part)
+                return True
+            log.info("%r: fetch error %s", partition, error.__name__ if error else part.error_code)
+            return False
+        if part.diverging_epoch.epoch != UNDEFINED_EPOCH or part.diverging_epoch.end_offset >= 0:
+            await asyncio.to_thread(
+                self._truncate_on_divergence,
+                partition,
+                part.diverging_epoch.epoch,
+                part.diverging_epoch.end_offset,
+            )
+            return True
+        records = part.records
+        if records is not None and len(records):
+            await asyncio.to_thread(self._append, partition, bytes(records))
+        plog.update_high_watermark(min(part.high_watermark, plog.durable_end_offset))
+        if part.log_start_offset > plog.log_start_offset:
+            await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)
+        if records is not None and len(records):
+            self.replica_manager.follower_appended(partition)
+            return True
+        return False
+
+    @staticmethod
+    def _append(partition: Partition, records: bytes) -> None:
+        plog = partition.log
+        if plog.log_end_offset != plog.durable_end_offset:
+            plog.flush()
+        plog.append_as_follower(records)
+        plog.flush()
+
+    @staticmethod
+    def _truncate_on_divergence(partition: Partition, epoch: int, end_offset: int) -> None:
+        """Kafka's truncation by diverging epoch: to the end of the largest epoch both logs
+        share, never below what the leader says that epoch holds."""
+        plog = partition.log
+        follower_epoch, follower_end = plog.end_offset_for_epoch(epoch)
+        if follower_epoch == UNDEFINED_EPOCH:
+            target = min(end_offset, plog.log_end_offset)
+        elif follower_epoch != epoch:
+            target = follower_end
+        else:
+            target = min(end_offset, follower_end)
+        log.info(
+            "%r: diverged from the leader at epoch %d (leader ends it at %d, this replica at "
+            "%d): truncating to %d",
+            partition, epoch, end_offset, follower_end, target,
+        )
+        plog.truncate_to(max(target, plog.log_start_offset))
+
+    @staticmethod
+    def _handle_out_of_range(partition: Partition, part: p.FetchResponsePartition) -> None:
+        plog = partition.log
+        if part.log_start_offset > plog.log_end_offset:
+            log.warning(
+                "%r: the leader's log starts at %d, past this replica's end %d: starting over",
+                partition, part.log_start_offset, plog.log_end_offset,
+            )
+            plog.truncate_fully_and_start_at(part.log_start_offset)
+        elif part.high_watermark >= 0 and plog.log_end_offset > part.high_watermark:
+            plog.truncate_to(part.high_watermark)
+
+
+class ReplicaFetcherManager:
+    def __init__(
+        self, config: BrokerConfig, replica_manager: ReplicaManager, image: Callable[[], MetadataImage]
+    ) -> None:
+        self.config = config
+        self.replica_manager = replica_manager
+        self.image = image
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+
+    def _fetcher_id(self, key: TopicPartition) -> int:
+        return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % self.config.num_replica_fetchers
+
+    def add(self, partition: Partition) -> None:
+        slot = (partition.state.leader, self._fetcher_id(partition.key))
+        old = self._assigned.get(partition.key)
+        if old is not None and old != slot:
+            self.fetchers[old].remove(partition.key)
+        fetcher = self.fetchers.get(slot)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(self.config, self.replica_manager, self.image, *slot)
+            self.fetchers[slot] = fetcher
+            fetcher.start()
+        fetcher.add(partition)
+        self._assigned[partition.key] = slot
+
+    def remove(self, partition: Partition) -> None:
+        slot = self._assigned.pop(partition.key, None)
+        if slot is not None:
+            self.fetchers[slot].remove(partition.key)
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(f.stop() for f in self.fetchers.values()))

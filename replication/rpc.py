@@ -1,0 +1,79 @@
+"""Broker-to-broker and broker-to-controller requests over asyncio streams.
+
+One request at a time per connection (requests are serialized by a lock; responses come back
+in order). A connection that fails or times out is closed; the next request reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from replication import protocol as p
+from replication.errors import BrokerUnreachableError
+
+MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+
+
+class AsyncConnection:
+    def __init__(self, host: str, port: int, *, client_id: str, timeout_ms: int = 30_000) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.timeout_ms = timeout_ms
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self.bytes_sent = 0
+
+    async def request(
+        self, api_key: p.ApiKey, body: Any, *, version: int | None = None, timeout_ms: int | None = None
+    ) -> Any:
+        """Send one request and return the decoded response body.
+
+        Raises BrokerUnreachableError if the peer cannot be reached, the connection breaks or
+        the response does not arrive within the timeout (the outcome is then unknown).
+        """
+        version = p.SUPPORTED_VERSIONS[api_key][1] if version is None else version
+        timeout = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._round_trip(api_key, version, body), timeout)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as err:
+                self._close()
+                reason = "timed out" if isinstance(err, TimeoutError) else str(err) or type(err).__name__
+                raise BrokerUnreachableError(self.host, self.port, reason) from err
+
+    async def _round_trip(self, api_key: p.ApiKey, version: int, body: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, limit=1 << 20
+            )
+        assert self._reader is not None and self._writer is not None
+        header = p.RequestHeader(
+            api_key=api_key, api_version=version, correlation_id=next(self._ids),
+            client_id=self.client_id,
+        )
+        frame = p.encode_request(header, body)
+        self.bytes_sent += len(frame)
+        self._writer.write(frame)
+        await self._writer.drain()
+        correlation_id, response = p.decode_response(
+            await p.read_frame(self._reader, MAX_RESPONSE_BYTES), api_key, version
+        )
+        if correlation_id != header.correlation_id:
+            raise OSError(
+                f"response correlation id {correlation_id} != request {header.correlation_id}"
+            )
+        return response
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._close()
