@@ -35,15 +35,16 @@ class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         roles = config.roles
-        options = config.storage_options
-        self.metadata_store = MetadataStore(Storage.from_url(config.metadata_root, **options))
+        self.metadata_store = MetadataStore(
+            Storage.from_url(config.metadata_root, **config.storage_options(config.metadata_root))
+        )
         self.host, self.port = config.host_port
         self.replica_manager: ReplicaManager | None = None
         self.controller_service: ControllerService | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         if "broker" in roles:
-            storage = Storage.from_url(config.log_dir, **options)
+            storage = Storage.from_url(config.log_dir, **config.storage_options(config.log_dir))
             self.replica_manager = ReplicaManager(config, storage)
         if "controller" in roles:
             self.controller_service = ControllerService(
@@ -64,13 +65,13 @@ class Node:
         rm = self.replica_manager
         if rm is None:
             return
+        advertised = self.config.advertised_host_port or (self.host, self.port)
         self.lifecycle = BrokerLifecycle(
             self.config,
             self.metadata_store,
             rm.apply_image,
             lambda: rm.image.version,
-            self.host,
-            self.port,
+            *advertised,
         )
         self.apis.lifecycle = self.lifecycle
         self.fetchers = ReplicaFetcherManager(self.config, rm, lambda: rm.image)
@@ -107,7 +108,9 @@ async def _serve(config: BrokerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(
-        READY_LINE.format(role=node.role, broker_id=config.broker_id, host=node.host, port=node.port),
+        READY_LINE.format(
+            role=node.role, broker_id=config.broker_id, host=node.host, port=node.port
+        ),
         flush=True,
     )
     await stop.wait()

@@ -68,7 +68,9 @@ def broker_start(
 
 @controller_app.command("start")
 def controller_start(
-    conf: Annotated[str | None, typer.Option("--conf", help="controller TOML file (see conf/)")] = None,
+    conf: Annotated[
+        str | None, typer.Option("--conf", help="controller TOML file (see conf/)")
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override one key: --set broker.id=100")
     ] = None,

@@ -28,6 +28,13 @@ class BrokerConfig:
         default="127.0.0.1:9092",
         metadata=k("listeners", "HOST:PORT to listen on (PLAINTEXT:// optional)"),
     )
+    advertised_listeners: str = field(
+        default="",
+        metadata=k(
+            "advertised.listeners",
+            "HOST:PORT clients and peers are told to use (default: listeners)",
+        ),
+    )
     log_dir: str = field(
         default="file:///tmp/replog-logs",
         metadata=k(
@@ -204,12 +211,26 @@ class BrokerConfig:
             raise ConfigError(f"config listeners={self.listeners!r}: expected HOST:PORT") from None
 
     @property
+    def advertised_host_port(self) -> tuple[str, int] | None:
+        """The address to register, if it differs from the listener."""
+        if not self.advertised_listeners:
+            return None
+        text = self.advertised_listeners.split(",")[0].strip().split("://")[-1]
+        host, _, port = text.rpartition(":")
+        try:
+            return host or "127.0.0.1", int(port)
+        except ValueError:
+            raise ConfigError(
+                f"config advertised.listeners={self.advertised_listeners!r}: expected HOST:PORT"
+            ) from None
+
+    @property
     def metadata_root(self) -> str:
         return self.metadata_log_dir or self.log_dir.rstrip("/") + "/__cluster_metadata"
 
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        if self.storage_endpoint_url:
+    def storage_options(self, url: str) -> dict[str, Any]:
+        """fsspec options for a storage URL (the S3 endpoint applies to s3:// URLs only)."""
+        if self.storage_endpoint_url and url.startswith(("s3://", "s3a://")):
             return {"endpoint_url": self.storage_endpoint_url}
         return {}
 

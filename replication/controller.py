@@ -59,8 +59,7 @@ def _shown(name: str) -> str:
 def validate_topic_name(name: str) -> None:
     if name in (".", "..") or not _LEGAL_TOPIC.match(name):
         raise InvalidTopicError(
-            f"topic name {_shown(name)} is not legal: use 1-249 characters from "
-            "a-z A-Z 0-9 . _ -"
+            f"topic name {_shown(name)} is not legal: use 1-249 characters from a-z A-Z 0-9 . _ -"
         )
 
 
@@ -189,7 +188,9 @@ class Controller:
                     continue
                 log.info(
                     "controller %d active at epoch %d (metadata version %d)",
-                    self.controller_id, epoch, committed.version,
+                    self.controller_id,
+                    epoch,
+                    committed.version,
                 )
                 return committed
             raise StaleControllerEpochError(

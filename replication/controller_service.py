@@ -85,7 +85,10 @@ class ControllerService:
             self.controller.active = False
             log.warning(
                 "controller %d (epoch %d) was superseded by controller %d (epoch %d)",
-                self.config.broker_id, self.controller.epoch, claim.controller_id, claim.epoch,
+                self.config.broker_id,
+                self.controller.epoch,
+                claim.controller_id,
+                claim.epoch,
             )
 
     async def _maybe_take_over(self) -> None:
@@ -115,7 +118,9 @@ class ControllerService:
             if silent > self.config.broker_session_timeout_ms:
                 log.warning(
                     "active controller %d (epoch %d) silent for %d ms: taking over",
-                    claim.controller_id, claim.epoch, silent,
+                    claim.controller_id,
+                    claim.epoch,
+                    silent,
                 )
                 await self._activate()
 

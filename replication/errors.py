@@ -31,7 +31,6 @@ from logstore.errors import (
 
 __all__ = [
     "BrokerIdNotRegisteredError",
-    "StaleBrokerEpochError",
     "BrokerNotAvailableError",
     "BrokerUnreachableError",
     "CommitFailedError",
@@ -79,6 +78,7 @@ __all__ = [
     "ReplicaNotAvailableError",
     "ReplogError",
     "RequestTimedOutError",
+    "StaleBrokerEpochError",
     "StaleControllerEpochError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",

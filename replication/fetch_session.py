@@ -258,7 +258,7 @@ class CachedPartition:
             news = True
             if update:
                 self.log_start_offset = resp.log_start_offset
-        if False:
+        if self.last_stable_offset != resp.last_stable_offset:
             news = True
             if update:
                 self.last_stable_offset = resp.last_stable_offset

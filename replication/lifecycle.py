@@ -10,8 +10,8 @@ Controller requests other brokers receive (CreateTopics, AlterPartition...) are 
 from __future__ import annotations
 
 import asyncio
-import uuid
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -100,7 +100,9 @@ class BrokerLifecycle:
                 return None
             self._claim = claim
             self._conn = AsyncConnection(
-                claim.host, claim.port, client_id=f"broker-{self.config.broker_id}",
+                claim.host,
+                claim.port,
+                client_id=f"broker-{self.config.broker_id}",
                 timeout_ms=self.config.broker_session_timeout_ms,
             )
         return self._conn
@@ -133,7 +135,9 @@ class BrokerLifecycle:
                 broker_id=self.config.broker_id,
                 cluster_id="",
                 incarnation_id=uuid.uuid4(),
-                listeners=[p.BrokerRegistrationListener(name="PLAINTEXT", host=self.host, port=self.port)],
+                listeners=[
+                    p.BrokerRegistrationListener(name="PLAINTEXT", host=self.host, port=self.port)
+                ],
                 rack=self.config.broker_rack or None,
             ),
         )
@@ -142,7 +146,9 @@ class BrokerLifecycle:
         self.fenced = False
         await self.refresh_metadata()
         self.registered.set()
-        log.info("broker %d registered with broker epoch %d", self.config.broker_id, self.broker_epoch)
+        log.info(
+            "broker %d registered with broker epoch %d", self.config.broker_id, self.broker_epoch
+        )
 
     async def _heartbeat(self) -> None:
         response = await self.controller_request(
@@ -166,4 +172,6 @@ class BrokerLifecycle:
 def _raise(code: int, what: str) -> None:
     cls = for_code(code)
     if cls is not None:
-        raise cls(f"{what} refused by the controller: {cls.__doc__ and ' '.join(cls.__doc__.split())}")
+        raise cls(
+            f"{what} refused by the controller: {cls.__doc__ and ' '.join(cls.__doc__.split())}"
+        )

@@ -145,7 +145,8 @@ class MetadataStore:
                     ) from err
                 log.warning(
                     "skipping metadata version %d, written by deposed controller epoch %d",
-                    image.version, other.controller_epoch,
+                    image.version,
+                    other.controller_epoch,
                 )
                 image = dataclasses.replace(image, version=image.version + 1)
 

@@ -71,7 +71,9 @@ class Partition:
         self.apply_state(state)
 
     def __repr__(self) -> str:
-        return f"Partition({self.topic}-{self.index}, leader={self.state.leader}, epoch={self.state.leader_epoch})"
+        state = self.state
+        where = f"{self.topic}-{self.index}"
+        return f"Partition({where}, leader={state.leader}, epoch={state.leader_epoch})"
 
     @property
     def key(self) -> tuple[str, int]:
@@ -122,10 +124,10 @@ class Partition:
                 # Kafka's makeLeader: the new epoch starts at this replica's LEO, and the
                 # followers' LEOs are unknown until they fetch
                 self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
-                for replica in self.followers.values():
-                    replica.log_end_offset = -1
-                    replica.last_fetch_leader_leo = -1
-                    replica.last_caught_up_ms = now
+                for follower in self.followers.values():
+                    follower.log_end_offset = -1
+                    follower.last_fetch_leader_leo = -1
+                    follower.last_caught_up_ms = now
         else:
             self.followers.clear()
         return changed
@@ -152,7 +154,7 @@ class Partition:
 
     # --- produce -------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: memoryview | bytes, acks: int) -> AppendInfo:
+    def append_as_leader(self, records: bytes | bytearray | memoryview, acks: int) -> AppendInfo:
         self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
         if acks == -1 and len(self.state.isr) < self.policy.min_insync_replicas:
             raise NotEnoughReplicasError(
@@ -231,7 +233,8 @@ class Partition:
             replica_id
             for replica_id in self.state.isr
             if replica_id != self.broker_id
-            and now - self.followers.get(replica_id, ReplicaState(last_caught_up_ms=0)).last_caught_up_ms
+            and now
+            - self.followers.get(replica_id, ReplicaState(last_caught_up_ms=0)).last_caught_up_ms
             > lag_time_max_ms
         }
         if not lagging:

@@ -60,7 +60,10 @@ class ReplicaFetcher:
         self.request_sizes: list[int] = []
 
     def __repr__(self) -> str:
-        return f"ReplicaFetcher(leader={self.leader_id}, id={self.fetcher_id}, {len(self.partitions)} partitions)"
+        return (
+            f"ReplicaFetcher(leader={self.leader_id}, id={self.fetcher_id}, "
+            f"{len(self.partitions)} partitions)"
+        )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=repr(self))
@@ -105,7 +108,9 @@ class ReplicaFetcher:
             try:
                 progressed = await self._fetch_once()
             except ReplogError as err:
-                log.warning("%r: %s; backing off %d ms", self, err, self.config.replica_fetch_backoff_ms)
+                log.warning(
+                    "%r: %s; backing off %d ms", self, err, self.config.replica_fetch_backoff_ms
+                )
                 progressed = False
             if not progressed:
                 await asyncio.sleep(backoff)
@@ -124,7 +129,9 @@ class ReplicaFetcher:
             fetch_offset=plog.durable_end_offset,
             max_bytes=self.config.replica_fetch_max_bytes,
             current_leader_epoch=partition.leader_epoch,
-            last_fetched_epoch=plog.latest_epoch if plog.log_end_offset > plog.log_start_offset else -1,
+            last_fetched_epoch=plog.latest_epoch
+            if plog.log_end_offset > plog.log_start_offset
+            else -1,
             log_start_offset=plog.log_start_offset,
         )
 
@@ -178,7 +185,7 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             response.session_id, response.error_code, [tp for tp, _ in responded]
         ):
-            return response.error_code != 0  # a session error: fetch again (full) at once
+            return bool(response.error_code)  # a session error: fetch again (full) at once
         progressed = False
         for key, part in responded:
             partition = self.partitions.get(key)
@@ -238,7 +245,11 @@ class ReplicaFetcher:
         log.info(
             "%r: diverged from the leader at epoch %d (leader ends it at %d, this replica at "
             "%d): truncating to %d",
-            partition, epoch, end_offset, follower_end, target,
+            partition,
+            epoch,
+            end_offset,
+            follower_end,
+            target,
         )
         plog.truncate_to(max(target, plog.log_start_offset))
 
@@ -248,7 +259,9 @@ class ReplicaFetcher:
         if part.log_start_offset > plog.log_end_offset:
             log.warning(
                 "%r: the leader's log starts at %d, past this replica's end %d: starting over",
-                partition, part.log_start_offset, plog.log_end_offset,
+                partition,
+                part.log_start_offset,
+                plog.log_end_offset,
             )
             plog.truncate_fully_and_start_at(part.log_start_offset)
         elif part.high_watermark >= 0 and plog.log_end_offset > part.high_watermark:
@@ -257,7 +270,10 @@ class ReplicaFetcher:
 
 class ReplicaFetcherManager:
     def __init__(
-        self, config: BrokerConfig, replica_manager: ReplicaManager, image: Callable[[], MetadataImage]
+        self,
+        config: BrokerConfig,
+        replica_manager: ReplicaManager,
+        image: Callable[[], MetadataImage],
     ) -> None:
         self.config = config
         self.replica_manager = replica_manager

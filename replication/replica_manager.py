@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from logstore.config import LogConfig, keys_of, parse
+from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
@@ -121,7 +121,7 @@ class ReplicaManager:
     def topic_log_config(self, topic: TopicInfo) -> tuple[LogConfig, TopicPolicy]:
         configs = topic.config_map()
         log_keys = set(keys_of(LogConfig))
-        defaults = {k: v for k, v in _log_config_values(self.config.log).items()}
+        defaults = to_mapping(self.config.log)
         defaults.update({k: v for k, v in configs.items() if k in log_keys})
         policy = TopicPolicy(
             min_insync_replicas=int(
@@ -215,7 +215,10 @@ class ReplicaManager:
     # --- produce ---------------------------------------------------------------------------------
 
     async def append_records(
-        self, acks: int, timeout_ms: int, entries: list[tuple[str, int, memoryview | bytes | None]]
+        self,
+        acks: int,
+        timeout_ms: int,
+        entries: list[tuple[str, int, bytes | bytearray | memoryview | None]],
     ) -> dict[TopicPartition, ProduceResult]:
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: list[tuple[Partition, int]] = []
@@ -283,7 +286,7 @@ class ReplicaManager:
             if total >= min_bytes or errors or remaining_ms <= 0 or self._stopping:
                 return result
             op = DelayedOperation(
-                lambda: any(
+                lambda marks=marks: any(  # type: ignore[misc]
                     self._progress_mark(s, follower) != marks[(s.topic, s.partition)] for s in specs
                 ),
                 remaining_ms,
@@ -412,13 +415,20 @@ class ReplicaManager:
                 log.info("%r: ISR change to %s refused (error %d)", partition, list(new_isr), code)
                 return
             committed = PartitionState(
-                state.replicas, tuple(result.isr), result.leader_id, result.leader_epoch,
+                state.replicas,
+                tuple(result.isr),
+                result.leader_id,
+                result.leader_epoch,
                 result.partition_epoch,
             )
             if self.partitions.get(partition.key) is partition and partition.apply_state(committed):
                 self._role_changed(partition)
-            log.info("%r: ISR now %s (partition epoch %d)", partition, list(committed.isr),
-                     committed.partition_epoch)
+            log.info(
+                "%r: ISR now %s (partition epoch %d)",
+                partition,
+                list(committed.isr),
+                committed.partition_epoch,
+            )
             if partition.maybe_increment_high_watermark():
                 self._hw_moved(partition)
             self._partition_changed(partition)
@@ -482,9 +492,3 @@ class ReplicaManager:
                 await asyncio.to_thread(plog.delete_due_objects)
             except ReplogError as err:
                 log.warning("maintenance of %r failed: %s", partition, err)
-
-
-def _log_config_values(config: LogConfig) -> dict[str, object]:
-    from logstore.config import to_mapping
-
-    return to_mapping(config)

@@ -29,7 +29,12 @@ class AsyncConnection:
         self.bytes_sent = 0
 
     async def request(
-        self, api_key: p.ApiKey, body: Any, *, version: int | None = None, timeout_ms: int | None = None
+        self,
+        api_key: p.ApiKey,
+        body: Any,
+        *,
+        version: int | None = None,
+        timeout_ms: int | None = None,
     ) -> Any:
         """Send one request and return the decoded response body.
 
@@ -43,7 +48,9 @@ class AsyncConnection:
                 return await asyncio.wait_for(self._round_trip(api_key, version, body), timeout)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as err:
                 self._close()
-                reason = "timed out" if isinstance(err, TimeoutError) else str(err) or type(err).__name__
+                reason = (
+                    "timed out" if isinstance(err, TimeoutError) else str(err) or type(err).__name__
+                )
                 raise BrokerUnreachableError(self.host, self.port, reason) from err
 
     async def _round_trip(self, api_key: p.ApiKey, version: int, body: Any) -> Any:
@@ -51,9 +58,12 @@ class AsyncConnection:
             self._reader, self._writer = await asyncio.open_connection(
                 self.host, self.port, limit=1 << 20
             )
-        assert self._reader is not None and self._writer is not None
+        assert self._reader is not None
+        assert self._writer is not None
         header = p.RequestHeader(
-            api_key=api_key, api_version=version, correlation_id=next(self._ids),
+            api_key=api_key,
+            api_version=version,
+            correlation_id=next(self._ids),
             client_id=self.client_id,
         )
         frame = p.encode_request(header, body)

@@ -209,8 +209,11 @@ class Cluster:
         self.metadata_root = (self.data_dir / "metadata").as_uri()
         common = {**FAST_FAILOVER, "metadata.log.dir": self.metadata_root, **(overrides or {})}
         self.controller = BrokerProcess(
-            self.data_dir / "controller", broker_id=100, role="controller",
-            overrides=common, env=env,
+            self.data_dir / "controller",
+            broker_id=100,
+            role="controller",
+            overrides=common,
+            env=env,
         )
         self.brokers = {
             i: BrokerProcess(

@@ -128,3 +128,38 @@ def fetch(
             ],
         ),
     )
+
+
+def metadata(conn: RawConnection, topics: list[str] | None = None) -> Any:
+    return conn.request(
+        p.ApiKey.METADATA,
+        p.MetadataRequest(
+            topics=None if topics is None else [p.MetadataRequestTopic(name=t) for t in topics]
+        ),
+    )
+
+
+def partition_state(bootstrap: str, topic: str, partition: int = 0) -> Any:
+    """The MetadataResponsePartition of one partition, asked of any reachable broker."""
+    last: Exception | None = None
+    for address in bootstrap.split(","):
+        try:
+            with RawConnection(address, timeout=5) as conn:
+                for t in metadata(conn, [topic]).topics:
+                    if t.name == topic and t.error_code == 0:
+                        return t.partitions[partition]
+        except OSError as err:
+            last = err
+    raise ConnectionError(f"no broker in {bootstrap} answered metadata for {topic}: {last}")
+
+
+def broker_address(bootstrap: str, broker_id: int) -> str:
+    for address in bootstrap.split(","):
+        try:
+            with RawConnection(address, timeout=5) as conn:
+                for b in metadata(conn, []).brokers:
+                    if b.node_id == broker_id:
+                        return f"{b.host}:{b.port}"
+        except OSError:
+            continue
+    raise ConnectionError(f"broker {broker_id} is not in the metadata of {bootstrap}")

@@ -1,0 +1,375 @@
+"""Replication with real broker processes and real faults (SIGKILL, SIGSTOP, restarts)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from logstore.batch import Record, build, iter_batches
+from logstore.log import Log
+from logstore.storage import Storage
+from tests.cluster import Cluster, wait_until
+from tests.wire import RawConnection, broker_address, create_topic, fetch, partition_state, produce
+
+pytestmark = [pytest.mark.cluster, pytest.mark.chaos]
+
+
+def topic_name() -> str:
+    return f"r-{uuid.uuid4().hex[:8]}"
+
+
+class AckedProducer:
+    """Sends one unique record per request with acks=all to the current leader; records what
+    was acked, at which offset. A failed send is never retried with the same value, so every
+    acked value must appear exactly once, at its acked offset."""
+
+    def __init__(self, cluster: Cluster, topic: str) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.acked: dict[int, bytes] = {}
+        self.errors: list[int] = []
+        self._n = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def send_one(self) -> bool:
+        self._n += 1
+        value = f"{self.topic}-{self._n}".encode()
+        try:
+            leader = partition_state(self.cluster.bootstrap, self.topic).leader_id
+            if leader < 0:
+                return False
+            with RawConnection(broker_address(self.cluster.bootstrap, leader), timeout=20) as conn:
+                resp = produce(conn, self.topic, 0, build([Record(None, value, self._n)]), acks=-1)
+        except (OSError, ConnectionError):
+            return False
+        part = resp.responses[0].partition_responses[0]
+        if part.error_code:
+            self.errors.append(part.error_code)
+            return False
+        self.acked[part.base_offset] = value
+        return True
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.send_one()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(60)
+
+
+def read_committed_log(bootstrap: str, topic: str) -> list[tuple[int, bytes | None]]:
+    """Everything below the HW, through the current leader."""
+    state = partition_state(bootstrap, topic)
+    out: list[tuple[int, bytes | None]] = []
+    with RawConnection(broker_address(bootstrap, state.leader_id)) as conn:
+        offset = 0
+        while True:
+            part = fetch(conn, topic, 0, offset).responses[0].partitions[0]
+            assert part.error_code == 0, part
+            got = [
+                (r.offset, r.value)
+                for b in iter_batches(part.records or b"")
+                for r in b.records()
+                if r.offset >= offset
+            ]
+            if not got:
+                return out
+            out.extend(got)
+            offset = got[-1][0] + 1
+
+
+def replica_bytes(cluster: Cluster, broker_id: int, topic: str, end: int) -> bytes:
+    """The bytes of a replica's log below ``end``, read from its own storage."""
+    log = Log.open(Storage.from_url(cluster.brokers[broker_id].log_dir).child(f"{topic}/0"))
+    out = b""
+    offset = log.log_start_offset
+    while offset < end:
+        chunk = log.read(offset, 1 << 20, max_offset=end)
+        batches = list(iter_batches(chunk))
+        assert batches, f"replica {broker_id} ends before {end}"
+        out += chunk
+        offset = batches[-1].next_offset
+    return out
+
+
+def produce_to_leader(cluster: Cluster, topic: str, records: bytes, acks: int = -1) -> int:
+    """Produce to whoever leads now, following leadership as metadata catches up."""
+
+    def attempt() -> int | None:
+        try:
+            leader = partition_state(cluster.bootstrap, topic).leader_id
+            with RawConnection(broker_address(cluster.bootstrap, leader), timeout=20) as conn:
+                part = (
+                    produce(conn, topic, 0, records, acks=acks).responses[0].partition_responses[0]
+                )
+        except (OSError, ConnectionError):
+            return None
+        return part.base_offset + 1 if part.error_code == 0 else None
+
+    return wait_until(attempt, message="a produce the current leader accepts") - 1
+
+
+def wait_for_topic(cluster: Cluster, topic: str, isr: int) -> None:
+    """Until every live broker's metadata shows the topic with an ISR of ``isr`` replicas."""
+
+    def ready() -> bool:
+        for broker in cluster.brokers.values():
+            if not broker.alive:
+                continue
+            try:
+                if len(partition_state(broker.bootstrap, topic).isr_nodes) != isr:
+                    return False
+            except ConnectionError:
+                return False
+        return True
+
+    wait_until(ready, message=f"{topic} known everywhere with an ISR of {isr}")
+
+
+def assert_acked_once(acked: dict[int, bytes], log: list[tuple[int, bytes | None]]) -> None:
+    by_offset = dict(log)
+    for offset, value in acked.items():
+        assert by_offset.get(offset) == value, f"acked record lost or moved at offset {offset}"
+    values = [v for _, v in log]
+    assert len(values) == len(set(values)), "a record appears twice"
+    assert [o for o, _ in log] == list(range(len(log))), "offsets are not contiguous"
+
+
+def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(brokers=3)
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        assert (
+            create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"}).topics[0].error_code
+            == 0
+        )
+    wait_for_topic(cluster, topic, 3)
+    producer = AckedProducer(cluster, topic)
+    producer.start()
+    wait_until(lambda: len(producer.acked) >= 50, message="50 acked records")
+    old = partition_state(cluster.bootstrap, topic)
+    cluster.brokers[old.leader_id].kill()
+    acked_before = len(producer.acked)
+    wait_until(
+        lambda: partition_state(cluster.bootstrap, topic).leader_id not in (-1, old.leader_id),
+        message="a new leader",
+    )
+    wait_until(lambda: len(producer.acked) >= acked_before + 50, message="producing again")
+    producer.stop()
+    new = partition_state(cluster.bootstrap, topic)
+    assert new.leader_epoch > old.leader_epoch
+    assert new.leader_id in old.isr_nodes
+    assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
+
+
+def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(brokers=3)
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
+    wait_for_topic(cluster, topic, 3)
+    state = partition_state(cluster.bootstrap, topic)
+    follower = next(r for r in state.replica_nodes if r != state.leader_id)
+    producer = AckedProducer(cluster, topic)
+    producer.start()
+    wait_until(lambda: len(producer.acked) >= 20)
+    cluster.brokers[follower].kill()
+    wait_until(
+        lambda: follower not in partition_state(cluster.bootstrap, topic).isr_nodes,
+        message="the dead follower leaves the ISR",
+    )
+    acked = len(producer.acked)
+    wait_until(lambda: len(producer.acked) >= acked + 20, message="produce continues")
+    cluster.brokers[follower].start()
+    wait_until(
+        lambda: follower in partition_state(cluster.bootstrap, topic).isr_nodes,
+        timeout=60,
+        message="the follower catches up and rejoins the ISR",
+    )
+    producer.stop()
+    log = read_committed_log(cluster.bootstrap, topic)
+    assert_acked_once(producer.acked, log)
+    end = len(log)
+    leader_bytes = replica_bytes(cluster, state.leader_id, topic, end)
+    wait_until(
+        lambda: len(replica_bytes_or_empty(cluster, follower, topic, end)) == len(leader_bytes)
+    )
+    assert replica_bytes(cluster, follower, topic, end) == leader_bytes
+
+
+def replica_bytes_or_empty(cluster: Cluster, broker_id: int, topic: str, end: int) -> bytes:
+    try:
+        return replica_bytes(cluster, broker_id, topic, end)
+    except AssertionError:
+        return b""
+
+
+def test_kip101_divergence_is_truncated_by_leader_epoch(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(brokers=3)
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 3)
+    wait_for_topic(cluster, topic, 3)
+    state = partition_state(cluster.bootstrap, topic)
+    old_leader = state.leader_id
+    followers = [r for r in state.replica_nodes if r != old_leader]
+    with RawConnection(cluster.brokers[old_leader].bootstrap) as conn:
+        for i in range(5):
+            assert (
+                produce(conn, topic, 0, build([Record(None, b"shared-%d" % i, i)]))
+                .responses[0]
+                .partition_responses[0]
+                .error_code
+                == 0
+            )
+        # the followers stop fetching; the leader appends batches they never see, then dies
+        for f in followers:
+            cluster.brokers[f].pause()
+        try:
+            for i in range(3):
+                produce(conn, topic, 0, build([Record(None, b"lost-%d" % i, i)]), acks=1)
+            wait_until(
+                lambda: _durable_end(cluster, old_leader, topic) >= 8,
+                message="the old leader flushed its divergent tail",
+            )
+        finally:
+            cluster.brokers[old_leader].kill()
+            for f in followers:
+                cluster.brokers[f].resume()
+    wait_until(
+        lambda: partition_state(cluster.bootstrap, topic).leader_id in followers,
+        message="a follower leads",
+    )
+    for i in range(4):
+        produce_to_leader(cluster, topic, build([Record(None, b"new-%d" % i, i)]))
+    new_leader = partition_state(cluster.bootstrap, topic).leader_id
+    cluster.brokers[old_leader].start()
+    wait_until(
+        lambda: old_leader in partition_state(cluster.bootstrap, topic).isr_nodes,
+        timeout=60,
+        message="the old leader truncates, catches up and rejoins",
+    )
+    log = read_committed_log(cluster.bootstrap, topic)
+    values = [v for _, v in log]
+    shared = [b"shared-%d" % i for i in range(5)]
+    new = [b"new-%d" % i for i in range(4)]
+    # A follower's long poll parked on the old leader may have carried the first divergent
+    # batch before the pause took hold; the batches after it were never fetched by anyone.
+    middle = values[len(shared) : len(values) - len(new)]
+    assert values[: len(shared)] == shared
+    assert values[len(values) - len(new) :] == new
+    assert middle in ([], [b"lost-0"]), f"unfetched divergent batches survived: {middle}"
+    end = len(log)
+    reference = replica_bytes(cluster, new_leader, topic, end)
+    for broker_id in state.replica_nodes:
+        wait_until(
+            lambda b=broker_id: replica_bytes_or_empty(cluster, b, topic, end) == reference,
+            message=f"replica {broker_id} byte-identical up to the HW",
+        )
+
+
+def _durable_end(cluster: Cluster, broker_id: int, topic: str) -> int:
+    log = Log.open(Storage.from_url(cluster.brokers[broker_id].log_dir).child(f"{topic}/0"))
+    return log.durable_end_offset
+
+
+def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(brokers=3)
+    store = Path(cluster.data_dir / "metadata")
+
+    def claims() -> list[int]:
+        return sorted(int(f.stem) for f in (store / "controller").glob("*.json"))
+
+    assert claims() == [1]
+    cluster.controller.pause()  # a controller paused past its session: deposed, not dead
+    wait_until(lambda: len(claims()) >= 2, message="a standby claims epoch 2")
+    new_epoch = claims()[-1]
+    # the cluster works under the new controller
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        wait_until(
+            lambda: create_topic(conn, topic, 1, 3).topics[0].error_code == 0,
+            message="topic created under the new controller",
+        )
+    cluster.controller.resume()
+    # the old controller wakes up believing it is active; it must not write metadata
+    wait_until(
+        lambda: (
+            "steps down" in cluster.controller.stderr_tail(200)
+            or "superseded" in cluster.controller.stderr_tail(200)
+        ),
+        message="the stale controller notices it was deposed",
+    )
+    from replication.metadata import MetadataImage
+
+    versions = sorted((store / "metadata").glob("*.json"))
+    images = [MetadataImage.from_bytes(v.read_bytes()) for v in versions]
+    first_new = next(i for i, im in enumerate(images) if im.controller_epoch == new_epoch)
+    stale = [im.version for im in images[first_new:] if im.controller_epoch < new_epoch]
+    assert stale == [], f"the deposed controller wrote metadata versions {stale}"
+    assert partition_state(cluster.bootstrap, topic).leader_id >= 0
+
+
+def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(brokers=3)
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
+    wait_for_topic(cluster, topic, 3)
+    old = partition_state(cluster.bootstrap, topic)
+    producer = AckedProducer(cluster, topic)
+    for _ in range(10):
+        assert producer.send_one()
+    stale = cluster.brokers[old.leader_id]
+    conn = RawConnection(stale.bootstrap, timeout=60)
+    stale.pause()
+    try:
+        wait_until(
+            lambda: partition_state(cluster.bootstrap, topic).leader_id not in (-1, old.leader_id),
+            message="a new leader while the old one is paused",
+        )
+        for _ in range(10):
+            assert producer.send_one()
+    finally:
+        stale.resume()
+    # the resumed old leader may still think it leads: its acks=all produce must not succeed
+    resp = produce(conn, topic, 0, build([Record(None, b"from-the-past", 0)]), acks=-1)
+    conn.close()
+    assert resp.responses[0].partition_responses[0].error_code != 0
+    wait_until(
+        lambda: old.leader_id in partition_state(cluster.bootstrap, topic).isr_nodes,
+        timeout=60,
+        message="the old leader rejoins as a follower",
+    )
+    log = read_committed_log(cluster.bootstrap, topic)
+    assert b"from-the-past" not in [v for _, v in log]
+    assert_acked_once(producer.acked, log)
+
+
+@pytest.mark.s3
+def test_broker_on_s3(cluster_factory, s3_url) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(
+        brokers=2,
+        broker_log_dirs={0: s3_url.sub("broker-0")},
+        overrides={"storage.endpoint.url": s3_url.endpoint_url},
+    )
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 2, **{"min.insync.replicas": "2"})
+    wait_for_topic(cluster, topic, 2)
+    producer = AckedProducer(cluster, topic)
+    for _ in range(20):
+        assert producer.send_one()
+    assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
+    storage = Storage.from_url(s3_url.sub("broker-0"), **s3_url.storage_options)
+    assert any(i.path.endswith(".seg") for i in storage.list(f"{topic}/0"))
