@@ -625,6 +625,15 @@ def records_to_arrow(records: Iterable[Record]) -> pa.RecordBatch:
     return data
 
 
+def _is_bytes_like(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_binary(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_large_binary(kind)
+    )
+
+
 def _binary_column(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
     kind = column.type
     if kind == pa.binary():
@@ -637,6 +646,7 @@ def _binary_column(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
         or pa.types.is_binary_view(kind)
         or pa.types.is_fixed_size_binary(kind)
         or pa.types.is_null(kind)
+        or (pa.types.is_dictionary(kind) and _is_bytes_like(kind.value_type))
     ):
         return column.cast(pa.binary())
     raise ValueError(f"column {name!r} has type {kind}, expected binary or string")

@@ -89,6 +89,7 @@ class KafkaApis:
                     p.ApiKey.FETCH: self.handle_fetch,
                     p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
                     p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
+                    p.ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
                 }
             )
         if controller_service is not None:
@@ -399,7 +400,7 @@ class KafkaApis:
             is_from_follower=body.replica_id >= 0,
         )
         if context.error is not None:
-            return p.FetchResponse(error_code=context.error_code, session_id=body.session_id)
+            return p.FetchResponse(error_code=context.error_code, session_id=context.session_id)
         specs = [
             FetchSpec(
                 topic=topic,
@@ -484,6 +485,43 @@ class KafkaApis:
                     )
             topics.append(p.ListOffsetsResponseTopic(name=t.name, partitions=parts))
         return p.ListOffsetsResponse(topics=topics)
+
+    async def handle_describe_log_dirs(
+        self, header: p.RequestHeader, body: p.DescribeLogDirsRequest
+    ) -> Any:
+        rm = self.replica_manager
+        wanted = (
+            None
+            if body.topics is None
+            else {(t.topic, i) for t in body.topics for i in t.partitions}
+        )
+        by_topic: dict[str, list[p.DescribeLogDirsPartition]] = {}
+        for (topic, index), partition in sorted(rm.partitions.items()):
+            if wanted is not None and (topic, index) not in wanted:
+                continue
+            plog = partition.log
+            by_topic.setdefault(topic, []).append(
+                p.DescribeLogDirsPartition(
+                    partition_index=index,
+                    partition_size=plog.size_in_bytes,
+                    log_start_offset=plog.log_start_offset,
+                    log_end_offset=plog.log_end_offset,
+                    durable_end_offset=plog.durable_end_offset,
+                    high_watermark=plog.high_watermark,
+                    leader_epoch=partition.leader_epoch,
+                    is_leader=partition.is_leader,
+                )
+            )
+        return p.DescribeLogDirsResponse(
+            results=[
+                p.DescribeLogDirsResult(
+                    log_dir=self.config.log_dir,
+                    topics=[
+                        p.DescribeLogDirsTopic(name=t, partitions=ps) for t, ps in by_topic.items()
+                    ],
+                )
+            ]
+        )
 
     async def handle_offsets_for_leader_epoch(
         self, header: p.RequestHeader, body: p.OffsetsForLeaderEpochRequest

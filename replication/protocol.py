@@ -774,6 +774,7 @@ class ApiKey(IntEnum):
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    DESCRIBE_LOG_DIRS = 35
 
 
 # --- headers ------------------------------------------------------------------------------------
@@ -1560,6 +1561,65 @@ class BrokerHeartbeatResponse:
     controller_epoch: int = field(default=-1, metadata=wire(INT32))
 
 
+# --- DescribeLogDirs (35): each replica's offsets, for `replog topics describe` --------------------
+
+
+@message
+class DescribableLogDirTopic:
+    topic: str = field(metadata=wire(STRING))
+    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class DescribeLogDirsRequest:
+    """The replicas this broker holds; ``topics=None`` asks for all of them."""
+
+    topics: list[DescribableLogDirTopic] | None = field(
+        default=None, metadata=wire(Array(DescribableLogDirTopic, nullable=True))
+    )
+
+
+@message
+class DescribeLogDirsPartition:
+    partition_index: int = field(metadata=wire(INT32))
+    partition_size: int = field(default=0, metadata=wire(INT64))
+    #: replog: how far this replica's LEO is behind its leader's (0 on the leader)
+    offset_lag: int = field(default=0, metadata=wire(INT64))
+    is_future_key: bool = field(default=False, metadata=wire(BOOL))
+    log_start_offset: int = field(default=-1, metadata=wire(INT64))
+    log_end_offset: int = field(default=-1, metadata=wire(INT64))
+    durable_end_offset: int = field(default=-1, metadata=wire(INT64))
+    high_watermark: int = field(default=-1, metadata=wire(INT64))
+    leader_epoch: int = field(default=-1, metadata=wire(INT32))
+    is_leader: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class DescribeLogDirsTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[DescribeLogDirsPartition] = field(
+        default_factory=list, metadata=wire(Array(DescribeLogDirsPartition))
+    )
+
+
+@message
+class DescribeLogDirsResult:
+    error_code: int = field(default=0, metadata=wire(INT16))
+    log_dir: str = field(default="", metadata=wire(STRING))
+    topics: list[DescribeLogDirsTopic] = field(
+        default_factory=list, metadata=wire(Array(DescribeLogDirsTopic))
+    )
+
+
+@message
+class DescribeLogDirsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    results: list[DescribeLogDirsResult] = field(
+        default_factory=list, metadata=wire(Array(DescribeLogDirsResult))
+    )
+
+
 # --- the API table ----------------------------------------------------------------------------
 
 
@@ -1590,6 +1650,7 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.ALTER_PARTITION: _Api(AlterPartitionRequest, AlterPartitionResponse, 0, 0),
     ApiKey.BROKER_REGISTRATION: _Api(BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 0),
     ApiKey.BROKER_HEARTBEAT: _Api(BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 0),
+    ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 0),
 }
 
 #: The (min, max) version replog speaks for each API.
