@@ -1561,7 +1561,7 @@ class BrokerHeartbeatResponse:
     controller_epoch: int = field(default=-1, metadata=wire(INT32))
 
 
-# --- DescribeLogDirs (35): each replica's offsets, for `replog topics describe` --------------------
+# --- DescribeLogDirs (35): each replica's offsets, for `replog topics describe` ------------------
 
 
 @message
