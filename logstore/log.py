@@ -68,6 +68,8 @@ class AppendInfo:
     max_timestamp: int
     record_count: int
     log_start_offset: int
+    #: True when nothing was appended: the batch was a retry of one already in the log
+    duplicate: bool = False
 
 
 @dataclass(slots=True)

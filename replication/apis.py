@@ -282,7 +282,12 @@ class KafkaApis:
         listener = body.listeners[0]
         try:
             info = await asyncio.to_thread(
-                controller.register_broker, body.broker_id, listener.host, listener.port, body.rack
+                controller.register_broker,
+                body.broker_id,
+                listener.host,
+                listener.port,
+                body.rack,
+                str(body.incarnation_id),
             )
         except ReplogError as err:
             return p.BrokerRegistrationResponse(error_code=_code(err))

@@ -22,6 +22,7 @@ from dataclasses import replace
 from logstore.config import LogConfig, keys_of, parse
 from logstore.errors import ConfigError
 from replication.errors import (
+    DuplicateBrokerRegistrationError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
@@ -139,6 +140,8 @@ class Controller:
         self.incarnation = incarnation or uuid.uuid4().hex
         #: broker id -> time of its last heartbeat (ms), for the brokers this controller saw
         self._last_heartbeat: dict[int, int] = {}
+        #: broker id -> incarnation of its current registration (seen by this controller)
+        self._incarnations: dict[int, str] = {}
         self.active = False
         self.controller_id = controller_id
         self.host = host
@@ -222,10 +225,34 @@ class Controller:
 
     # --- brokers ------------------------------------------------------------------------------
 
-    def register_broker(self, broker_id: int, host: str, port: int, rack: str | None) -> BrokerInfo:
-        """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed."""
+    def register_broker(
+        self, broker_id: int, host: str, port: int, rack: str | None, incarnation: str = ""
+    ) -> BrokerInfo:
+        """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed.
+
+        A second live incarnation of a broker id is refused (DUPLICATE_BROKER_REGISTRATION) until
+        the first one's session expires, as in Kafka.
+        """
+        if not host or not 0 < port < 65536 or broker_id < 0:
+            raise InvalidRequestError(
+                f"broker registration of id {broker_id} at {host!r}:{port} is not valid"
+            )
         with self._lock:
             old = self.image.broker(broker_id)
+            now = self._time_ms()
+            known = self._incarnations.get(broker_id)
+            if (
+                old is not None
+                and not old.fenced
+                and known is not None
+                and known != incarnation
+                and now - self._last_heartbeat.get(broker_id, 0) <= self.session_timeout_ms
+            ):
+                raise DuplicateBrokerRegistrationError(
+                    f"broker {broker_id} is registered by another live process (at "
+                    f"{old.host}:{old.port}); it can register once that session expires"
+                )
+            self._incarnations[broker_id] = incarnation
             info = BrokerInfo(broker_id, host, port, rack or None, (old.epoch + 1) if old else 1)
             self._last_heartbeat[broker_id] = self._time_ms()
             image = self.image.next().with_broker(info)

@@ -41,6 +41,7 @@ __all__ = [
     "CoordinatorNotAvailableError",
     "CorruptFrameError",
     "CorruptRecordError",
+    "DuplicateBrokerRegistrationError",
     "DuplicateSequenceNumberError",
     "FencedLeaderEpochError",
     "FetchSessionIdNotFoundError",
@@ -474,6 +475,16 @@ class InvalidUpdateVersionError(WireError):
     """
 
     code = 95
+
+
+class DuplicateBrokerRegistrationError(WireError):
+    """Another live process is registered with this broker id.
+
+    Give every broker its own broker.id; a restarted broker registers once its previous
+    session has expired (broker.session.timeout.ms).
+    """
+
+    code = 101
 
 
 class StaleBrokerEpochError(WireError):

@@ -54,6 +54,7 @@ class BrokerLifecycle:
         self._conn: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
+        self.incarnation = uuid.uuid4()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="lifecycle")
@@ -134,7 +135,7 @@ class BrokerLifecycle:
             p.BrokerRegistrationRequest(
                 broker_id=self.config.broker_id,
                 cluster_id="",
-                incarnation_id=uuid.uuid4(),
+                incarnation_id=self.incarnation,
                 listeners=[
                     p.BrokerRegistrationListener(name="PLAINTEXT", host=self.host, port=self.port)
                 ],

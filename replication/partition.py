@@ -12,7 +12,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from logstore.batch import ControlType, build_control, iter_batches, parse_header
 from logstore.config import LogConfig
+from logstore.errors import CorruptRecordError, InvalidRecordError, ObjectNotFoundError
 from logstore.log import AppendInfo, Log
 from replication.errors import (
     FencedLeaderEpochError,
@@ -21,6 +23,7 @@ from replication.errors import (
     UnknownLeaderEpochError,
 )
 from replication.metadata import PartitionState
+from replication.producer_state import SNAPSHOT_NAME, ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,8 @@ class Partition:
         self.policy = policy
         self.state = PartitionState((), (), -1, -1, -1)  # nothing yet: the first state is news
         self.followers: dict[int, ReplicaState] = {}
+        self.producer_state = ProducerStateManager(f"{topic}-{index}")
+        self.rebuild_producer_state()
         self.apply_state(state)
 
     def __repr__(self) -> str:
@@ -93,8 +98,10 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the oldest open transaction, or the HW (no transactions yet)."""
-        return self.log.high_watermark
+        """First offset of the oldest open transaction, or the HW."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.log.high_watermark
+        return hw if first_unstable is None else min(hw, first_unstable)
 
     @property
     def log_config(self) -> LogConfig:
@@ -155,6 +162,8 @@ class Partition:
     # --- produce -------------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, acks: int) -> AppendInfo:
+        """Append as leader. A batch the producer state recognises as a retry is not appended:
+        the original batch's offsets come back (``AppendInfo.duplicate``)."""
         self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
         if acks == -1 and len(self.state.isr) < self.policy.min_insync_replicas:
             raise NotEnoughReplicasError(
@@ -162,7 +171,95 @@ class Partition:
                 f"min.insync.replicas={self.policy.min_insync_replicas}; acks=all cannot be "
                 "met until replicas catch up"
             )
-        return self.log.append(records, leader_epoch=self.state.leader_epoch)
+        batches = list(iter_batches(records, validate=True))
+        for batch in batches:
+            duplicate = self.producer_state.check(batch)
+            if duplicate is not None:
+                if len(batches) > 1:
+                    raise InvalidRecordError(
+                        "a produce request carrying a retried batch must carry only that batch"
+                    )
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    batch.max_timestamp,
+                    batch.record_count,
+                    self.log.log_start_offset,
+                    duplicate=True,
+                )
+        info = self.log.append(records, leader_epoch=self.state.leader_epoch)
+        offset = info.first_offset
+        for batch in batches:
+            self.producer_state.update(batch, offset)
+            offset += batch.record_count
+        return info
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo:
+        """Write a transaction marker (COMMIT or ABORT control batch) as leader."""
+        self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
+        marker = build_control(
+            ControlType.COMMIT if commit else ControlType.ABORT,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp=_now_ms(),
+        )
+        batch = parse_header(marker)
+        self.producer_state.check(batch)  # an older epoch is fenced
+        info = self.log.append(marker, leader_epoch=self.state.leader_epoch)
+        self.producer_state.update(batch, info.first_offset)
+        return info
+
+    def append_as_follower(self, records: bytes) -> AppendInfo:
+        info = self.log.append_as_follower(records)
+        for batch in iter_batches(records, validate=False):
+            self.producer_state.update(batch)
+        return info
+
+    def truncate_to(self, offset: int) -> int:
+        end = self.log.truncate_to(offset)
+        self.rebuild_producer_state()
+        return end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.producer_state = ProducerStateManager(f"{self.topic}-{self.index}")
+        self.producer_state.map_end_offset = offset
+
+    # --- producer state ------------------------------------------------------------------------
+
+    def rebuild_producer_state(self) -> None:
+        """Load the snapshot (if it is still within the log) and replay the batches after it."""
+        name = f"{self.topic}-{self.index}"
+        state = ProducerStateManager(name)
+        try:
+            snapshot = ProducerStateManager.from_bytes(self.log.storage.read(SNAPSHOT_NAME), name)
+            if self.log.log_start_offset <= snapshot.map_end_offset <= self.log.log_end_offset:
+                state = snapshot
+        except (ObjectNotFoundError, CorruptRecordError):
+            pass
+        offset = max(state.map_end_offset, self.log.log_start_offset)
+        end = self.log.log_end_offset
+        while offset < end:
+            chunk = self.log.read(offset, 8 * 1024 * 1024)
+            batches = list(iter_batches(chunk, validate=False))
+            if not batches:
+                break
+            for batch in batches:
+                if batch.next_offset > offset:
+                    state.update(batch)
+            offset = batches[-1].next_offset
+        state.truncate_head(self.log.log_start_offset)
+        self.producer_state = state
+
+    def write_producer_snapshot(self) -> None:
+        """Snapshot the producer state if it reflects only durable data (recovery replays
+        what follows it)."""
+        state = self.producer_state
+        if state.map_end_offset <= self.log.durable_end_offset:
+            self.log.storage.write(SNAPSHOT_NAME, state.to_bytes())
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = min durable LEO over the ISR. True if it moved."""

@@ -227,7 +227,7 @@ class ReplicaFetcher:
         plog = partition.log
         if plog.log_end_offset != plog.durable_end_offset:
             plog.flush()
-        plog.append_as_follower(records)
+        partition.append_as_follower(records)
         plog.flush()
 
     @staticmethod
@@ -251,7 +251,7 @@ class ReplicaFetcher:
             follower_end,
             target,
         )
-        plog.truncate_to(max(target, plog.log_start_offset))
+        partition.truncate_to(max(target, plog.log_start_offset))
 
     @staticmethod
     def _handle_out_of_range(partition: Partition, part: p.FetchResponsePartition) -> None:
@@ -263,9 +263,9 @@ class ReplicaFetcher:
                 part.log_start_offset,
                 plog.log_end_offset,
             )
-            plog.truncate_fully_and_start_at(part.log_start_offset)
+            partition.truncate_fully_and_start_at(part.log_start_offset)
         elif part.high_watermark >= 0 and plog.log_end_offset > part.high_watermark:
-            plog.truncate_to(part.high_watermark)
+            partition.truncate_to(part.high_watermark)
 
 
 class ReplicaFetcherManager:
