@@ -18,6 +18,7 @@ from replication.config import BrokerConfig
 from replication.controller import Controller
 from replication.controller_service import ControllerService
 from replication.errors import (
+    CoordinatorNotAvailableError,
     LeaderNotAvailableError,
     NotControllerError,
     UnknownTopicOrPartitionError,
@@ -27,6 +28,7 @@ from replication.fetch_session import FetchSessionCache, PartitionFetchState
 from replication.lifecycle import BrokerLifecycle
 from replication.metadata import MetadataImage
 from replication.replica_manager import FetchSpec, ReplicaManager
+from replication.transaction_coordinator import TRANSACTION_TOPIC, TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class KafkaApis:
         self._replica_manager = replica_manager
         self.controller_service = controller_service
         self.lifecycle = lifecycle
+        #: set by the node once its broker side is up
+        self.coordinator: TransactionCoordinator | None = None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.handlers: dict[int, Handler] = {
             p.ApiKey.API_VERSIONS: self.handle_api_versions,
@@ -90,6 +94,14 @@ class KafkaApis:
                     p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
                     p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
                     p.ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+                    p.ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
+                    p.ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+                    p.ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+                    p.ApiKey.END_TXN: self.handle_end_txn,
+                    p.ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
+                    p.ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
+                    p.ApiKey.COMMIT_SINK_BATCH: self.handle_commit_sink_batch,
+                    p.ApiKey.DESCRIBE_SINK: self.handle_describe_sink,
                 }
             )
         if controller_service is not None:
@@ -98,6 +110,7 @@ class KafkaApis:
                     p.ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
                     p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
                     p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
+                    p.ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
                 }
             )
 
@@ -185,7 +198,11 @@ class KafkaApis:
                         ],
                     )
                 )
-            topics.append(p.MetadataResponseTopic(name=name, partitions=partitions))
+            topics.append(
+                p.MetadataResponseTopic(
+                    name=name, partitions=partitions, is_internal=name.startswith("__")
+                )
+            )
         return p.MetadataResponse(
             brokers=[
                 p.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
@@ -270,6 +287,197 @@ class KafkaApis:
                 )
         await self._after_controller_change()
         return p.DeleteTopicsResponse(responses=results)
+
+    # --- transactions --------------------------------------------------------------------------
+
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator:
+        assert self.coordinator is not None
+        return self.coordinator
+
+    async def _transaction_partition_leader(self) -> int:
+        """The leader of __transaction_state-0, creating the topic on first use (as Kafka)."""
+        info = self.image.topic(TRANSACTION_TOPIC)
+        if info is None:
+            live = len([b for b in self.image.brokers if not b.fenced])
+            rf = max(1, min(3, live))
+            await self.handle_create_topics(
+                p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
+                p.CreateTopicsRequest(
+                    topics=[
+                        p.CreatableTopic(
+                            name=TRANSACTION_TOPIC,
+                            num_partitions=1,
+                            replication_factor=rf,
+                            configs=[
+                                p.CreatableTopicConfig(
+                                    name="min.insync.replicas", value=str(min(2, rf))
+                                )
+                            ],
+                        )
+                    ]
+                ),
+            )
+            info = self.image.topic(TRANSACTION_TOPIC)
+        return info.partitions[0].leader if info is not None else -1
+
+    async def handle_find_coordinator(
+        self, header: p.RequestHeader, body: p.FindCoordinatorRequest
+    ) -> Any:
+        leader = await self._transaction_partition_leader()
+        broker = self.image.broker(leader) if leader >= 0 else None
+        if broker is None:
+            return p.FindCoordinatorResponse(
+                error_code=CoordinatorNotAvailableError.code,
+                error_message="the transaction coordinator is not available yet; retry",
+            )
+        return p.FindCoordinatorResponse(
+            node_id=broker.broker_id, host=broker.host, port=broker.port
+        )
+
+    async def handle_init_producer_id(
+        self, header: p.RequestHeader, body: p.InitProducerIdRequest
+    ) -> Any:
+        try:
+            pid, epoch = await self.txn_coordinator.init_producer_id(
+                body.transactional_id, body.transaction_timeout_ms
+            )
+        except ReplogError as err:
+            return p.InitProducerIdResponse(error_code=_code(err))
+        return p.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
+
+    async def handle_add_partitions_to_txn(
+        self, header: p.RequestHeader, body: p.AddPartitionsToTxnRequest
+    ) -> Any:
+        code = 0
+        try:
+            await self.txn_coordinator.add_partitions(
+                body.transactional_id,
+                body.producer_id,
+                body.producer_epoch,
+                [(t.name, i) for t in body.topics for i in t.partitions],
+            )
+        except ReplogError as err:
+            code = _code(err)
+        return p.AddPartitionsToTxnResponse(
+            results=[
+                p.AddPartitionsToTxnTopicResult(
+                    name=t.name,
+                    results=[
+                        p.AddPartitionsToTxnPartitionResult(partition_index=i, error_code=code)
+                        for i in t.partitions
+                    ],
+                )
+                for t in body.topics
+            ]
+        )
+
+    async def handle_end_txn(self, header: p.RequestHeader, body: p.EndTxnRequest) -> Any:
+        try:
+            await self.txn_coordinator.end_txn(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+            )
+        except ReplogError as err:
+            return p.EndTxnResponse(error_code=_code(err))
+        return p.EndTxnResponse()
+
+    async def handle_write_txn_markers(
+        self, header: p.RequestHeader | None, body: p.WriteTxnMarkersRequest
+    ) -> p.WriteTxnMarkersResponse:
+        markers = [
+            (m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch, t.name, i)
+            for m in body.markers
+            for t in m.topics
+            for i in t.partition_indexes
+        ]
+        results = await self.replica_manager.write_txn_markers(
+            markers, self.config.request_timeout_ms
+        )
+        return p.WriteTxnMarkersResponse(
+            markers=[
+                p.WritableTxnMarkerResult(
+                    producer_id=m.producer_id,
+                    topics=[
+                        p.WritableTxnMarkerTopicResult(
+                            name=t.name,
+                            partitions=[
+                                p.WritableTxnMarkerPartitionResult(
+                                    partition_index=i,
+                                    error_code=_code(results[(m.producer_id, t.name, i)]),
+                                )
+                                for i in t.partition_indexes
+                            ],
+                        )
+                        for t in m.topics
+                    ],
+                )
+                for m in body.markers
+            ]
+        )
+
+    async def handle_list_transactions(
+        self, header: p.RequestHeader, body: p.ListTransactionsRequest
+    ) -> Any:
+        try:
+            listings = self.txn_coordinator.listings(body.state_filters)
+        except ReplogError as err:
+            return p.ListTransactionsResponse(error_code=_code(err))
+        return p.ListTransactionsResponse(
+            transactions=[
+                p.TransactionListing(
+                    transactional_id=m.transactional_id,
+                    producer_id=m.producer_id,
+                    producer_epoch=m.producer_epoch,
+                    transaction_state=m.state.value,
+                    transaction_timeout_ms=m.timeout_ms,
+                    transaction_start_time_ms=m.start_ms,
+                    partitions=[
+                        p.TransactionPartition(topic=t, partition=i)
+                        for t, i in sorted(m.partitions)
+                    ],
+                )
+                for m in listings
+            ]
+        )
+
+    async def handle_commit_sink_batch(
+        self, header: p.RequestHeader, body: p.CommitSinkBatchRequest
+    ) -> Any:
+        try:
+            result = await self.txn_coordinator.commit_sink_batch(
+                body.sink_id,
+                body.batch_id,
+                [(t.transactional_id, t.producer_id, t.producer_epoch) for t in body.transactions],
+                abort=body.abort,
+            )
+        except ReplogError as err:
+            return p.CommitSinkBatchResponse(error_code=_code(err), error_message=_message(err))
+        return p.CommitSinkBatchResponse(
+            committed=result.committed, last_committed_batch=result.last_committed_batch
+        )
+
+    async def handle_describe_sink(
+        self, header: p.RequestHeader, body: p.DescribeSinkRequest
+    ) -> Any:
+        try:
+            last = self.txn_coordinator.last_committed_batch(body.sink_id)
+        except ReplogError as err:
+            return p.DescribeSinkResponse(error_code=_code(err))
+        return p.DescribeSinkResponse(last_committed_batch=last)
+
+    async def handle_allocate_producer_ids(
+        self, header: p.RequestHeader, body: p.AllocateProducerIdsRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.AllocateProducerIdsResponse(error_code=NotControllerError.code)
+        try:
+            block = await asyncio.to_thread(controller.allocate_producer_ids, 1000)
+        except ReplogError as err:
+            return p.AllocateProducerIdsResponse(error_code=_code(err))
+        return p.AllocateProducerIdsResponse(
+            producer_id_start=block.start, producer_id_len=len(block)
+        )
 
     # --- controller APIs ---------------------------------------------------------------------
 
@@ -438,6 +646,12 @@ class KafkaApis:
                 if d.diverging_epoch
                 else p.EpochEndOffset(),
                 records=d.records,
+                aborted_transactions=None
+                if d.aborted is None
+                else [
+                    p.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in d.aborted
+                ],
             )
             for key, d in data.items()
         }

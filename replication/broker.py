@@ -15,16 +15,20 @@ import signal
 import sys
 from typing import Any
 
+from logstore.errors import ReplogError, raise_for_code
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.apis import KafkaApis
 from replication.config import BrokerConfig
 from replication.controller_service import ControllerService
+from replication.errors import NotCoordinatorError
 from replication.lifecycle import BrokerLifecycle
 from replication.metadata_store import MetadataStore
 from replication.network import SocketServer
+from replication.partition import Partition
 from replication.replica_fetcher import ReplicaFetcherManager
 from replication.replica_manager import ReplicaManager
+from replication.transaction_coordinator import TRANSACTION_TOPIC, TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ class Node:
         self.controller_service: ControllerService | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.fetchers: ReplicaFetcherManager | None = None
+        self.coordinator: TransactionCoordinator | None = None
+        self._txn_timeouts: asyncio.Task[None] | None = None
         if "broker" in roles:
             storage = Storage.from_url(config.log_dir, **config.storage_options(config.log_dir))
             self.replica_manager = ReplicaManager(config, storage)
@@ -82,13 +88,75 @@ class Node:
             return await lifecycle.controller_request(p.ApiKey.ALTER_PARTITION, request)
 
         rm.send_alter_partition = send_alter_partition
+        self.coordinator = self._transaction_coordinator(rm, lifecycle)
+        self.apis.coordinator = self.coordinator
         # Serve with the metadata on storage right away; registration then follows.
         await lifecycle.refresh_metadata()
         lifecycle.start()
         rm.start()
         await lifecycle.registered.wait()
 
+    def _transaction_coordinator(
+        self, rm: ReplicaManager, lifecycle: BrokerLifecycle
+    ) -> TransactionCoordinator:
+        config = self.config
+
+        async def append(records: bytes) -> None:
+            results = await rm.append_records(
+                -1, config.request_timeout_ms, [(TRANSACTION_TOPIC, 0, records)]
+            )
+            error = results[(TRANSACTION_TOPIC, 0)].error
+            if error is not None:
+                raise NotCoordinatorError(f"the transaction log refused a write: {error}")
+
+        async def allocate() -> range:
+            response = await lifecycle.controller_request(
+                p.ApiKey.ALLOCATE_PRODUCER_IDS,
+                p.AllocateProducerIdsRequest(
+                    broker_id=config.broker_id, broker_epoch=lifecycle.broker_epoch
+                ),
+            )
+            raise_for_code(response.error_code, "producer id allocation failed")
+            start = response.producer_id_start
+            return range(start, start + response.producer_id_len)
+
+        coordinator = TransactionCoordinator(
+            config.broker_id,
+            config.transaction_max_timeout_ms,
+            lambda: rm.image,
+            append,
+            lambda request: self.apis.handle_write_txn_markers(None, request),
+            allocate,
+        )
+
+        def on_role_change(partition: Partition) -> None:
+            if partition.key != (TRANSACTION_TOPIC, 0):
+                return
+            if partition.is_leader:
+                asyncio.get_running_loop().create_task(coordinator.load(partition))
+            else:
+                coordinator.unload()
+
+        rm.on_role_change.append(on_role_change)
+        self._txn_timeouts = asyncio.get_running_loop().create_task(
+            self._abort_timed_out(coordinator)
+        )
+        return coordinator
+
+    @staticmethod
+    async def _abort_timed_out(coordinator: TransactionCoordinator) -> None:
+        while True:
+            await asyncio.sleep(1)
+            try:
+                await coordinator.abort_timed_out()
+            except ReplogError as err:
+                log.warning("aborting timed-out transactions failed: %s", err)
+
     async def stop(self) -> None:
+        if self._txn_timeouts is not None:
+            self._txn_timeouts.cancel()
+        if self.coordinator is not None:
+            await self.coordinator.stop()
         await self.server.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()

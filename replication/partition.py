@@ -18,8 +18,10 @@ from logstore.errors import CorruptRecordError, InvalidRecordError, ObjectNotFou
 from logstore.log import AppendInfo, Log
 from replication.errors import (
     FencedLeaderEpochError,
+    InvalidRequestError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    TransactionCoordinatorFencedError,
     UnknownLeaderEpochError,
 )
 from replication.metadata import PartitionState
@@ -199,15 +201,24 @@ class Partition:
     ) -> AppendInfo:
         """Write a transaction marker (COMMIT or ABORT control batch) as leader."""
         self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
-        marker = build_control(
-            ControlType.COMMIT if commit else ControlType.ABORT,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            coordinator_epoch=coordinator_epoch,
-            timestamp=_now_ms(),
-        )
+        try:
+            marker = build_control(
+                ControlType.COMMIT if commit else ControlType.ABORT,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=_now_ms(),
+            )
+        except ValueError as err:
+            raise InvalidRequestError(f"transaction marker is not valid: {err}") from err
+        entry = self.producer_state.producers.get(producer_id)
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.topic}-{self.index}: marker from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}"
+            )
         batch = parse_header(marker)
-        self.producer_state.check(batch)  # an older epoch is fenced
+        self.producer_state.check(batch)  # an older producer epoch is fenced
         info = self.log.append(marker, leader_epoch=self.state.leader_epoch)
         self.producer_state.update(batch, info.first_offset)
         return info

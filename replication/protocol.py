@@ -775,6 +775,13 @@ class ApiKey(IntEnum):
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     DESCRIBE_LOG_DIRS = 35
+    FIND_COORDINATOR = 10
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    #: replog: commit a set of transactions as batch N of a sink, atomically (Spark sink)
+    COMMIT_SINK_BATCH = 1001
+    #: replog: the last batch of a sink that was committed
+    DESCRIBE_SINK = 1002
 
 
 # --- headers ------------------------------------------------------------------------------------
@@ -1620,6 +1627,123 @@ class DescribeLogDirsResponse:
     )
 
 
+# --- FindCoordinator (10), AllocateProducerIds (67) ----------------------------------------------
+
+
+@message
+class FindCoordinatorRequest:
+    key: str = field(metadata=wire(STRING))
+    #: 0: consumer group, 1: transaction (replog has transaction coordinators only)
+    key_type: int = field(default=1, metadata=wire(INT8))
+
+
+@message
+class FindCoordinatorResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    node_id: int = field(default=-1, metadata=wire(INT32))
+    host: str = field(default="", metadata=wire(STRING))
+    port: int = field(default=-1, metadata=wire(INT32))
+
+
+@message
+class AllocateProducerIdsRequest:
+    broker_id: int = field(metadata=wire(INT32))
+    broker_epoch: int = field(default=-1, metadata=wire(INT64))
+
+
+@message
+class AllocateProducerIdsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    producer_id_start: int = field(default=-1, metadata=wire(INT64))
+    producer_id_len: int = field(default=0, metadata=wire(INT32))
+
+
+# --- ListTransactions (66) ------------------------------------------------------------------------
+
+
+@message
+class TransactionPartition:
+    topic: str = field(metadata=wire(STRING))
+    partition: int = field(metadata=wire(INT32))
+
+
+@message
+class TransactionListing:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(default=-1, metadata=wire(INT16))
+    transaction_state: str = field(default="", metadata=wire(STRING))
+    transaction_timeout_ms: int = field(default=0, metadata=wire(INT32))
+    transaction_start_time_ms: int = field(default=-1, metadata=wire(INT64))
+    partitions: list[TransactionPartition] = field(
+        default_factory=list, metadata=wire(Array(TransactionPartition))
+    )
+
+
+@message
+class ListTransactionsRequest:
+    #: states to list (empty: all)
+    state_filters: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+
+
+@message
+class ListTransactionsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    transactions: list[TransactionListing] = field(
+        default_factory=list, metadata=wire(Array(TransactionListing))
+    )
+
+
+# --- replog: CommitSinkBatch (1001), DescribeSink (1002) ------------------------------------------
+
+
+@message
+class SinkTransaction:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+
+
+@message
+class CommitSinkBatchRequest:
+    """Commit these transactions as batch ``batch_id`` of sink ``sink_id`` in one atomic step,
+    unless that batch of the sink is already committed: then abort them."""
+
+    sink_id: str = field(metadata=wire(STRING))
+    batch_id: int = field(metadata=wire(INT64))
+    transactions: list[SinkTransaction] = field(
+        default_factory=list, metadata=wire(Array(SinkTransaction))
+    )
+    #: abort the transactions instead (the sink's abort())
+    abort: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class CommitSinkBatchResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    #: True if this call committed the batch; False if it aborted (a replay, or abort=True)
+    committed: bool = field(default=False, metadata=wire(BOOL))
+    last_committed_batch: int = field(default=-1, metadata=wire(INT64))
+
+
+@message
+class DescribeSinkRequest:
+    sink_id: str = field(metadata=wire(STRING))
+
+
+@message
+class DescribeSinkResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    last_committed_batch: int = field(default=-1, metadata=wire(INT64))
+
+
 # --- the API table ----------------------------------------------------------------------------
 
 
@@ -1651,6 +1775,13 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.BROKER_REGISTRATION: _Api(BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 0),
     ApiKey.BROKER_HEARTBEAT: _Api(BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 0),
+    ApiKey.FIND_COORDINATOR: _Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 0),
+    ApiKey.LIST_TRANSACTIONS: _Api(ListTransactionsRequest, ListTransactionsResponse, 0, 0),
+    ApiKey.ALLOCATE_PRODUCER_IDS: _Api(
+        AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0
+    ),
+    ApiKey.COMMIT_SINK_BATCH: _Api(CommitSinkBatchRequest, CommitSinkBatchResponse, 0, 0),
+    ApiKey.DESCRIBE_SINK: _Api(DescribeSinkRequest, DescribeSinkResponse, 0, 0),
 }
 
 #: The (min, max) version replog speaks for each API.

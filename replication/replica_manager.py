@@ -31,6 +31,7 @@ from replication.errors import (
 )
 from replication.metadata import MetadataImage, PartitionState, TopicInfo
 from replication.partition import Partition, TopicPolicy
+from replication.producer_state import AbortedTxn
 from replication.purgatory import DelayedOperation, Purgatory
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class FetchPartitionData:
     log_start_offset: int = -1
     records: bytes = b""
     diverging_epoch: tuple[int, int] | None = None
+    #: read_committed: the aborted transactions with records in what was read
+    aborted: list[AbortedTxn] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,8 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.on_partition_change: list[Callable[[Partition], None]] = []
+        #: called when a partition's leader or leader epoch changes here (or it is opened)
+        self.on_role_change: list[Callable[[Partition], None]] = []
         #: set by the broker: follower partitions are fetched by the replica fetchers
         self.fetchers: FetcherHooks | None = None
         #: set by the broker: sends an AlterPartition to the active controller
@@ -162,6 +167,8 @@ class ReplicaManager:
             self._dirty.discard(partition)
             if self.fetchers is not None:
                 self.fetchers.remove(partition)
+            partition.state = PartitionState(partition.state.replicas, (), -1, -1, -1)
+            self._role_changed(partition)
             self._partition_changed(partition)
             log.info("deleting %s-%d (topic deleted or replica moved)", *key)
             partition.log.truncate_fully_and_start_at(0)
@@ -183,6 +190,8 @@ class ReplicaManager:
         return partition
 
     def _role_changed(self, partition: Partition) -> None:
+        for callback in self.on_role_change:
+            callback(partition)
         if self.fetchers is None:
             return
         if partition.is_leader or partition.state.leader < 0:
@@ -262,6 +271,42 @@ class ReplicaManager:
                     )
         return results
 
+    async def write_txn_markers(
+        self, markers: list[tuple[int, int, bool, int, str, int]], timeout_ms: int
+    ) -> dict[tuple[int, str, int], ReplogError | None]:
+        """Append transaction markers (producer id, epoch, commit, coordinator epoch, topic,
+        partition) as leader and wait until the ISR has them (as acks=all)."""
+        results: dict[tuple[int, str, int], ReplogError | None] = {}
+        waiting: list[tuple[tuple[int, str, int], Partition, int]] = []
+        for pid, epoch, commit, coordinator_epoch, topic, index in markers:
+            key = (pid, topic, index)
+            try:
+                partition = self.get_partition(topic, index)
+                info = partition.append_marker(pid, epoch, commit, coordinator_epoch)
+            except ReplogError as err:
+                results[key] = err
+                continue
+            self._dirty.add(partition)
+            self.fetch_purgatory.check_and_complete(partition.key)
+            results[key] = None
+            waiting.append((key, partition, info.last_offset + 1))
+        if waiting:
+            op = DelayedOperation(
+                lambda: all(pt.acks_satisfied(end) or not pt.is_leader for _, pt, end in waiting),
+                timeout_ms,
+            )
+            await self.produce_purgatory.wait(op, [pt.key for _, pt, _ in waiting])
+            for key, partition, end in waiting:
+                if not partition.is_leader:
+                    results[key] = NotLeaderOrFollowerError(
+                        f"leadership of {partition.topic}-{partition.index} moved"
+                    )
+                elif not partition.acks_satisfied(end):
+                    results[key] = RequestTimedOutError(
+                        f"{partition.topic}-{partition.index}: marker not replicated in time"
+                    )
+        return results
+
     # --- fetch -----------------------------------------------------------------------------------
 
     async def fetch(
@@ -323,6 +368,9 @@ class ReplicaManager:
                     upper = plog.log_end_offset
                 elif isolation_level == READ_COMMITTED:
                     upper = partition.last_stable_offset
+                    data.aborted = partition.producer_state.aborted_in_range(
+                        spec.fetch_offset, upper
+                    )
                 else:
                     upper = partition.high_watermark
                 data.high_watermark = partition.high_watermark

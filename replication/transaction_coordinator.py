@@ -1,0 +1,587 @@
+"""The transaction coordinator, as Kafka's TransactionCoordinator, plus the Spark sink commit.
+
+Durable state lives in an internal replicated topic, ``__transaction_state`` (one partition,
+replication factor min(3, brokers), min.insync.replicas min(2, RF)), as in Kafka, and not in
+the metadata store: a transaction changes state three or four times, and Spark writes one
+transaction per task per micro-batch, which is more than the few dozen conditional writes per
+second object storage gives the metadata store. Every state change is one record batch
+appended with acks=all, so it survives whatever a produce survives. The broker leading that
+partition is the coordinator; a new leader reads the topic back and finishes any commit or
+abort it finds half done (markers are idempotent). Its coordinator epoch is the partition's
+leader epoch.
+
+A transaction may have several producers (one per Spark task), and a sink commits them as one:
+``commit_sink_batch`` writes, in a single record batch, the commit decision for every one of
+them and "batch N of sink S is committed" — unless batch N of S already was, in which case it
+aborts them. So a replayed micro-batch writes nothing twice, whatever fails and whenever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from logstore.batch import Record, build, iter_batches
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.errors import (
+    BrokerUnreachableError,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    NotCoordinatorError,
+    ProducerFencedError,
+    for_code,
+)
+from replication.metadata import MetadataImage
+from replication.partition import Partition
+from replication.rpc import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_TOPIC = "__transaction_state"
+MAX_EPOCH = 32766
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TxnState(enum.StrEnum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+
+@dataclass(slots=True)
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    start_ms: int = -1
+    update_ms: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.producer_id,
+            "epoch": self.producer_epoch,
+            "timeout": self.timeout_ms,
+            "state": self.state.value,
+            "partitions": sorted([t, i] for t, i in self.partitions),
+            "start": self.start_ms,
+            "update": self.update_ms,
+        }
+
+    @classmethod
+    def from_json(cls, transactional_id: str, doc: dict[str, Any]) -> TransactionMetadata:
+        return cls(
+            transactional_id,
+            int(doc["pid"]),
+            int(doc["epoch"]),
+            int(doc["timeout"]),
+            TxnState(doc["state"]),
+            {(str(t), int(i)) for t, i in doc["partitions"]},
+            int(doc["start"]),
+            int(doc["update"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SinkCommitResult:
+    committed: bool
+    last_committed_batch: int
+
+
+class TransactionCoordinator:
+    """Lives in every broker; active on the one that leads ``__transaction_state``-0."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        max_timeout_ms: int,
+        image: Callable[[], MetadataImage],
+        append: Callable[[bytes], Awaitable[None]],
+        write_markers_locally: Callable[
+            [p.WriteTxnMarkersRequest], Awaitable[p.WriteTxnMarkersResponse]
+        ],
+        allocate_producer_ids: Callable[[], Awaitable[range]],
+    ) -> None:
+        self.broker_id = broker_id
+        self.max_timeout_ms = max_timeout_ms
+        self.image = image
+        self._append = append
+        self._write_markers_locally = write_markers_locally
+        self._allocate = allocate_producer_ids
+        self.txns: dict[str, TransactionMetadata] = {}
+        self.sinks: dict[str, int] = {}
+        self.coordinator_epoch = -1
+        self.active = False
+        self.loading = False
+        self._pids: range = range(0)
+        self._pid_lock = asyncio.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._connections: dict[int, AsyncConnection] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # --- becoming (and stopping being) the coordinator -----------------------------------------
+
+    async def load(self, partition: Partition) -> None:
+        """Read the transaction log back and take over; finish half-done commits and aborts."""
+        self.loading = True
+        self.active = False
+        try:
+            txns, sinks = await asyncio.to_thread(_read_state, partition)
+            self.txns, self.sinks = txns, sinks
+            self.coordinator_epoch = partition.leader_epoch
+            self.active = True
+            log.info(
+                "transaction coordinator active (epoch %d): %d transactions, %d sinks",
+                self.coordinator_epoch,
+                len(txns),
+                len(sinks),
+            )
+        finally:
+            self.loading = False
+        for meta in list(self.txns.values()):
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                log.info(
+                    "completing %s of %r left by the previous coordinator",
+                    meta.state.value,
+                    meta.transactional_id,
+                )
+                self._spawn(self._complete(meta))
+
+    def unload(self) -> None:
+        self.active = False
+        self.txns.clear()
+        self.sinks.clear()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for conn in self._connections.values():
+            await conn.close()
+
+    def _check_active(self) -> None:
+        if self.loading:
+            raise CoordinatorLoadInProgressError()
+        if not self.active:
+            raise NotCoordinatorError(
+                f"broker {self.broker_id} is not the transaction coordinator; find it again"
+            )
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(transactional_id, asyncio.Lock())
+
+    # --- producer ids -------------------------------------------------------------------------
+
+    async def next_producer_id(self) -> int:
+        async with self._pid_lock:
+            if not self._pids:
+                self._pids = await self._allocate()
+            pid = self._pids[0]
+            self._pids = self._pids[1:]
+            return pid
+
+    # --- writing the transaction log ----------------------------------------------------------
+
+    async def _write(
+        self, txns: Iterable[TransactionMetadata], sinks: dict[str, int] | None = None
+    ) -> None:
+        """Append the new state of ``txns`` (and sinks) as ONE record batch, acks=all."""
+        now = _now_ms()
+        records = [
+            Record(f"txn:{m.transactional_id}".encode(), json.dumps(m.to_json()).encode(), now)
+            for m in txns
+        ]
+        records += [
+            Record(f"sink:{s}".encode(), json.dumps({"batch": b}).encode(), now)
+            for s, b in (sinks or {}).items()
+        ]
+        if records:
+            await self._append(build(records))
+
+    # --- InitProducerId -------------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str | None, timeout_ms: int
+    ) -> tuple[int, int]:
+        if transactional_id is None:
+            return await self.next_producer_id(), 0
+        self._check_active()
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms} must be in 1..{self.max_timeout_ms} "
+                "(transaction.max.timeout.ms)"
+            )
+        async with self._lock(transactional_id):
+            meta = self.txns.get(transactional_id)
+            if meta is None:
+                meta = TransactionMetadata(
+                    transactional_id,
+                    await self.next_producer_id(),
+                    0,
+                    timeout_ms,
+                    update_ms=_now_ms(),
+                )
+                await self._write([meta])
+                self.txns[transactional_id] = meta
+                return meta.producer_id, meta.producer_epoch
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} is completing ({meta.state.value}); retry"
+                )
+            if meta.state == TxnState.ONGOING:
+                # a new instance fences the old one: abort its transaction with a bumped epoch
+                await self._end(meta, commit=False, bump_epoch=True)
+                meta = self.txns[transactional_id]
+            new = TransactionMetadata(
+                transactional_id,
+                meta.producer_id,
+                meta.producer_epoch + 1,
+                timeout_ms,
+                update_ms=_now_ms(),
+            )
+            if new.producer_epoch > MAX_EPOCH:
+                new.producer_id, new.producer_epoch = await self.next_producer_id(), 0
+            await self._write([new])
+            self.txns[transactional_id] = new
+            return new.producer_id, new.producer_epoch
+
+    def _validate(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata:
+        self._check_active()
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"transaction {transactional_id!r} is not held by producer id {producer_id}; "
+                "call init_transactions()"
+            )
+        if producer_epoch < meta.producer_epoch:
+            raise ProducerFencedError(
+                f"transaction {transactional_id!r}: producer epoch {producer_epoch} was fenced "
+                f"by a newer instance (epoch {meta.producer_epoch})"
+            )
+        if producer_epoch > meta.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"transaction {transactional_id!r}: producer epoch {producer_epoch} is unknown"
+            )
+        return meta
+
+    # --- AddPartitionsToTxn ---------------------------------------------------------------------
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[tuple[str, int]],
+    ) -> None:
+        async with self._lock(transactional_id):
+            meta = self._validate(transactional_id, producer_id, producer_epoch)
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} is completing; retry"
+                )
+            wanted = set(partitions)
+            if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
+                return
+            now = _now_ms()
+            new = TransactionMetadata(
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                meta.timeout_ms,
+                TxnState.ONGOING,
+                meta.partitions | wanted if meta.state == TxnState.ONGOING else wanted,
+                meta.start_ms if meta.state == TxnState.ONGOING else now,
+                now,
+            )
+            await self._write([new])
+            self.txns[transactional_id] = new
+
+    # --- EndTxn ---------------------------------------------------------------------------------
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        async with self._lock(transactional_id):
+            meta = self._validate(transactional_id, producer_id, producer_epoch)
+            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            if meta.state == done or meta.state == TxnState.EMPTY:
+                return  # a retry of an EndTxn that completed, or nothing to end
+            if meta.state != TxnState.ONGOING:
+                raise InvalidTxnStateError(
+                    f"transaction {transactional_id!r} is {meta.state.value}; cannot "
+                    f"{'commit' if commit else 'abort'} it"
+                )
+            await self._end(meta, commit=commit)
+
+    async def _end(
+        self, meta: TransactionMetadata, *, commit: bool, bump_epoch: bool = False
+    ) -> None:
+        prepared = self._prepared(meta, commit, bump_epoch)
+        await self._write([prepared])
+        self.txns[meta.transactional_id] = prepared
+        await self._complete(prepared)
+
+    def _prepared(
+        self, meta: TransactionMetadata, commit: bool, bump_epoch: bool = False
+    ) -> TransactionMetadata:
+        return TransactionMetadata(
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch + (1 if bump_epoch else 0),
+            meta.timeout_ms,
+            TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            set(meta.partitions),
+            meta.start_ms,
+            _now_ms(),
+        )
+
+    async def _complete(self, meta: TransactionMetadata) -> None:
+        """Write the markers to every partition of the transaction, then the final state."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        await self._send_markers(meta.producer_id, meta.producer_epoch, commit, meta.partitions)
+        if self.txns.get(meta.transactional_id) is not meta or not self.active:
+            return
+        complete = TransactionMetadata(
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch,
+            meta.timeout_ms,
+            TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            set(),
+            -1,
+            _now_ms(),
+        )
+        await self._write([complete])
+        self.txns[meta.transactional_id] = complete
+
+    async def _send_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: set[tuple[str, int]]
+    ) -> None:
+        pending = set(partitions)
+        delay = 0.05
+        while pending:
+            image = self.image()
+            by_leader: dict[int, list[tuple[str, int]]] = {}
+            for topic, index in pending:
+                info = image.topic(topic)
+                if info is None or index >= len(info.partitions):
+                    log.warning("marker for %s-%d dropped: the topic is gone", topic, index)
+                    continue
+                by_leader.setdefault(info.partitions[index].leader, []).append((topic, index))
+            pending = {tp for tps in by_leader.values() for tp in tps}
+            for leader, tps in by_leader.items():
+                if leader < 0:
+                    continue
+                done = await self._markers_to(leader, producer_id, producer_epoch, commit, tps)
+                pending -= done
+            if pending:
+                if not self.active:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _markers_to(
+        self,
+        leader: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        tps: list[tuple[str, int]],
+    ) -> set[tuple[str, int]]:
+        topics: dict[str, list[int]] = {}
+        for topic, index in tps:
+            topics.setdefault(topic, []).append(index)
+        request = p.WriteTxnMarkersRequest(
+            markers=[
+                p.WritableTxnMarker(
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transaction_result=commit,
+                    topics=[
+                        p.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                        for t, ps in topics.items()
+                    ],
+                    coordinator_epoch=self.coordinator_epoch,
+                )
+            ]
+        )
+        try:
+            if leader == self.broker_id:
+                response = await self._write_markers_locally(request)
+            else:
+                response = await self._connection(leader).request(
+                    p.ApiKey.WRITE_TXN_MARKERS, request
+                )
+        except BrokerUnreachableError as err:
+            log.info("markers to broker %d failed, retrying: %s", leader, err)
+            return set()
+        done: set[tuple[str, int]] = set()
+        for marker in response.markers:
+            for t in marker.topics:
+                for part in t.partitions:
+                    error = for_code(part.error_code)
+                    if error is None or error is InvalidProducerEpochError:
+                        # written, or superseded by a newer epoch's marker: done either way
+                        done.add((t.name, part.partition_index))
+                    else:
+                        log.info(
+                            "marker for %s-%d: %s, retrying",
+                            t.name,
+                            part.partition_index,
+                            error.__name__,
+                        )
+        return done
+
+    def _connection(self, broker_id: int) -> AsyncConnection:
+        broker = self.image().broker(broker_id)
+        conn = self._connections.get(broker_id)
+        if broker is None:
+            raise BrokerUnreachableError("?", -1, f"broker {broker_id} is not in the metadata")
+        if conn is None or (conn.host, conn.port) != (broker.host, broker.port):
+            conn = AsyncConnection(
+                broker.host, broker.port, client_id=f"txn-coordinator-{self.broker_id}"
+            )
+            self._connections[broker_id] = conn
+        return conn
+
+    # --- the Spark sink commit ------------------------------------------------------------------
+
+    async def commit_sink_batch(
+        self, sink_id: str, batch_id: int, txns: list[tuple[str, int, int]], *, abort: bool = False
+    ) -> SinkCommitResult:
+        """Commit ``txns`` as batch ``batch_id`` of ``sink_id`` in one atomic step, or abort them
+        if that batch is already committed (a replay) or ``abort`` is set."""
+        self._check_active()
+        ids = sorted({t for t, _, _ in txns})
+        locks = [self._lock(t) for t in ids]
+        async with _all(locks), self._lock(f"sink:{sink_id}"):
+            metas = [self._validate(t, pid, epoch) for t, pid, epoch in txns]
+            for meta in metas:
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    raise ConcurrentTransactionsError(
+                        f"transaction {meta.transactional_id!r} is completing; retry"
+                    )
+            last = self.sinks.get(sink_id, -1)
+            replay = batch_id <= last
+            commit = not (replay or abort)
+            live = [m for m in metas if m.state == TxnState.ONGOING]
+            prepared = [self._prepared(m, commit) for m in live]
+            # THE decision: every transaction's outcome and the sink's progress, one batch
+            await self._write(prepared, {sink_id: batch_id} if commit else None)
+            for m in prepared:
+                self.txns[m.transactional_id] = m
+            if commit:
+                self.sinks[sink_id] = batch_id
+        await asyncio.gather(*(self._complete(m) for m in prepared))
+        if replay:
+            log.info(
+                "sink %r batch %d was already committed (last %d): aborted its replay",
+                sink_id,
+                batch_id,
+                last,
+            )
+        return SinkCommitResult(commit, self.sinks.get(sink_id, -1))
+
+    def last_committed_batch(self, sink_id: str) -> int:
+        self._check_active()
+        return self.sinks.get(sink_id, -1)
+
+    # --- timeouts ------------------------------------------------------------------------------
+
+    async def abort_timed_out(self) -> int:
+        """Abort (and fence) transactions open longer than their timeout."""
+        if not self.active:
+            return 0
+        now = _now_ms()
+        expired = [
+            m
+            for m in self.txns.values()
+            if m.state == TxnState.ONGOING and now - m.start_ms > m.timeout_ms
+        ]
+        for meta in expired:
+            async with self._lock(meta.transactional_id):
+                current = self.txns.get(meta.transactional_id)
+                if current is not meta:
+                    continue
+                log.warning(
+                    "aborting transaction %r: open for %d ms, timeout %d ms",
+                    meta.transactional_id,
+                    now - meta.start_ms,
+                    meta.timeout_ms,
+                )
+                await self._end(meta, commit=False, bump_epoch=True)
+        return len(expired)
+
+    def listings(self, states: Iterable[str] = ()) -> list[TransactionMetadata]:
+        self._check_active()
+        wanted = set(states)
+        return [m for m in self.txns.values() if not wanted or m.state.value in wanted]
+
+
+class _all:
+    """Acquire several asyncio locks in a fixed order."""
+
+    def __init__(self, locks: list[asyncio.Lock]) -> None:
+        self.locks = locks
+
+    async def __aenter__(self) -> None:
+        for lock in self.locks:
+            await lock.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        for lock in reversed(self.locks):
+            lock.release()
+
+
+def _read_state(partition: Partition) -> tuple[dict[str, TransactionMetadata], dict[str, int]]:
+    """Replay the transaction log up to its HW (the last value of each key wins)."""
+    plog = partition.log
+    txns: dict[str, TransactionMetadata] = {}
+    sinks: dict[str, int] = {}
+    offset, end = plog.log_start_offset, plog.high_watermark
+    while offset < end:
+        chunk = plog.read(offset, 8 * 1024 * 1024, max_offset=end)
+        batches = list(iter_batches(chunk, validate=True))
+        if not batches:
+            break
+        for batch in batches:
+            for record in batch.records():
+                if record.offset < offset or record.key is None or record.value is None:
+                    continue
+                key = record.key.decode()
+                doc = json.loads(record.value)
+                if key.startswith("txn:"):
+                    txns[key[4:]] = TransactionMetadata.from_json(key[4:], doc)
+                elif key.startswith("sink:"):
+                    sinks[key[5:]] = max(sinks.get(key[5:], -1), int(doc["batch"]))
+        offset = batches[-1].next_offset
+    return txns, sinks
+
+
+__all__ = ["TRANSACTION_TOPIC", "ReplogError", "SinkCommitResult", "TransactionCoordinator"]
