@@ -104,7 +104,7 @@ class WireError(ReplogError):
 class UnknownTopicOrPartitionError(WireError):
     """This broker does not host that topic or partition.
 
-    Check the name with `replog topic list`; if the topic was just created or moved, the
+    Check the name with `replog topics list`; if the topic was just created or moved, the
     client refreshes its metadata and retries.
     """
 

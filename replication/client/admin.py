@@ -1,0 +1,358 @@
+"""The admin client: create, delete, list and describe topics; describe the cluster; offsets.
+
+Topic changes go to the controller (any broker forwards them; NOT_CONTROLLER makes the client
+refresh metadata and retry). Per-topic errors are raised as their named classes
+(TopicAlreadyExistsError, InvalidPartitionsError, InvalidReplicationFactorError,
+UnknownTopicOrPartitionError, ...) carrying the broker's message; when several topics fail, the
+first failure is raised after every topic was tried, and the others are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
+
+from replication.client.cluster import Cluster
+from replication.client.config import AdminConfig, load
+from replication.client.errors import ClientClosedError
+from replication.client.offsets import OffsetLookup
+from replication.client.types import (
+    BrokerInfo,
+    ClusterDescription,
+    NewTopic,
+    PartitionInfo,
+    TopicDescription,
+    TopicPartition,
+)
+from replication.errors import (
+    NotControllerError,
+    ReplogError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from replication.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ApiKey,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    MetadataResponse,
+)
+
+__all__ = ["Admin", "OffsetSpec"]
+
+log = logging.getLogger(__name__)
+
+#: What :meth:`Admin.list_offsets` looks up: the log start, the end, or a timestamp (ms).
+OffsetSpec = Literal["earliest", "latest"] | int
+
+T = TypeVar("T")
+
+
+def _error(code: int, message: str | None, what: str) -> ReplogError:
+    cls = for_code(code) or ReplogError
+    return cls(f"{what}: {message or str(cls())}")
+
+
+class Admin:
+    """Manage topics and inspect the cluster.
+
+    Parameters
+    ----------
+    config
+        Kafka-named settings (see :class:`~replication.client.config.AdminConfig`); keyword
+        arguments with underscores for dots are merged over it.
+
+    Examples
+    --------
+    >>> with Admin(bootstrap_servers="127.0.0.1:9092") as admin:  # doctest: +SKIP
+    ...     admin.create_topic("events", num_partitions=3, replication_factor=1)
+    ...     admin.list_topics()
+    ['events']
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self.config = load(AdminConfig, config, kwargs)
+        self._cluster = Cluster(self.config)
+        self._offsets = OffsetLookup(
+            self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
+        )
+        self._closed = False
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Admin({self.config.bootstrap_servers!r})"
+
+    def close(self) -> None:
+        self._closed = True
+        self._cluster.close()
+
+    # --- topics ---------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Create one topic (-1: the broker's num.partitions / default.replication.factor)."""
+        self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))],
+            validate_only=validate_only,
+        )
+
+    def create_topics(
+        self,
+        new_topics: Iterable[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Create topics; raises the first topic's error (by class) after trying them all."""
+        topics = list(new_topics)
+        if not topics:
+            return
+        request = CreateTopicsRequest(
+            topics=[
+                CreatableTopic(
+                    name=t.name,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    configs=[
+                        CreatableTopicConfig(name=k, value=None if v is None else str(v))
+                        for k, v in t.configs.items()
+                    ],
+                )
+                for t in topics
+            ],
+            timeout_ms=self.config.request_timeout_ms if timeout_ms is None else timeout_ms,
+            validate_only=validate_only,
+        )
+
+        def send() -> CreateTopicsResponse:
+            response: CreateTopicsResponse = self._send_to_controller(
+                ApiKey.CREATE_TOPICS, lambda version: request, 1
+            )
+            if any(r.error_code == NotControllerError.code for r in response.topics):
+                raise NotControllerError()
+            return response
+
+        response = self._retrying(send)
+        errors = [
+            _error(r.error_code, r.error_message, f"cannot create topic {r.name!r}")
+            for r in response.topics
+            if r.error_code
+        ]
+        self._raise_first(errors)
+        if not validate_only:
+            self._cluster.add_interest(t.name for t in topics)
+            self._cluster.request_update()
+
+    def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:
+        """Delete topics; raises the first topic's error (by class) after trying them all."""
+        topic_names = list(names)
+        if not topic_names:
+            return
+        request = DeleteTopicsRequest(
+            topic_names=topic_names,
+            timeout_ms=self.config.request_timeout_ms if timeout_ms is None else timeout_ms,
+        )
+
+        def send() -> DeleteTopicsResponse:
+            response: DeleteTopicsResponse = self._send_to_controller(
+                ApiKey.DELETE_TOPICS, lambda version: request, 0
+            )
+            if any(r.error_code == NotControllerError.code for r in response.responses):
+                raise NotControllerError()
+            return response
+
+        response = self._retrying(send)
+        errors = [
+            _error(r.error_code, r.error_message, f"cannot delete topic {r.name!r}")
+            for r in response.responses
+            if r.error_code
+        ]
+        self._raise_first(errors)
+        self._cluster.request_update()
+
+    def delete_topic(self, name: str) -> None:
+        self.delete_topics([name])
+
+    def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        """Names of the topics in the cluster, sorted."""
+        response = self._metadata(None)
+        return sorted(t.name for t in response.topics if include_internal or not t.is_internal)
+
+    def describe_topics(self, names: Iterable[str]) -> list[TopicDescription]:
+        """Partitions (leader, leader epoch, replicas, ISR) of each topic, in the order asked.
+
+        UnknownTopicOrPartitionError (or the topic's own error) if a topic does not exist.
+        """
+        wanted = list(names)
+        response = self._metadata(wanted)
+        by_name = {t.name: t for t in response.topics}
+        out: list[TopicDescription] = []
+        errors: list[ReplogError] = []
+        for name in wanted:
+            topic = by_name.get(name)
+            if topic is None:
+                errors.append(UnknownTopicOrPartitionError(f"topic {name!r} does not exist"))
+                continue
+            if topic.error_code and not topic.partitions:
+                errors.append(
+                    _error(topic.error_code, None, f"cannot describe topic {name!r}")
+                    if topic.error_code != UnknownTopicOrPartitionError.code
+                    else UnknownTopicOrPartitionError(
+                        f"topic {name!r} does not exist; list topics with `replog topic list`"
+                    )
+                )
+                continue
+            out.append(
+                TopicDescription(
+                    name=name,
+                    partitions=tuple(
+                        PartitionInfo(
+                            partition=p.partition_index,
+                            leader=p.leader_id,
+                            leader_epoch=p.leader_epoch,
+                            replicas=tuple(p.replica_nodes),
+                            isr=tuple(p.isr_nodes),
+                            offline_replicas=tuple(p.offline_replicas),
+                        )
+                        for p in sorted(topic.partitions, key=lambda p: p.partition_index)
+                    ),
+                    is_internal=topic.is_internal,
+                )
+            )
+        self._raise_first(errors)
+        return out
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        return self.describe_topics([name])[0]
+
+    def describe_cluster(self) -> ClusterDescription:
+        """Cluster id, controller and live brokers."""
+        response = self._metadata([])
+        return ClusterDescription(
+            cluster_id=response.cluster_id,
+            controller_id=response.controller_id,
+            brokers=tuple(
+                BrokerInfo(b.node_id, b.host, b.port, b.rack)
+                for b in sorted(response.brokers, key=lambda b: b.node_id)
+            ),
+        )
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], OffsetSpec],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Offsets per partition: ``"earliest"`` (log start), ``"latest"`` (high watermark, or
+        LSO with read_committed) or a timestamp in ms (first offset with a timestamp at least
+        that; -1 if there is none)."""
+        timestamps: dict[TopicPartition, int] = {}
+        for tp, spec in specs.items():
+            key = TopicPartition(*tp)
+            if spec == "earliest":
+                timestamps[key] = EARLIEST_TIMESTAMP
+            elif spec == "latest":
+                timestamps[key] = LATEST_TIMESTAMP
+            elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+                timestamps[key] = spec
+            else:
+                raise ValueError(
+                    f"offset spec for {key} must be 'earliest', 'latest' or a timestamp in ms "
+                    f">= 0, got {spec!r}"
+                )
+        self._check_open()
+        isolation = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}.get(
+            isolation_level
+        )
+        if isolation is None:
+            raise ValueError(
+                f"isolation_level={isolation_level!r}: expected read_uncommitted or read_committed"
+            )
+        found = self._offsets.list(
+            timestamps,
+            isolation,
+            self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+        )
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the admin client is closed")
+
+    def _metadata(self, topics: list[str] | None) -> MetadataResponse:
+        self._check_open()
+        cluster = self._cluster
+        if topics is None:
+            return self._retrying(lambda: cluster.refresh(all_topics=True))
+        return self._retrying(lambda: cluster.refresh(topics))
+
+    def _send_to_controller(self, api_key: int, build: Callable[[int], Any], version: int) -> Any:
+        self._check_open()
+        cluster = self._cluster
+        if not cluster.bootstrapped:
+            cluster.refresh()
+        controller = cluster.snapshot.controller_id
+        if controller >= 0 and controller in cluster.snapshot.brokers:
+            conn = cluster.connection(controller)
+            use = conn.max_version(api_key, version)
+            return conn.send(api_key, use, build(use))
+        return cluster.any_connection_send(api_key, build, version)
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying retriable errors (refreshing metadata) until the API timeout.
+
+        A broker that cannot be reached before any other ever was is reported at once.
+        """
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except ReplogError as err:
+                if not err.retriable or not self._cluster.bootstrapped:
+                    raise
+                attempt += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                log.warning("admin request failed (attempt %d, retrying): %s", attempt, err)
+                if err.refresh_metadata or isinstance(err, NotControllerError):
+                    try:
+                        self._cluster.refresh()
+                    except ReplogError as refresh_error:
+                        log.debug("metadata refresh failed: %s", refresh_error)
+                time.sleep(min(self.config.backoff_s(attempt), remaining))
+
+    @staticmethod
+    def _raise_first(errors: list[ReplogError]) -> None:
+        if not errors:
+            return
+        for extra in errors[1:]:
+            log.error("%s", extra)
+        raise errors[0]

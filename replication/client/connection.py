@@ -1,0 +1,335 @@
+"""One blocking TCP connection to one broker, safe to share between threads.
+
+A :class:`BrokerConnection` connects lazily on the first request, checks the broker's API
+versions (ApiVersions) right after connecting, and then carries one request at a time: a lock
+serialises callers, so a response always belongs to the request just sent (the correlation id
+is checked anyway). Any failure closes the socket; the next request reconnects.
+
+Failures become errors of the one tree:
+
+- the broker cannot be reached (refused, no route, connect timeout): BrokerUnreachableError
+- the connection broke mid-request: NetworkError (retriable; the outcome is unknown)
+- no response within the timeout: RequestTimedOutError (retriable; the outcome is unknown)
+- the broker does not speak the API version: UnsupportedVersionError
+- garbage on the wire: CorruptFrameError
+
+Error codes inside a response are left to the callers that own their meaning.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+from typing import Any, Final
+
+from replication.errors import (
+    BrokerUnreachableError,
+    CorruptFrameError,
+    FrameTooLargeError,
+    InvalidFrameLengthError,
+    NetworkError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+    raise_for_code,
+)
+from replication.protocol import (
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    RequestHeader,
+    decode_response,
+    encode_request,
+)
+
+__all__ = ["BrokerConnection"]
+
+log = logging.getLogger(__name__)
+
+_SIZE: Final = struct.Struct(">i")
+_UNSUPPORTED_VERSION: Final = UnsupportedVersionError.code
+_INT32_MAX: Final = 2**31 - 1
+#: Default bound on a response frame; fetch responses are bounded by fetch.max.bytes anyway.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 1024 * 1024 * 1024
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API {api_key}"
+
+
+class BrokerConnection:
+    """A blocking, thread-safe connection to the broker at ``host:port``.
+
+    Examples
+    --------
+    >>> conn = BrokerConnection("127.0.0.1", 9092, "me", 30_000)  # doctest: +SKIP
+    >>> conn.send(ApiKey.METADATA, 1, MetadataRequest(topics=None))  # doctest: +SKIP
+    MetadataResponse(...)
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        request_timeout_ms: int,
+        *,
+        connect_timeout_ms: int = 10_000,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.max_response_bytes = max_response_bytes
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._next_correlation_id = 0
+        self._closed = False
+        #: api key -> (min, max) version the broker speaks; filled on connect.
+        self.api_versions: dict[int, tuple[int, int]] = {}
+
+    def __repr__(self) -> str:
+        state = "connected" if self._sock is not None else "idle"
+        return f"BrokerConnection({self.host}:{self.port}, {state})"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    # --- public API ---------------------------------------------------------------------------
+
+    def send(
+        self,
+        api_key: int,
+        version: int,
+        request_body: object,
+        *,
+        timeout_ms: int | None = None,
+        expect_response: bool = True,
+    ) -> Any:
+        """Send one request and return the decoded response body.
+
+        ``timeout_ms`` (default request.timeout.ms) bounds the wait for the response; a Fetch
+        that long-polls should pass request.timeout.ms + max_wait_ms. With
+        ``expect_response=False`` (Produce with acks=0) nothing is read and None is returned.
+        """
+        timeout_s = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        with self._lock:
+            if self._closed:
+                raise NetworkError(f"connection to broker {self.address} was closed by the client")
+            sock = self._connect()
+            self.check_version(api_key, version)
+            return self._round_trip(
+                sock, api_key, version, request_body, timeout_s, expect_response
+            )
+
+    def max_version(self, api_key: int, wanted: int | None = None) -> int:
+        """The highest version of ``api_key`` both sides speak, at most ``wanted``.
+
+        Connects first if needed (the broker's versions come with the connection).
+        """
+        ours_min, ours_max = SUPPORTED_VERSIONS[ApiKey(api_key)]
+        if wanted is not None:
+            ours_max = min(ours_max, wanted)
+        with self._lock:
+            self._connect()
+            theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise UnsupportedVersionError(
+                f"broker {self.address} does not support {_api_name(api_key)}; "
+                "upgrade the broker or use a client that does not need it"
+            )
+        version = min(ours_max, theirs[1])
+        if version < max(ours_min, theirs[0]):
+            raise UnsupportedVersionError(
+                f"broker {self.address} speaks {_api_name(api_key)} versions "
+                f"{theirs[0]}-{theirs[1]}, this client speaks {ours_min}-{ours_max}: "
+                "upgrade the older side"
+            )
+        return version
+
+    def check_version(self, api_key: int, version: int) -> None:
+        """UnsupportedVersionError unless the (connected) broker speaks ``version`` of the API."""
+        if not self.api_versions:
+            return  # not connected yet, or the broker is ApiVersions-less: let it answer
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise UnsupportedVersionError(
+                f"broker {self.address} does not support {_api_name(api_key)}; "
+                "upgrade the broker or use a client that does not need it"
+            )
+        if not theirs[0] <= version <= theirs[1]:
+            raise UnsupportedVersionError(
+                f"broker {self.address} speaks {_api_name(api_key)} versions "
+                f"{theirs[0]}-{theirs[1]}, not {version}: upgrade the older side"
+            )
+
+    def close(self) -> None:
+        """Close the socket; the connection cannot be used afterwards."""
+        with self._lock:
+            self._closed = True
+            self._disconnect()
+
+    def disconnect(self) -> None:
+        """Close the socket; the next request reconnects."""
+        with self._lock:
+            self._disconnect()
+
+    # --- internals (called with the lock held) -----------------------------------------------
+
+    def _disconnect(self) -> None:
+        sock, self._sock = self._sock, None
+        self.api_versions = {}
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError as err:
+                log.debug("closing connection to %s: %s", self.address, err)
+
+    def _connect(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        try:
+            sock = socket.create_connection(
+                (self.host, self.port), timeout=self.connect_timeout_ms / 1000
+            )
+        except TimeoutError as err:
+            raise BrokerUnreachableError(
+                self.host, self.port, f"no connection within {self.connect_timeout_ms} ms"
+            ) from err
+        except OSError as err:
+            raise BrokerUnreachableError(self.host, self.port, err.strerror or str(err)) from err
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self._sock = sock
+        try:
+            self._negotiate(sock)
+        except BaseException:
+            self._disconnect()
+            raise
+        log.debug("connected to broker %s", self.address)
+        return sock
+
+    def _negotiate(self, sock: socket.socket) -> None:
+        """ApiVersions: learn the broker's versions (retrying at its version if it asks)."""
+        timeout_s = self.request_timeout_ms / 1000
+        version = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1]
+        response: ApiVersionsResponse = self._round_trip(
+            sock, ApiKey.API_VERSIONS, version, ApiVersionsRequest(), timeout_s, True
+        )
+        if response.error_code == _UNSUPPORTED_VERSION:
+            # As Kafka's clients: the broker lists the ApiVersions versions it speaks; retry.
+            theirs = {k.api_key: k.max_version for k in response.api_keys}
+            retry = min(theirs.get(ApiKey.API_VERSIONS, 0), version)
+            if retry == version:
+                raise UnsupportedVersionError(
+                    f"broker {self.address} refused ApiVersions v{version} without naming a "
+                    "version it speaks; upgrade the older side"
+                )
+            response = self._round_trip(
+                sock, ApiKey.API_VERSIONS, retry, ApiVersionsRequest(), timeout_s, True
+            )
+        if response.error_code:
+            try:
+                raise_for_code(response.error_code)
+            except UnsupportedVersionError as err:
+                raise UnsupportedVersionError(
+                    f"broker {self.address} does not speak this client's ApiVersions; "
+                    "upgrade the older side"
+                ) from err
+        self.api_versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
+        }
+
+    def _round_trip(
+        self,
+        sock: socket.socket,
+        api_key: int,
+        version: int,
+        body: object,
+        timeout_s: float,
+        expect_response: bool,
+    ) -> Any:
+        self._next_correlation_id = (self._next_correlation_id + 1) & _INT32_MAX
+        correlation_id = self._next_correlation_id
+        header = RequestHeader(
+            api_key=api_key,
+            api_version=version,
+            correlation_id=correlation_id,
+            client_id=self.client_id,
+        )
+        frame = encode_request(header, body)  # encoding errors leave the connection intact
+        name = _api_name(api_key)
+        deadline = time.monotonic() + timeout_s
+        try:
+            sock.settimeout(timeout_s)
+            sock.sendall(frame)
+            if not expect_response:
+                return None
+            (size,) = _SIZE.unpack(self._recv_exactly(sock, 4, deadline))
+            if size < 0:
+                raise InvalidFrameLengthError(
+                    f"broker {self.address} sent a frame of negative length {size}"
+                )
+            if size > self.max_response_bytes:
+                raise FrameTooLargeError(
+                    f"broker {self.address} sent a {name} response of {size} bytes, over the "
+                    f"limit of {self.max_response_bytes}; lower fetch.max.bytes"
+                )
+            payload = self._recv_exactly(sock, size, deadline)
+            got, response = decode_response(payload, api_key, version)
+            self._check_correlation_id(got, correlation_id, name)
+            return response
+        except TimeoutError as err:
+            self._disconnect()
+            raise RequestTimedOutError(
+                f"no {name} response from broker {self.address} within "
+                f"{timeout_s * 1000:.0f} ms (request.timeout.ms); the connection was closed and "
+                "the outcome of the request is unknown"
+            ) from err
+        except CorruptFrameError:
+            self._disconnect()
+            raise
+        except OSError as err:
+            self._disconnect()
+            raise NetworkError(
+                f"connection to broker {self.address} failed during a {name} request: "
+                f"{err.strerror or err}; the outcome of the request is unknown"
+            ) from err
+
+    def _check_correlation_id(self, got: int, expected: int, name: str) -> None:
+        if got != expected:
+            raise CorruptFrameError(
+                f"broker {self.address} answered correlation id {got} to {name} request {expected}"
+            )
+
+    @staticmethod
+    def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("timed out")
+            sock.settimeout(remaining)
+            chunk = sock.recv_into(view[got:], n - got)
+            if chunk == 0:
+                raise ConnectionResetError(
+                    0, "the broker closed the connection" + (" mid-frame" if got else "")
+                )
+            got += chunk
+        view.release()
+        return buf

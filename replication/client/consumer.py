@@ -1,0 +1,594 @@
+"""The consumer: fetch records of assigned partitions, as Python records or Arrow batches.
+
+A consumer is used from one thread (as Kafka's). ``poll()`` returns records already fetched,
+or sends one Fetch per leader broker covering every assigned partition it leads (in parallel
+when there are several brokers), waiting up to fetch.max.wait.ms for fetch.min.bytes. Fetches
+carry no session (session_id 0, epoch -1: Kafka's FINAL_EPOCH full fetch).
+
+Positions follow Kafka: the position is the offset of the next record poll() will return. A
+partition without a position (just assigned, or after seek_to_beginning / seek_to_end, or
+out of range) gets one from ListOffsets per auto.offset.reset (earliest, latest, or none:
+NoOffsetForPartitionError). OFFSET_OUT_OF_RANGE resets the same way, or raises
+OffsetOutOfRangeError naming the partition and the log's range.
+
+An assigned partition that does not exist (not in fresh metadata) makes poll() and the offset
+calls raise UnknownTopicOrPartitionError once default.api.timeout.ms has passed since it was
+first missed (a topic being created shows up within that time).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import pyarrow as pa
+
+from replication.client.cluster import Cluster
+from replication.client.config import ConsumerConfig, load
+from replication.client.errors import (
+    ClientClosedError,
+    NoOffsetForPartitionError,
+    PartitionNotAssignedError,
+)
+from replication.client.fetcher import decode_fetched
+from replication.client.offsets import OffsetLookup
+from replication.client.types import (
+    ConsumerRecord,
+    FetchedBatch,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from replication.errors import (
+    BrokerUnreachableError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    ReplogError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from replication.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ApiKey,
+    FetchRequest,
+    FetchRequestPartition,
+    FetchRequestTopic,
+    FetchResponse,
+)
+
+__all__ = ["Consumer"]
+
+log = logging.getLogger(__name__)
+
+_OFFSET_OUT_OF_RANGE: Final = OffsetOutOfRangeError.code
+_FINAL_EPOCH: Final = -1  # a fetch without a session (KIP-227)
+_STRATEGY_TIMESTAMP: Final = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
+
+
+def _as_tp(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
+    if isinstance(tp, TopicPartition):
+        return tp
+    topic, partition = tp
+    return TopicPartition(str(topic), int(partition))
+
+
+@dataclass
+class _Buffered:
+    """Fetched, not yet returned data of one partition."""
+
+    batches: deque[pa.RecordBatch] = field(default_factory=deque)
+    next_offset: int | None = None
+
+
+class Consumer:
+    """Read records from assigned partitions (Kafka's consumer semantics, without groups).
+
+    Parameters
+    ----------
+    config
+        Kafka-named settings (see :class:`~replication.client.config.ConsumerConfig`); keyword
+        arguments with underscores for dots are merged over it.
+
+    Examples
+    --------
+    >>> consumer = Consumer(bootstrap_servers="127.0.0.1:9092",  # doctest: +SKIP
+    ...                     auto_offset_reset="earliest")
+    >>> consumer.assign([TopicPartition("events", 0)])  # doctest: +SKIP
+    >>> for record in consumer.poll(timeout_ms=1000):  # doctest: +SKIP
+    ...     print(record.offset, record.value)
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self.config = load(ConsumerConfig, config, kwargs)
+        self._cluster = Cluster(self.config)
+        self._isolation = READ_COMMITTED if self.config.read_committed else READ_UNCOMMITTED
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._resets: dict[TopicPartition, str] = {}
+        self._buffers: dict[TopicPartition, _Buffered] = {}
+        self._paused: set[TopicPartition] = set()
+        self._highwater: dict[TopicPartition, int] = {}
+        self._offsets = OffsetLookup(
+            self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
+        )
+        self._executor: ThreadPoolExecutor | None = None
+        self._round_robin = 0
+        self._closed = False
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer({self.config.bootstrap_servers!r}, assignment={self._assignment})"
+
+    # --- assignment and positions -----------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Consume exactly these partitions (replacing the previous assignment)."""
+        self._check_open()
+        new = list(dict.fromkeys(_as_tp(tp) for tp in partitions))
+        for tp in new:
+            if not tp.topic or tp.partition < 0:
+                raise ValueError(f"invalid partition {tp!r}: need a topic name and partition >= 0")
+        keep = set(new)
+        for tp in list(self._positions):
+            if tp not in keep:
+                del self._positions[tp]
+        self._offsets.forget(keep)
+        for mapping in (self._resets, self._buffers, self._highwater):
+            for tp in [tp for tp in mapping if tp not in keep]:
+                del mapping[tp]
+        self._paused &= keep
+        self._assignment = new
+        self._cluster.add_interest({tp.topic for tp in new})
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        if tp not in self._assignment:
+            raise PartitionNotAssignedError(
+                f"partition {tp} is not assigned to this consumer; assign() it first "
+                f"(assigned: {', '.join(map(str, self._assignment)) or 'none'})"
+            )
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """The next poll() returns records from ``offset`` of ``partition``."""
+        tp = _as_tp(partition)
+        self._check_assigned(tp)
+        if offset < 0:
+            raise ValueError(f"seek offset must be >= 0, got {offset}")
+        self._positions[tp] = offset
+        self._resets.pop(tp, None)
+        self._buffers.pop(tp, None)
+
+    def seek_to_beginning(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Start from the log start offset (of all assigned partitions if none are given)."""
+        self._seek_to("earliest", partitions)
+
+    def seek_to_end(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Start from the end: the high watermark (the LSO with read_committed)."""
+        self._seek_to("latest", partitions)
+
+    def _seek_to(
+        self, strategy: str, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> None:
+        tps = [_as_tp(tp) for tp in partitions] or list(self._assignment)
+        for tp in tps:
+            self._check_assigned(tp)
+        for tp in tps:
+            self._positions.pop(tp, None)
+            self._buffers.pop(tp, None)
+            self._resets[tp] = strategy
+
+    def position(
+        self, partition: TopicPartition | tuple[str, int], timeout_ms: int | None = None
+    ) -> int:
+        """The offset of the next record poll() returns for ``partition`` (looked up if needed)."""
+        tp = _as_tp(partition)
+        self._check_assigned(tp)
+        if tp not in self._positions:
+            self._resolve_positions([tp], self._timeout_ms(timeout_ms), partial=False)
+        return self._positions[tp]
+
+    def pause(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Stop fetching these partitions (and returning their buffered records)."""
+        for tp in map(_as_tp, partitions):
+            self._check_assigned(tp)
+            self._paused.add(tp)
+
+    def resume(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        for tp in map(_as_tp, partitions):
+            self._paused.discard(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def highwater(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """The high watermark the last fetch of ``partition`` reported (None before one)."""
+        return self._highwater.get(_as_tp(partition))
+
+    # --- offsets lookups --------------------------------------------------------------------
+
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """The log start offset of each partition."""
+        specs = {_as_tp(tp): EARLIEST_TIMESTAMP for tp in partitions}
+        found = self._list_offsets(specs, self._timeout_ms(timeout_ms))
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """The end of each partition: the high watermark, or the LSO with read_committed."""
+        specs = {_as_tp(tp): LATEST_TIMESTAMP for tp in partitions}
+        found = self._list_offsets(specs, self._timeout_ms(timeout_ms))
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def offsets_for_times(
+        self,
+        timestamps: Mapping[TopicPartition | tuple[str, int], int],
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given one (ms).
+
+        None where no record has such a timestamp.
+        """
+        specs: dict[TopicPartition, int] = {}
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ValueError(f"timestamp for {tp} must be >= 0 (ms since the epoch), got {ts}")
+            specs[_as_tp(tp)] = ts
+        found = self._list_offsets(specs, self._timeout_ms(timeout_ms))
+        return {
+            tp: OffsetAndTimestamp(offset, ts) if offset >= 0 else None
+            for tp, (offset, ts) in found.items()
+        }
+
+    def _timeout_ms(self, timeout_ms: int | None) -> int:
+        return self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+
+    def _list_offsets(
+        self, specs: dict[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        self._check_open()
+        return self._offsets.list(specs, self._isolation, timeout_ms)
+
+    # --- positions ------------------------------------------------------------------------
+
+    def _resolve_positions(
+        self, tps: Iterable[TopicPartition], timeout_ms: int, *, partial: bool
+    ) -> None:
+        """Give positions to partitions without one, per their reset strategy."""
+        specs: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if tp in self._positions:
+                continue
+            strategy = self._resets.get(tp, self.config.auto_offset_reset)
+            if strategy == "none":
+                raise NoOffsetForPartitionError(
+                    f"{tp} has no position and auto.offset.reset is none: call seek(), "
+                    "seek_to_beginning() or seek_to_end() first"
+                )
+            specs[tp] = _STRATEGY_TIMESTAMP[strategy]
+        if not specs:
+            return
+        if partial:
+            self._offsets.ensure_metadata(specs)
+            found, errors = self._offsets.list_once(specs, self._isolation)
+            self._offsets.check_unknown(errors)
+        else:
+            found = self._list_offsets(specs, timeout_ms)
+        for tp, (offset, _) in found.items():
+            if offset < 0:
+                continue  # no answer yet (e.g. the high watermark is unknown): retry later
+            self._positions[tp] = offset
+            self._resets.pop(tp, None)
+            log.debug("reset position of %s to %d", tp, offset)
+
+    # --- polling ----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records fetched from the assigned partitions (at most max.poll.records).
+
+        Returns at once when records are buffered; otherwise fetches, waiting up to
+        ``timeout_ms`` for records, and returns an empty list if none came.
+        """
+        limit = self.config.max_poll_records if max_records is None else max_records
+        out: list[ConsumerRecord] = []
+        for tp, batch in self._poll(timeout_ms, limit):
+            out.extend(_records(tp, batch))
+        return out
+
+    def poll_arrow(self, timeout_ms: int = 0) -> list[FetchedBatch]:
+        """Like :meth:`poll`, but everything buffered, as Arrow batches (no per-record Python).
+
+        Each :class:`FetchedBatch` holds consecutive records of one partition with schema
+        :data:`~replication.client.types.FETCH_SCHEMA` (offset, key, value, timestamp,
+        timestamp_type, headers).
+        """
+        return [FetchedBatch(tp.topic, tp.partition, b) for tp, b in self._poll(timeout_ms, None)]
+
+    def _poll(
+        self, timeout_ms: int, limit: int | None
+    ) -> list[tuple[TopicPartition, pa.RecordBatch]]:
+        self._check_open()
+        if not self._assignment:
+            raise PartitionNotAssignedError(
+                "poll(): no partitions are assigned to this consumer; call assign() first"
+            )
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            active = [tp for tp in self._assignment if tp not in self._paused]
+            try:
+                self._resolve_positions(active, 0, partial=True)
+            except BrokerUnreachableError:
+                if not self._cluster.bootstrapped:
+                    raise
+            drained = self._drain(limit)
+            if drained:
+                return drained
+            now = time.monotonic()
+            remaining_ms = int((deadline - now) * 1000)
+            sent = self._fetch(active, max(min(self.config.fetch_max_wait_ms, remaining_ms), 0))
+            if self._buffers.keys() - self._paused:
+                continue
+            now = time.monotonic()
+            if now >= deadline:
+                return []
+            if not sent:
+                time.sleep(min(self.config.retry_backoff_ms / 1000, deadline - now))
+
+    def _drain(self, limit: int | None) -> list[tuple[TopicPartition, pa.RecordBatch]]:
+        out: list[tuple[TopicPartition, pa.RecordBatch]] = []
+        count = 0
+        tps = [tp for tp in self._buffers if tp not in self._paused]
+        if not tps:
+            return out
+        start = self._round_robin % len(tps)
+        self._round_robin += 1
+        for tp in tps[start:] + tps[:start]:
+            buffered = self._buffers[tp]
+            batches = buffered.batches
+            while batches and (limit is None or count < limit):
+                batch = batches[0]
+                take = batch.num_rows if limit is None else min(batch.num_rows, limit - count)
+                if take < batch.num_rows:
+                    piece = batch.slice(0, take)
+                    batches[0] = batch.slice(take)
+                else:
+                    piece = batches.popleft()
+                out.append((tp, piece))
+                count += take
+                self._positions[tp] = int(piece.column(0)[take - 1].as_py()) + 1
+            if not batches:
+                del self._buffers[tp]
+                next_offset = buffered.next_offset
+                if next_offset is not None and next_offset > self._positions.get(tp, -1):
+                    self._positions[tp] = next_offset
+            if limit is not None and count >= limit:
+                break
+        return out
+
+    def _fetch(self, active: list[TopicPartition], max_wait_ms: int) -> bool:
+        """One Fetch per leader for partitions with a position and nothing buffered.
+
+        Returns False if no request could be sent (no leader known, nothing to fetch).
+        """
+        fetchable = [tp for tp in active if tp in self._positions and tp not in self._buffers]
+        if not fetchable:
+            return False
+        try:
+            self._offsets.ensure_metadata(fetchable)
+        except BrokerUnreachableError:
+            if not self._cluster.bootstrapped:
+                raise
+        snapshot = self._cluster.snapshot
+        by_node: dict[int, list[TopicPartition]] = {}
+        missing: list[TopicPartition] = []
+        for tp in fetchable:
+            node = snapshot.leader(tp.topic, tp.partition)
+            if node is None:
+                missing.append(tp)
+            else:
+                by_node.setdefault(node, []).append(tp)
+        if missing:
+            self._cluster.request_update()
+            self._offsets.check_unknown(missing)
+        if not by_node:
+            return False
+        requests = {node: self._fetch_request(tps, max_wait_ms) for node, tps in by_node.items()}
+        timeout = self.config.request_timeout_ms + max_wait_ms
+        responses: dict[int, FetchResponse | ReplogError] = {}
+        if len(requests) == 1:
+            ((node, request),) = requests.items()
+            responses[node] = self._send_fetch(node, request, timeout)
+        else:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=8, thread_name_prefix=f"{self.config.client_id}-fetch"
+                )
+            futures = {
+                node: self._executor.submit(self._send_fetch, node, request, timeout)
+                for node, request in requests.items()
+            }
+            responses = {node: future.result() for node, future in futures.items()}
+        for node, response in responses.items():
+            if isinstance(response, ReplogError):
+                if not response.retriable:
+                    raise response
+                log.info("fetch from broker %d failed (will retry): %s", node, response)
+                self._cluster.request_update()
+                continue
+            self._handle_fetch(node, requests[node], response)
+        return True
+
+    def _fetch_request(self, tps: list[TopicPartition], max_wait_ms: int) -> FetchRequest:
+        c = self.config
+        topics: dict[str, list[FetchRequestPartition]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(
+                FetchRequestPartition(
+                    partition=tp.partition,
+                    fetch_offset=self._positions[tp],
+                    partition_max_bytes=c.max_partition_fetch_bytes,
+                )
+            )
+        return FetchRequest(
+            max_wait_ms=max_wait_ms,
+            min_bytes=c.fetch_min_bytes,
+            max_bytes=c.fetch_max_bytes,
+            isolation_level=self._isolation,
+            session_id=0,
+            session_epoch=_FINAL_EPOCH,
+            topics=[FetchRequestTopic(topic=name, partitions=ps) for name, ps in topics.items()],
+        )
+
+    def _send_fetch(
+        self, node: int, request: FetchRequest, timeout_ms: int
+    ) -> FetchResponse | ReplogError:
+        try:
+            response: FetchResponse = self._cluster.connection(node).send(
+                ApiKey.FETCH, 0, request, timeout_ms=timeout_ms
+            )
+        except ReplogError as err:
+            return err
+        return response
+
+    def _handle_fetch(self, node: int, request: FetchRequest, response: FetchResponse) -> None:
+        if response.error_code:
+            cls = for_code(response.error_code) or ReplogError
+            if not cls.retriable:
+                raise cls(f"fetch from broker {node} failed: {cls()}")
+            log.info("fetch from broker %d failed (will retry): %s", node, cls.__name__)
+            self._cluster.request_update()
+            return
+        asked = {
+            (t.topic, p.partition): p.fetch_offset for t in request.topics for p in t.partitions
+        }
+        for t in response.responses:
+            for p in t.partitions:
+                tp = TopicPartition(t.topic, p.partition_index)
+                fetch_offset = asked.get(tp)
+                if fetch_offset is None or self._positions.get(tp) != fetch_offset:
+                    continue  # not asked, or the position moved (seek) meanwhile
+                if tp not in self._assignment:
+                    continue
+                if p.error_code:
+                    self._fetch_error(tp, fetch_offset, p)
+                    continue
+                if p.high_watermark >= 0:
+                    self._highwater[tp] = int(p.high_watermark)
+                fetched = decode_fetched(
+                    p.records,
+                    fetch_offset,
+                    read_committed=self._isolation == READ_COMMITTED,
+                    aborted_transactions=p.aborted_transactions,
+                    where=str(tp),
+                )
+                if fetched.batches or (
+                    fetched.next_offset is not None and fetched.next_offset > fetch_offset
+                ):
+                    self._buffers[tp] = _Buffered(deque(fetched.batches), fetched.next_offset)
+                elif fetched.partial_bytes and fetched.next_offset is None:
+                    raise RecordTooLargeError(
+                        f"{tp}: the batch at offset {fetch_offset} does not fit in the "
+                        f"{fetched.partial_bytes} bytes the broker returned; raise "
+                        "max.partition.fetch.bytes and fetch.max.bytes"
+                    )
+
+    def _fetch_error(self, tp: TopicPartition, fetch_offset: int, p: Any) -> None:
+        code = int(p.error_code)
+        if code == _OFFSET_OUT_OF_RANGE:
+            strategy = self.config.auto_offset_reset
+            if strategy == "none":
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {fetch_offset} is out of range for partition {tp}"
+                    f"{self._range_text(tp, p)}; seek() to a valid offset or set "
+                    "auto.offset.reset to earliest or latest"
+                )
+            log.info(
+                "fetch offset %d is out of range for partition %s%s, resetting to %s",
+                fetch_offset,
+                tp,
+                self._range_text(tp, p),
+                strategy,
+            )
+            self._positions.pop(tp, None)
+            self._resets[tp] = strategy
+            return
+        cls = for_code(code) or ReplogError
+        if cls.refresh_metadata:
+            self._cluster.request_update()
+        if cls.retriable:
+            log.debug("fetch of %s failed (will retry): %s", tp, cls.__name__)
+            if cls is UnknownTopicOrPartitionError:
+                self._offsets.check_unknown([tp])
+            return
+        raise cls(f"fetch from {tp} failed: {cls()}")
+
+    def _range_text(self, tp: TopicPartition, p: Any) -> str:
+        """`` (the log holds offsets [start, end))`` from the response or ListOffsets."""
+        start, end = int(p.log_start_offset), int(p.high_watermark)
+        if start < 0 or end < 0:
+            try:
+                first, _ = self._offsets.list_once({tp: EARLIEST_TIMESTAMP}, self._isolation)
+                last, _ = self._offsets.list_once({tp: LATEST_TIMESTAMP}, self._isolation)
+            except ReplogError:
+                return ""
+            if tp not in first or tp not in last:
+                return ""
+            start, end = first[tp][0], last[tp][0]
+        return f" (the log holds offsets [{start}, {end}))"
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+    def close(self) -> None:
+        """Close connections; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._buffers.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._cluster.close()
+
+
+def _records(tp: TopicPartition, batch: pa.RecordBatch) -> list[ConsumerRecord]:
+    """Python records of one fetched Arrow batch."""
+    topic, partition = tp
+    offsets = batch.column(0).to_pylist()
+    keys = batch.column(1).to_pylist()
+    values = batch.column(2).to_pylist()
+    timestamps = batch.column(3).to_pylist()
+    types = batch.column(4).to_pylist()
+    header_column = batch.column(5)
+    if header_column.null_count == len(header_column):
+        return [
+            ConsumerRecord(topic, partition, o, ts, tt, k, v)
+            for o, k, v, ts, tt in zip(offsets, keys, values, timestamps, types, strict=True)
+        ]
+    headers = [
+        tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in header_column.to_pylist()
+    ]
+    return [
+        ConsumerRecord(topic, partition, o, ts, tt, k, v, h)
+        for o, k, v, ts, tt, h in zip(
+            offsets, keys, values, timestamps, types, headers, strict=True
+        )
+    ]

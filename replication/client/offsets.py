@@ -1,0 +1,183 @@
+"""Offset lookups (ListOffsets) and partition-existence checks shared by Consumer and Admin.
+
+:class:`OffsetLookup` sends one ListOffsets per leader broker, retries retriable errors
+(refreshing metadata) until a timeout, and reports a partition missing from fresh metadata as
+UnknownTopicOrPartitionError once it has been missing for default.api.timeout.ms (a topic just
+created shows up well within that).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from replication.client.cluster import Cluster
+from replication.client.types import TopicPartition
+from replication.errors import (
+    LeaderNotAvailableError,
+    NetworkError,
+    ReplogError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from replication.protocol import (
+    ApiKey,
+    ListOffsetsRequest,
+    ListOffsetsRequestPartition,
+    ListOffsetsRequestTopic,
+    ListOffsetsResponse,
+)
+
+__all__ = ["OffsetLookup"]
+
+
+class OffsetLookup:
+    """ListOffsets against the leaders of partitions, with metadata refreshes and retries."""
+
+    def __init__(self, cluster: Cluster, *, default_api_timeout_ms: int) -> None:
+        self.cluster = cluster
+        self.default_api_timeout_ms = default_api_timeout_ms
+        self._unknown_since: dict[TopicPartition, float] = {}
+
+    def forget(self, keep: Iterable[TopicPartition]) -> None:
+        """Drop the missing-since times of partitions not in ``keep``."""
+        kept = set(keep)
+        for tp in [tp for tp in self._unknown_since if tp not in kept]:
+            del self._unknown_since[tp]
+
+    # --- metadata ---------------------------------------------------------------------------
+
+    def ensure_metadata(self, tps: Iterable[TopicPartition]) -> None:
+        """Refresh metadata if a partition has no known leader or a refresh was requested.
+
+        Raises BrokerUnreachableError at once if no broker was ever reached.
+        """
+        cluster = self.cluster
+        tps = list(tps)
+        cluster.add_interest({tp.topic for tp in tps})
+        if not cluster.bootstrapped:
+            cluster.refresh()
+            return
+        snapshot = cluster.snapshot
+        if any(snapshot.leader(tp.topic, tp.partition) is None for tp in tps):
+            cluster.request_update()
+        cluster.maybe_refresh()
+
+    def check_unknown(self, tps: Iterable[TopicPartition]) -> None:
+        """UnknownTopicOrPartitionError for a partition missing from metadata for too long."""
+        snapshot = self.cluster.snapshot
+        now = time.monotonic()
+        limit = self.default_api_timeout_ms / 1000
+        for tp in tps:
+            meta = snapshot.topics.get(tp.topic)
+            exists = meta is not None and not meta.error_code and tp.partition in meta.partitions
+            if exists:
+                self._unknown_since.pop(tp, None)
+                continue
+            first = self._unknown_since.setdefault(tp, now)
+            if now - first >= limit:
+                if meta is None or meta.error_code:
+                    what = f"topic {tp.topic!r} does not exist"
+                else:
+                    what = f"topic {tp.topic!r} has {len(meta.partitions)} partitions"
+                raise UnknownTopicOrPartitionError(
+                    f"{tp} does not exist: {what} (still missing from the cluster metadata after "
+                    f"default.api.timeout.ms={self.default_api_timeout_ms}); create it "
+                    "(`replog topic create`) or fix the name"
+                )
+
+    def no_leader_error(self, tp: TopicPartition) -> ReplogError:
+        meta = self.cluster.snapshot.topics.get(tp.topic)
+        if meta is None or meta.error_code or tp.partition not in meta.partitions:
+            return UnknownTopicOrPartitionError(f"{tp} is not in the cluster metadata")
+        return LeaderNotAvailableError(f"{tp} has no leader right now")
+
+    # --- ListOffsets ------------------------------------------------------------------------
+
+    def list(
+        self, specs: Mapping[TopicPartition, int], isolation_level: int, timeout_ms: int
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """(offset, timestamp) per partition, retrying retriable errors until ``timeout_ms``.
+
+        ``specs`` maps partitions to LATEST_TIMESTAMP, EARLIEST_TIMESTAMP or a time in ms.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        results: dict[TopicPartition, tuple[int, int]] = {}
+        pending = dict(specs)
+        attempt = 0
+        while True:
+            self.ensure_metadata(pending)
+            got, errors = self.list_once(pending, isolation_level)
+            results.update(got)
+            pending = {tp: pending[tp] for tp in errors}
+            if not pending:
+                return results
+            self.check_unknown(pending)
+            now = time.monotonic()
+            if now >= deadline:
+                tp, error = next(iter(errors.items()))
+                if type(error).__init__ is not ReplogError.__init__:
+                    raise error
+                raise type(error)(
+                    f"offsets of {len(pending)} partition(s) not found within {timeout_ms} ms; "
+                    f"{tp}: {error}"
+                ) from error
+            attempt += 1
+            time.sleep(min(self.cluster.config.backoff_s(attempt), deadline - now))
+
+    def list_once(
+        self, specs: Mapping[TopicPartition, int], isolation_level: int
+    ) -> tuple[dict[TopicPartition, tuple[int, int]], dict[TopicPartition, ReplogError]]:
+        """One ListOffsets per leader. Retriable failures are returned, others raised."""
+        cluster = self.cluster
+        snapshot = cluster.snapshot
+        results: dict[TopicPartition, tuple[int, int]] = {}
+        errors: dict[TopicPartition, ReplogError] = {}
+        by_node: dict[int, dict[TopicPartition, int]] = {}
+        for tp, ts in specs.items():
+            node = snapshot.leader(tp.topic, tp.partition)
+            if node is None:
+                errors[tp] = self.no_leader_error(tp)
+            else:
+                by_node.setdefault(node, {})[tp] = ts
+        for node, part in by_node.items():
+            topics: dict[str, list[ListOffsetsRequestPartition]] = {}
+            for tp, ts in part.items():
+                topics.setdefault(tp.topic, []).append(
+                    ListOffsetsRequestPartition(partition_index=tp.partition, timestamp=ts)
+                )
+            request = ListOffsetsRequest(
+                isolation_level=isolation_level,
+                topics=[
+                    ListOffsetsRequestTopic(name=name, partitions=ps) for name, ps in topics.items()
+                ],
+            )
+            try:
+                response: ListOffsetsResponse = cluster.connection(node).send(
+                    ApiKey.LIST_OFFSETS, 0, request
+                )
+            except ReplogError as err:
+                if not err.retriable:
+                    raise
+                cluster.request_update()
+                errors.update(dict.fromkeys(part, err))
+                continue
+            answered: set[TopicPartition] = set()
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    answered.add(tp)
+                    if p.error_code == 0:
+                        results[tp] = (int(p.offset), int(p.timestamp))
+                        continue
+                    cls = for_code(p.error_code) or ReplogError
+                    error = cls(f"list offsets of {tp}: {cls()}")
+                    if not cls.retriable:
+                        raise error
+                    if cls.refresh_metadata:
+                        cluster.request_update()
+                    errors[tp] = error
+            for tp in part:
+                if tp not in answered:
+                    errors[tp] = NetworkError(f"broker {node} did not answer for {tp}")
+        return results, errors

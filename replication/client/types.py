@@ -1,0 +1,188 @@
+"""The small value types of the client API: partitions, record metadata, records, topics.
+
+Every type here is immutable and picklable (named tuples and frozen dataclasses), so it can
+cross Spark's driver/executor boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from logstore.batch import HEADERS_TYPE
+
+__all__ = [
+    "FETCH_SCHEMA",
+    "BatchMetadata",
+    "BrokerInfo",
+    "ClusterDescription",
+    "ConsumerRecord",
+    "FetchedBatch",
+    "Header",
+    "NewTopic",
+    "OffsetAndTimestamp",
+    "PartitionInfo",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+]
+
+#: One record header: a string key and a nullable bytes value, as Kafka's.
+Header = tuple[str, bytes | None]
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic. A tuple, so ``("events", 0)`` compares equal to it."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written.
+
+    ``offset`` is -1 with acks=0 (the broker sends no response). ``timestamp`` is the broker's
+    log-append time when the topic uses LogAppendTime, else the record's create time.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class BatchMetadata(NamedTuple):
+    """Where a batch sent by :meth:`Producer.send_arrow` was written.
+
+    Record ``i`` of the batch has offset ``base_offset + i``; ``base_offset`` is -1 with acks=0.
+    """
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record (-1 with acks=0)."""
+        return -1 if self.base_offset < 0 else self.base_offset + self.record_count - 1
+
+
+class ConsumerRecord(NamedTuple):
+    """One fetched record, as kafka-python's ``ConsumerRecord``.
+
+    ``timestamp_type`` is 0 (CreateTime) or 1 (LogAppendTime); ``headers`` is a tuple of
+    ``(key, value)`` pairs (empty when the record has none).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+#: The schema of :attr:`FetchedBatch.batch`: the record columns of
+#: :data:`logstore.batch.RECORD_SCHEMA` plus the offset and the timestamp type.
+#:
+#: ==============  ======================================  ========================================
+#: offset          int64, not null                         the record's offset in the partition
+#: key             binary                                  null for unkeyed records
+#: value           binary                                  null for tombstones
+#: timestamp       int64 (ms since the epoch), not null    LogAppendTime batches: the batch's time
+#: timestamp_type  int32, not null                         0 CreateTime, 1 LogAppendTime
+#: headers         list<struct<key: string, value: binary>>  null or empty: no headers
+#: ==============  ======================================  ========================================
+FETCH_SCHEMA: pa.Schema = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("key", pa.binary(), nullable=True),
+        pa.field("value", pa.binary(), nullable=True),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("timestamp_type", pa.int32(), nullable=False),
+        pa.field("headers", HEADERS_TYPE, nullable=True),
+    ]
+)
+
+
+class FetchedBatch(NamedTuple):
+    """Consecutive records of one partition as Arrow, with schema :data:`FETCH_SCHEMA`."""
+
+    topic: str
+    partition: int
+    batch: pa.RecordBatch
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.batch.num_rows)
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """The earliest offset whose timestamp is at least the one asked for, and its timestamp."""
+
+    offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create. -1 partitions or replication factor take the broker's defaults.
+
+    ``configs`` are topic-level settings with Kafka's names (``retention.ms``, ...).
+    """
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """A partition's leader (-1: none), leader epoch, replicas and in-sync replicas."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+    is_internal: bool = False
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerInfo, ...]
