@@ -280,7 +280,7 @@ class UnsupportedVersionError(WireError):
 class TopicAlreadyExistsError(WireError):
     """A topic with that name already exists.
 
-    Use it, or delete it first with `replog topic delete`.
+    Use it, or delete it first with `replog topics delete`.
     """
 
     code = 36

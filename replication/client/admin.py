@@ -219,7 +219,7 @@ class Admin:
                     _error(topic.error_code, None, f"cannot describe topic {name!r}")
                     if topic.error_code != UnknownTopicOrPartitionError.code
                     else UnknownTopicOrPartitionError(
-                        f"topic {name!r} does not exist; list topics with `replog topic list`"
+                        f"topic {name!r} does not exist; list topics with `replog topics list`"
                     )
                 )
                 continue

@@ -83,7 +83,7 @@ class OffsetLookup:
                 raise UnknownTopicOrPartitionError(
                     f"{tp} does not exist: {what} (still missing from the cluster metadata after "
                     f"default.api.timeout.ms={self.default_api_timeout_ms}); create it "
-                    "(`replog topic create`) or fix the name"
+                    "(`replog topics create`) or fix the name"
                 )
 
     def no_leader_error(self, tp: TopicPartition) -> ReplogError:

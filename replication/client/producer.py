@@ -396,7 +396,7 @@ class Producer:
                     return last
                 return UnknownTopicOrPartitionError(
                     f"topic {topic!r} not present in metadata after {max_block} ms "
-                    "(max.block.ms): create it (`replog topic create`) or check its name"
+                    "(max.block.ms): create it (`replog topics create`) or check its name"
                     + (f"; last error: {last}" if last is not None else "")
                 )
             time.sleep(min(self.config.backoff_s(attempt), remaining))
