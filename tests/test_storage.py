@@ -19,8 +19,6 @@ from typing import Any, ClassVar
 
 import fsspec
 import pytest
-from tests.conftest import S3Location
-from tests.faulty_fs import FaultyStorage, InjectedStorageError
 from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -33,6 +31,8 @@ from hypothesis.stateful import (
 
 from logstore.errors import ObjectExistsError, ObjectNotFoundError, StorageError
 from logstore.storage import TEMP_PREFIX, FsspecStorage, ObjectInfo, Storage
+from tests.conftest import S3Location
+from tests.faulty_fs import FaultyStorage, InjectedStorageError
 
 REPO = Path(__file__).resolve().parents[1]
 
