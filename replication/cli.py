@@ -7,12 +7,18 @@ exit status 1; tracebacks are for bugs only.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 
 from logstore.errors import ReplogError
+
+if TYPE_CHECKING:
+    from replication.client import Admin, FetchedBatch
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -27,6 +33,15 @@ controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
 app.add_typer(controller_app, name="controller")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local cluster: a controller and N brokers.")
 app.add_typer(cluster_app, name="cluster")
+topics_app = typer.Typer(
+    no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
+)
+app.add_typer(topics_app, name="topics")
+perf_app = typer.Typer(
+    no_args_is_help=True,
+    help="Measure throughput and latency (kafka-producer-perf-test, kafka-consumer-perf-test).",
+)
+app.add_typer(perf_app, name="perf")
 
 DataOption = Annotated[
     str, typer.Option("--data", help="directory or URL (s3://bucket/prefix) for the cluster's data")
@@ -214,12 +229,662 @@ def demo(
     raise typer.Exit(run_demo(records=records, data=data))
 
 
-def main() -> None:
+# --- clients: topics, produce, consume, perf ------------------------------------------------------
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+BootstrapOption = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap-server",
+        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
+    ),
+]
+
+
+class CommandError(ReplogError):
+    """The command cannot do what was asked; the message says what to change."""
+
+
+def _pairs(flag: str, pairs: list[str] | None) -> dict[str, str]:
+    """``["key=value", ...]`` of a repeated flag into a mapping (malformed pairs refused)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise CommandError(
+                f"{flag} {pair!r}: expected key=value, e.g. {flag} retention.ms=1000"
+            )
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _admin(bootstrap: str) -> Admin:
+    from replication.client import Admin
+
+    return Admin(bootstrap_servers=bootstrap)
+
+
+def _partitions_of(bootstrap: str, topic: str, partition: int | None) -> list[int]:
+    """The partitions of ``topic`` (just ``partition`` if given, checked to exist)."""
+    with _admin(bootstrap) as admin:
+        described = admin.describe_topic(topic)
+    ids = [p.partition for p in described.partitions]
+    if partition is None:
+        return ids
+    if partition not in ids:
+        raise CommandError(
+            f"--partition {partition}: topic {topic!r} has partitions 0..{len(ids) - 1}"
+        )
+    return [partition]
+
+
+@topics_app.command("create")
+def topics_create(
+    name: Annotated[str, typer.Argument(help="the topic's name")],
+    partitions: Annotated[
+        int | None,
+        typer.Option("--partitions", help="how many partitions (default: num.partitions)"),
+    ] = None,
+    replication_factor: Annotated[
+        int | None,
+        typer.Option(
+            "--replication-factor",
+            help="replicas of each partition (default: default.replication.factor)",
+        ),
+    ] = None,
+    configs: Annotated[
+        list[str] | None,
+        typer.Option("--config", help="a topic config key=value, repeatable: retention.ms=60000"),
+    ] = None,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="succeed if the topic already exists")
+    ] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Create a topic."""
+    from replication.errors import TopicAlreadyExistsError
+
+    settings = _pairs("--config", configs)
+    with _admin(bootstrap) as admin:
+        try:
+            admin.create_topic(
+                name,
+                -1 if partitions is None else partitions,
+                -1 if replication_factor is None else replication_factor,
+                settings,
+            )
+        except TopicAlreadyExistsError:
+            if if_not_exists:
+                return
+            raise
+    typer.echo(f"Created topic {name}.")
+
+
+@topics_app.command("list")
+def topics_list(
+    exclude_internal: Annotated[
+        bool, typer.Option("--exclude-internal", help="leave out internal topics (__...)")
+    ] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Print the name of every topic, one a line."""
+    with _admin(bootstrap) as admin:
+        names = admin.list_topics(include_internal=not exclude_internal)
+    for name in names:
+        typer.echo(name)
+
+
+@topics_app.command("delete")
+def topics_delete(
+    name: Annotated[str, typer.Argument(help="the topic's name")],
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="succeed if the topic does not exist")
+    ] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Delete a topic and its data."""
+    from replication.errors import UnknownTopicOrPartitionError
+
+    with _admin(bootstrap) as admin:
+        try:
+            admin.delete_topic(name)
+        except UnknownTopicOrPartitionError:
+            if if_exists:
+                return
+            raise
+    typer.echo(f"Deleted topic {name}.")
+
+
+@topics_app.command("describe")
+def topics_describe(
+    name: Annotated[str, typer.Argument(help="the topic's name")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (shape below)")] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Per partition: leader, leader epoch, replicas, ISR, high watermark, and each replica's
+    log end offset (LEO) and lag (leader LEO - replica LEO), asked of every broker.
+
+    --json prints one object: {"topic", "is_internal", "partition_count",
+    "replication_factor", "partitions": [{"partition", "leader", "leader_epoch", "replicas",
+    "isr", "offline_replicas", "under_replicated", "high_watermark", "log_start_offset",
+    "log_end_offset", "replica_states": [{"broker", "is_leader", "in_isr",
+    "log_start_offset", "log_end_offset", "durable_end_offset", "high_watermark",
+    "leader_epoch", "size_bytes", "lag", "error"}]}]}. Partition offsets are the leader's
+    (-1 if it did not answer); a replica whose broker did not answer has null offsets and lag
+    and says why in "error".
+    """
+    import json
+
+    from replication.client.describe import describe_topic_status
+
+    with _admin(bootstrap) as admin:
+        status = describe_topic_status(admin, name)
+    if as_json:
+        typer.echo(json.dumps(status.to_json()))
+        return
+    from rich.table import Table
+
+    table = Table(
+        title=f"topic {status.name}: {len(status.partitions)} partitions, "
+        f"replication factor {status.replication_factor}"
+        + (" (internal)" if status.is_internal else "")
+    )
+    for col in ("partition", "leader", "epoch", "ISR", "HW", "replica", "LEO", "lag", "durable"):
+        table.add_column(col, justify="left" if col in ("ISR", "replica") else "right")
+    for p in status.partitions:
+        first = True
+        for r in p.replica_states:
+            who = f"{r.broker}" + (" leader" if r.is_leader else "")
+            if not r.in_isr:
+                who += " [red](out of ISR)[/red]"
+            table.add_row(
+                str(p.partition) if first else "",
+                str(p.leader) if first else "",
+                str(p.leader_epoch) if first else "",
+                ",".join(map(str, p.isr)) if first else "",
+                _offset(p.high_watermark) if first else "",
+                who,
+                _offset(None if r.log is None else r.log.log_end_offset),
+                "[red]?[/red]" if r.lag is None else str(r.lag),
+                _offset(None if r.log is None else r.log.durable_end_offset),
+            )
+            first = False
+    Console().print(table)
+    for p in status.partitions:
+        for r in p.replica_states:
+            if r.error:
+                err_console.print(
+                    f"partition {p.partition}, replica {r.broker}: {r.error}", highlight=False
+                )
+
+
+def _offset(value: int | None) -> str:
+    return "?" if value is None or value < 0 else str(value)
+
+
+@app.command("produce")
+def produce(
+    topic: Annotated[str, typer.Argument(help="the topic to write to")],
+    acks: Annotated[
+        str, typer.Option("--acks", help="all (every in-sync replica), 1 (the leader) or 0")
+    ] = "all",
+    key_separator: Annotated[
+        str | None,
+        typer.Option("--key-separator", help="lines are KEY<SEP>VALUE (split at the first SEP)"),
+    ] = None,
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="write every record to this partition")
+    ] = None,
+    producer_property: Annotated[
+        list[str] | None,
+        typer.Option("--producer-property", help="a producer setting key=value, repeatable"),
+    ] = None,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Send each line of stdin as a record (as kafka-console-producer); flush at EOF.
+
+    Prints nothing on success; if records could not be delivered, one line saying why and
+    exit status 1.
+    """
+    from concurrent.futures import Future
+
+    from replication.client import Producer
+
+    props = _pairs("--producer-property", producer_property)
+    _partitions_of(bootstrap, topic, partition)  # the topic exists: fail fast if not
+    separator = None if key_separator is None else key_separator.encode()
+    if separator == b"":
+        raise CommandError("--key-separator must not be empty")
+    failed: list[BaseException] = []
+
+    def check(future: Future[Any]) -> None:
+        error = future.exception()
+        if error is not None:
+            failed.append(error)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **props})
+    sent = 0
     try:
-        app()
+        for number, raw in enumerate(sys.stdin.buffer, 1):
+            key, value = _split_line(raw, number, separator)
+            producer.send(topic, value, key=key, partition=partition).add_done_callback(check)
+            sent += 1
+        producer.flush()
+    except BaseException:
+        producer.close(timeout=5)  # deliver what was sent, briefly; the error comes first
+        raise
+    producer.close()
+    if failed:
+        raise CommandError(
+            f"{len(failed)} of {sent} records were not delivered to {topic!r}; "
+            f"first error: {failed[0]}"
+        )
+
+
+def _split_line(raw: bytes, number: int, separator: bytes | None) -> tuple[bytes | None, bytes]:
+    """(key, value) of one stdin line (its line ending dropped)."""
+    line = raw[:-1] if raw.endswith(b"\n") else raw
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    if separator is None:
+        return None, line
+    key, found, value = line.partition(separator)
+    if not found:
+        sep = separator.decode(errors="replace")
+        raise CommandError(
+            f"line {number} has no key separator {sep!r}: write KEY{sep}VALUE, "
+            "or leave out --key-separator"
+        )
+    return key, value
+
+
+_CONSOLE_PROPERTIES = (
+    "print.key",
+    "print.value",
+    "print.partition",
+    "print.offset",
+    "print.timestamp",
+    "key.separator",
+    "line.separator",
+    "null.literal",
+)
+
+
+@app.command("consume")
+def consume(
+    topic: Annotated[str, typer.Argument(help="the topic to read")],
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="start at the oldest record, not the end")
+    ] = False,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", help="exit after this many records")
+    ] = None,
+    isolation_level: Annotated[
+        str,
+        typer.Option(
+            "--isolation-level",
+            help="read_committed hides aborted and open transactions' records",
+        ),
+    ] = "read_uncommitted",
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="read only this partition")
+    ] = None,
+    offset: Annotated[
+        str | None,
+        typer.Option(
+            "--offset", help="with --partition: earliest, latest or an offset to start at"
+        ),
+    ] = None,
+    timeout_ms: Annotated[
+        int | None,
+        typer.Option("--timeout-ms", help="exit after this long without a new record"),
+    ] = None,
+    properties: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--property",
+            help="output format: print.key, print.partition, print.offset, print.timestamp "
+            "(true/false), key.separator, line.separator, null.literal",
+        ),
+    ] = None,
+    consumer_property: Annotated[
+        list[str] | None,
+        typer.Option("--consumer-property", help="a consumer setting key=value, repeatable"),
+    ] = None,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Print each record's value on its own line (as kafka-console-consumer).
+
+    Runs until Ctrl-C, --max-messages records, or --timeout-ms without a new record; then
+    prints "Processed a total of N messages" on stderr.
+    """
+    import time
+
+    from replication.client import Consumer, TopicPartition
+
+    if max_messages is not None and max_messages < 0:
+        raise CommandError(f"--max-messages {max_messages}: must be 0 or more")
+    if timeout_ms is not None and timeout_ms < 0:
+        raise CommandError(f"--timeout-ms {timeout_ms}: must be 0 or more")
+    start_at = _start_offset(offset, partition)
+    fmt = _pairs("--property", properties)
+    unknown = sorted(set(fmt) - set(_CONSOLE_PROPERTIES))
+    if unknown:
+        raise CommandError(
+            f"--property {unknown[0]}: unknown; known: {', '.join(_CONSOLE_PROPERTIES)}"
+        )
+    render = _formatter(fmt)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "isolation.level": isolation_level,
+        **_pairs("--consumer-property", consumer_property),
+    }
+    tps = [TopicPartition(topic, p) for p in _partitions_of(bootstrap, topic, partition)]
+    out = sys.stdout.buffer
+    count = 0
+    with Consumer(config) as consumer:
+        consumer.assign(tps)
+        if isinstance(start_at, int):
+            consumer.seek(tps[0], start_at)
+        elif from_beginning or start_at == "earliest":
+            consumer.seek_to_beginning()
+        else:
+            consumer.seek_to_end()
+        last = time.monotonic()
+        try:
+            while max_messages is None or count < max_messages:
+                wait_ms = 1000
+                if timeout_ms is not None:
+                    idle_ms = (time.monotonic() - last) * 1000
+                    if idle_ms >= timeout_ms:
+                        break
+                    wait_ms = int(min(wait_ms, timeout_ms - idle_ms)) + 1
+                fetched = consumer.poll_arrow(timeout_ms=wait_ms)
+                if not fetched:
+                    continue
+                last = time.monotonic()
+                for f in fetched:
+                    rows = f.num_rows
+                    if max_messages is not None:
+                        rows = min(rows, max_messages - count)
+                    if rows <= 0:
+                        break
+                    out.write(render(f, rows))
+                    count += rows
+                out.flush()
+        finally:
+            typer.echo(f"Processed a total of {count} messages", err=True)
+
+
+def _start_offset(offset: str | None, partition: int | None) -> str | int | None:
+    if offset is None:
+        return None
+    if partition is None:
+        raise CommandError("--offset needs --partition (an offset belongs to one partition)")
+    if offset in ("earliest", "latest"):
+        return offset
+    try:
+        value = int(offset)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise CommandError(f"--offset {offset!r}: expected earliest, latest or an offset >= 0")
+    return value
+
+
+def _formatter(props: dict[str, str]) -> Callable[[FetchedBatch, int], bytes]:
+    """Kafka's DefaultMessageFormatter: [CreateTime:ts SEP][Partition:p SEP][Offset:o SEP]
+    [key SEP]value, one record a line."""
+
+    def flag(name: str, default: bool) -> bool:
+        value = props.get(name)
+        if value is None:
+            return default
+        if value.lower() not in ("true", "false"):
+            raise CommandError(f"--property {name}={value}: expected true or false")
+        return value.lower() == "true"
+
+    show = {
+        name: flag(f"print.{name}", name == "value")
+        for name in ("timestamp", "partition", "offset", "key", "value")
+    }
+    sep = props.get("key.separator", "\t").encode()
+    end = props.get("line.separator", "\n").encode()
+    null = props.get("null.literal", "null").encode()
+
+    def render(fetched: FetchedBatch, rows: int) -> bytes:
+        batch = fetched.batch.slice(0, rows)
+        values = [null if v is None else v for v in batch.column(2).to_pylist()]
+        if not any(show[n] for n in ("timestamp", "partition", "offset", "key")):
+            return end.join(values) + end if show["value"] else end * rows
+        fields: list[list[bytes]] = []
+        if show["timestamp"]:
+            types = batch.column(4).to_pylist()
+            stamps = batch.column(3).to_pylist()
+            fields.append(
+                [
+                    f"{'LogAppendTime' if t == 1 else 'CreateTime'}:{ts}".encode()
+                    for t, ts in zip(types, stamps, strict=True)
+                ]
+            )
+        if show["partition"]:
+            fields.append([f"Partition:{fetched.partition}".encode()] * rows)
+        if show["offset"]:
+            fields.append([f"Offset:{o}".encode() for o in batch.column(0).to_pylist()])
+        if show["key"]:
+            fields.append([null if k is None else k for k in batch.column(1).to_pylist()])
+        if show["value"]:
+            fields.append(values)
+        return b"".join(sep.join(parts) + end for parts in zip(*fields, strict=True))
+
+    return render
+
+
+# --- perf ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _progress(total: int, what: str, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr; yields ``update(done)``."""
+    if not enabled:
+        yield lambda done: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        Task,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.speed
+            return Text("" if speed is None else f"{speed:,.0f} records/s")
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+@perf_app.command("produce")
+def perf_produce(
+    topic: Annotated[str, typer.Option("--topic", help="the topic to write to (must exist)")],
+    num_records: Annotated[int, typer.Option("--num-records", help="how many records to send")],
+    record_size: Annotated[int, typer.Option("--record-size", help="bytes of each value")],
+    throughput: Annotated[
+        float, typer.Option("--throughput", help="records/s to aim at (-1: as fast as possible)")
+    ] = -1,
+    acks: Annotated[str, typer.Option("--acks", help="all, 1 or 0")] = "1",
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="producer batch.size in bytes")
+    ] = None,
+    linger_ms: Annotated[int | None, typer.Option("--linger-ms", help="producer linger.ms")] = None,
+    compression_type: Annotated[
+        str | None, typer.Option("--compression-type", help="none, lz4 or zstd")
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="records: Producer.send per record (latency per record); arrow: send_arrow "
+            "of Arrow tables, the Spark path (latency per batch)",
+        ),
+    ] = "records",
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="send every record to this partition")
+    ] = None,
+    producer_props: Annotated[
+        list[str] | None,
+        typer.Option("--producer-props", help="any producer setting key=value, repeatable"),
+    ] = None,
+    latency_sample_every: Annotated[
+        int,
+        typer.Option("--latency-sample-every", help="records mode: time one record in this many"),
+    ] = 16,
+    arrow_batch_records: Annotated[
+        int, typer.Option("--arrow-batch-records", help="arrow mode: rows per send_arrow call")
+    ] = 10_000,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON line instead")] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Send records as fast as asked and report records/s, MB/s and latency percentiles
+    (as kafka-producer-perf-test). Latency is send-to-ack: per record in records mode
+    (sampled), per batch in arrow mode."""
+    import json
+
+    from replication.perf import produce_perf
+
+    if mode not in ("records", "arrow"):
+        raise CommandError(f"--mode {mode!r}: expected records or arrow")
+    with _progress(num_records, f"produce {topic}", not as_json and num_records > 0) as update:
+        result = produce_perf(
+            bootstrap,
+            topic,
+            num_records,
+            record_size,
+            mode="arrow" if mode == "arrow" else "records",
+            throughput=throughput,
+            acks=acks,
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            compression_type=compression_type,
+            partition=partition,
+            producer_props=_pairs("--producer-props", producer_props),
+            latency_sample_every=latency_sample_every,
+            arrow_batch_records=arrow_batch_records,
+            progress=update,
+        )
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        r = result
+        basis = (
+            f"per record, send() to ack, one in {r.latency_sample_every} records timed"
+            if r.latency == "record"
+            else "per batch, send_arrow() to the batch's ack"
+        )
+        typer.echo(
+            f"{r.records} records sent, {r.records_per_s:,.1f} records/sec "
+            f"({r.mb_per_s:.2f} MB/sec), {r.latency_avg_ms:.2f} ms avg latency, "
+            f"{r.latency_max_ms:.2f} ms max latency, {r.latency_p50_ms:.2f} ms 50th, "
+            f"{r.latency_p95_ms:.2f} ms 95th, {r.latency_p99_ms:.2f} ms 99th "
+            f"(latency {basis}; acks={r.acks}, mode={r.mode})."
+        )
+    if result.errors:
+        raise CommandError(
+            f"{result.errors} sends failed "
+            f"({'sampled records' if result.latency == 'record' else 'batches'}); "
+            f"first error: {result.first_error}"
+        )
+
+
+@perf_app.command("consume")
+def perf_consume(
+    topic: Annotated[str, typer.Option("--topic", help="the topic to read from the beginning")],
+    messages: Annotated[int, typer.Option("--messages", help="how many records to read")],
+    timeout: Annotated[
+        int, typer.Option("--timeout", help="ms without a record before giving up")
+    ] = 10_000,
+    fetch_size: Annotated[
+        int | None,
+        typer.Option("--fetch-size", help="max.partition.fetch.bytes (bytes per partition)"),
+    ] = None,
+    consumer_props: Annotated[
+        list[str] | None,
+        typer.Option("--consumer-props", help="any consumer setting key=value, repeatable"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON line instead")] = False,
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Read records from the beginning and report records/s and MB/s (key and value bytes),
+    as kafka-consumer-perf-test."""
+    import json
+
+    from replication.perf import consume_perf
+
+    with _progress(messages, f"consume {topic}", not as_json and messages > 0) as update:
+        result = consume_perf(
+            bootstrap,
+            topic,
+            messages,
+            timeout_ms=timeout,
+            fetch_size=fetch_size,
+            consumer_props=_pairs("--consumer-props", consumer_props),
+            progress=update,
+        )
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        r = result
+        typer.echo(
+            f"{r.records} records read, {r.records_per_s:,.1f} records/sec "
+            f"({r.mb_per_s:.2f} MB/sec, {r.bytes} bytes in {r.elapsed_s:.3f} s)."
+        )
+    if not result.complete:
+        err_console.print(
+            f"warning: only {result.records} of {messages} records came before {timeout} ms "
+            f"passed without one; produce more, or lower --messages",
+            highlight=False,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI: errors a user can cause (ReplogError, bad flags) are one line on stderr and
+    exit status 1; Ctrl-C exits with 130; tracebacks are for bugs only."""
+    try:
+        code = app(args=argv, prog_name="replog", standalone_mode=False)
     except ReplogError as err:
-        err_console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+        _fail(str(err))
+    except click.exceptions.NoArgsIsHelpError as err:
+        err.show()  # the help text: `replog`, `replog topics`, ... with nothing after
+        sys.exit(2)
+    except click.UsageError as err:
+        where = f"`{err.ctx.command_path} --help`" if err.ctx is not None else "`replog --help`"
+        _fail(f"{err.format_message()} (see {where})")
+    except click.ClickException as err:
+        _fail(err.format_message())
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str) -> None:
+    text = " ".join(message.split())  # one line, whatever the message held
+    err_console.print(f"[red]error:[/red] {text}", highlight=False, soft_wrap=True, markup=True)
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ class AckedProducer:
         self.acked[part.base_offset] = value
         return True
 
+    def send_acked(self, timeout: float = 60) -> None:
+        """Send records (each value once) until one is acked; metadata may trail a failover."""
+        wait_until(self.send_one, timeout=timeout, message="an acked produce")
+
     def start(self) -> None:
         def loop() -> None:
             while not self._stop.is_set():
@@ -329,22 +333,23 @@ def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # t
     old = partition_state(cluster.bootstrap, topic)
     producer = AckedProducer(cluster, topic)
     for _ in range(10):
-        assert producer.send_one()
+        producer.send_acked()
     stale = cluster.brokers[old.leader_id]
-    conn = RawConnection(stale.bootstrap, timeout=60)
-    stale.pause()
-    try:
-        wait_until(
-            lambda: partition_state(cluster.bootstrap, topic).leader_id not in (-1, old.leader_id),
-            message="a new leader while the old one is paused",
-        )
-        for _ in range(10):
-            assert producer.send_one()
-    finally:
-        stale.resume()
-    # the resumed old leader may still think it leads: its acks=all produce must not succeed
-    resp = produce(conn, topic, 0, build([Record(None, b"from-the-past", 0)]), acks=-1)
-    conn.close()
+    with RawConnection(stale.bootstrap, timeout=60) as conn:
+        stale.pause()
+        try:
+            wait_until(
+                lambda: (
+                    partition_state(cluster.bootstrap, topic).leader_id not in (-1, old.leader_id)
+                ),
+                message="a new leader while the old one is paused",
+            )
+            for _ in range(10):
+                producer.send_acked()
+        finally:
+            stale.resume()
+        # the resumed old leader may still think it leads: its acks=all produce must not succeed
+        resp = produce(conn, topic, 0, build([Record(None, b"from-the-past", 0)]), acks=-1)
     assert resp.responses[0].partition_responses[0].error_code != 0
     wait_until(
         lambda: old.leader_id in partition_state(cluster.bootstrap, topic).isr_nodes,
@@ -369,7 +374,7 @@ def test_broker_on_s3(cluster_factory, s3_url) -> None:  # type: ignore[no-untyp
     wait_for_topic(cluster, topic, 2)
     producer = AckedProducer(cluster, topic)
     for _ in range(20):
-        assert producer.send_one()
+        producer.send_acked()
     assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
     storage = Storage.from_url(s3_url.sub("broker-0"), **s3_url.storage_options)
     assert any(i.path.endswith(".seg") for i in storage.list(f"{topic}/0"))

@@ -13,6 +13,8 @@ __all__ = [
     "DeliveryTimeoutError",
     "NoOffsetForPartitionError",
     "PartitionNotAssignedError",
+    "TransactionAbortedError",
+    "TransactionStateError",
 ]
 
 
@@ -43,4 +45,20 @@ class PartitionNotAssignedError(ReplogError, ValueError):
     """The partition is not assigned to this consumer.
 
     assign() it before seek(), position() or pause().
+    """
+
+
+class TransactionStateError(ReplogError, RuntimeError):
+    """The call is not valid in the producer's transaction state (Kafka's IllegalStateException).
+
+    Transactional producers go init_transactions(), then begin_transaction(), send(),
+    commit_transaction() or abort_transaction(), again and again; the message names the state.
+    """
+
+
+class TransactionAbortedError(ReplogError):
+    """The record was not sent: its transaction was aborted first.
+
+    Nothing of the aborted transaction is visible to read_committed consumers; send it again in
+    a new transaction.
     """

@@ -26,8 +26,11 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionInfo",
     "RecordMetadata",
+    "SinkCommitResult",
     "TopicDescription",
     "TopicPartition",
+    "TransactionHandle",
+    "TransactionListing",
 ]
 
 #: One record header: a string key and a nullable bytes value, as Kafka's.
@@ -186,3 +189,62 @@ class ClusterDescription:
     cluster_id: str | None
     controller_id: int
     brokers: tuple[BrokerInfo, ...]
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """The open transaction of one transactional producer, to be committed by someone else.
+
+    A Spark task writes inside a transaction, calls :meth:`Producer.transaction_handle` instead
+    of committing, and sends the handle to the driver in its commit message; the driver commits
+    the handles of all tasks in one step with :meth:`Admin.commit_sink_batch`. Small, frozen and
+    picklable.
+
+    Examples
+    --------
+    >>> import pickle
+    >>> handle = TransactionHandle("sink-q1-task-3", producer_id=4000, producer_epoch=2)
+    >>> pickle.loads(pickle.dumps(handle)) == handle
+    True
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
+class SinkCommitResult:
+    """What :meth:`Admin.commit_sink_batch` did.
+
+    ``committed`` is True if the transactions were committed as the batch (by this call, or by
+    an earlier attempt of it whose answer was lost), False if they were aborted because the
+    batch had already been committed (a replayed batch) or an abort was asked.
+    ``last_committed_batch`` is the sink's last committed batch after the call (-1: none).
+    """
+
+    committed: bool
+    last_committed_batch: int
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transaction as the coordinator knows it (as kafka-transactions.sh list/describe).
+
+    ``state`` is Kafka's: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    CompleteAbort. ``start_time_ms`` is when the open transaction started (-1 when none is
+    open); ``partitions`` are the partitions of the open transaction.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    partitions: tuple[TopicPartition, ...] = ()
+
+    @property
+    def is_open(self) -> bool:
+        """True while the transaction is Ongoing or being completed (Prepare*)."""
+        return self.state in ("Ongoing", "PrepareCommit", "PrepareAbort")
