@@ -1,0 +1,327 @@
+"""The replog sink: exactly-once streaming writes and atomic batch writes.
+
+Spark's Kafka sink is at-least-once: a replayed micro-batch writes its rows again. Here every
+task writes its rows inside its own transaction and hands the transaction to the driver in its
+commit message instead of committing it. The driver's ``commit(messages, batchId)`` asks the
+transaction coordinator, in ONE atomic step, to commit all of them as batch ``batchId`` of this
+sink — or, if that batch of this sink is already committed (Spark is replaying it after a
+failure between our commit and its own), to abort them. ``abort()`` aborts them. Nothing of an
+uncommitted batch is ever visible to read_committed readers.
+
+* A task's transactional id is ``replog-sink/<sink>/<batch>/<task partition>``: a retried or
+  speculative attempt of the same task initialises the same id, which bumps the producer
+  epoch and fences (and aborts) the earlier attempt.
+* The sink's identity is option ``sink.id`` or the streaming query's id (stable across restarts
+  from the same checkpoint; tasks read it from the ``sql.streaming.queryId`` local property).
+* ``commit()`` runs in a fresh Python worker with a re-created writer: it relies only on the
+  commit messages (which carry the sink id and the transactions) and the options.
+* Batch writes (``df.write``) are one "batch 0" of a sink id made for that write: all rows or
+  none. ``mode("overwrite")`` is refused: a log is append-only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from logstore.errors import ConfigError, ReplogError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+try:
+    from pyspark.sql.datasource import (
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+except ImportError as err:  # pragma: no cover - pyspark is a dependency of this module
+    raise ImportError(
+        "datasource.sink needs pyspark >= 4.2 (Arrow writers): pip install 'replog[spark]'"
+    ) from err
+
+
+class SinkError(ReplogError, ValueError):
+    """A write to replog cannot be done as asked (bad columns, options or save mode)."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The sink's options, parsed once (Spark hands them over lower-cased, as strings)."""
+
+    bootstrap_servers: str
+    topic: str | None = None
+    sink_id: str | None = None
+    producer: Mapping[str, str] = field(default_factory=dict)
+
+    #: producer settings passed through (acks is always all: exactly-once needs it)
+    PRODUCER_KEYS = (
+        "linger.ms",
+        "batch.size",
+        "compression.type",
+        "max.request.size",
+        "request.timeout.ms",
+        "delivery.timeout.ms",
+        "transaction.timeout.ms",
+        "client.id",
+    )
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
+        if not servers:
+            raise SinkError(
+                "option bootstrap.servers is required: .option('bootstrap.servers', 'HOST:PORT')"
+            )
+        if "acks" in opts and opts["acks"] not in ("all", "-1"):
+            raise SinkError(
+                f"option acks={opts['acks']!r} is not allowed: the exactly-once sink always "
+                "writes with acks=all"
+            )
+        producer = {k: opts[k] for k in cls.PRODUCER_KEYS if k in opts}
+        producer.update(
+            {k[len("producer.") :]: v for k, v in opts.items() if k.startswith("producer.")}
+        )
+        return cls(servers, opts.get("topic") or None, opts.get("sink.id") or None, producer)
+
+
+@dataclass(frozen=True)
+class ReplogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    """What a task tells the driver: the transaction holding its rows (None if it wrote none)."""
+
+    sink_id: str
+    batch_id: int
+    transaction: Any  # replication.client TransactionHandle, or None
+    rows: int = 0
+
+
+# --- columns ------------------------------------------------------------------------------------
+
+
+def check_schema(schema: StructType, options: SinkOptions) -> None:
+    """Columns as Spark's Kafka sink: value (required), key, topic, partition, headers."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        StringType,
+        StructType,
+    )
+
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise SinkError(
+            f"the DataFrame has no 'value' column (columns: {', '.join(schema.fieldNames())}); "
+            "select one, e.g. df.selectExpr('CAST(x AS STRING) AS value')"
+        )
+    text = (BinaryType, StringType)
+    for name in ("value", "key"):
+        if name in fields and not isinstance(fields[name], text):
+            raise SinkError(
+                f"column '{name}' has type {fields[name].simpleString()}; it must be binary or "
+                "string"
+            )
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise SinkError(
+            f"column 'topic' has type {fields['topic'].simpleString()}; it must be string"
+        )
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SinkError(
+            f"column 'partition' has type {fields['partition'].simpleString()}; it must be int"
+        )
+    if "headers" in fields:
+        headers = fields["headers"]
+        ok = (
+            isinstance(headers, ArrayType)
+            and isinstance(headers.elementType, StructType)
+            and [f.name for f in headers.elementType.fields] == ["key", "value"]
+        )
+        if not ok:
+            raise SinkError(
+                f"column 'headers' has type {headers.simpleString()}; it must be "
+                "array<struct<key:string,value:binary>>"
+            )
+    if "topic" not in fields and options.topic is None:
+        raise SinkError(
+            "no topic: set option topic (.option('topic', 'name')) or add a 'topic' column"
+        )
+
+
+def _tables_by_topic(
+    batch: pa.RecordBatch, default_topic: str | None
+) -> Iterator[tuple[str, pa.Table]]:
+    table = pa.Table.from_batches([batch])
+    names = {n.lower(): n for n in table.column_names}
+    columns = {
+        k: table.column(names[k]) for k in ("value", "key", "partition", "headers") if k in names
+    }
+    data = pa.table(columns)
+    if default_topic is not None and "topic" not in names:
+        yield default_topic, data
+        return
+    topics = table.column(names["topic"])
+    if default_topic is not None:
+        topics = pc.fill_null(topics, default_topic)
+    if topics.null_count:
+        raise SinkError("a row has a null 'topic' and option topic is not set")
+    for topic in pc.unique(topics).to_pylist():
+        yield topic, data.filter(pc.equal(topics, topic))
+
+
+# --- the task side ---------------------------------------------------------------------------
+
+
+def write_transaction(
+    options: SinkOptions, sink_id: str, batch_id: int, task: int, batches: Iterator[pa.RecordBatch]
+) -> ReplogCommitMessage:
+    """Write one task's rows inside its own transaction; return it, uncommitted."""
+    from replication.client import Admin, Producer
+
+    transactional_id = f"replog-sink/{sink_id}/{batch_id}/{task}"
+    with Admin(bootstrap_servers=options.bootstrap_servers) as admin:
+        if admin.last_committed_batch(sink_id) >= batch_id:
+            # Spark replays a batch this sink already committed: nothing to write again
+            for _ in batches:
+                pass
+            return ReplogCommitMessage(sink_id, batch_id, None, 0)
+    producer = Producer(
+        {
+            **options.producer,
+            "bootstrap.servers": options.bootstrap_servers,
+            "transactional.id": transactional_id,
+            "acks": "all",
+        }
+    )
+    rows = 0
+    try:
+        producer.init_transactions()  # fences an earlier attempt of this task
+        producer.begin_transaction()
+        for batch in batches:
+            for topic, table in _tables_by_topic(batch, options.topic):
+                producer.send_arrow(topic, table)
+                rows += table.num_rows
+        producer.flush()
+        handle = producer.transaction_handle()
+    except BaseException:
+        try:
+            producer.abort_transaction()
+        finally:
+            producer.close()
+        raise
+    producer.close()  # leaves the transaction open: the driver commits or aborts it
+    return ReplogCommitMessage(sink_id, batch_id, handle, rows)
+
+
+def _handles(messages: list[Any]) -> list[Any]:
+    return [m.transaction for m in messages if isinstance(m, ReplogCommitMessage) and m.transaction]
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+
+class ReplogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """Exactly-once micro-batches (see the module docstring)."""
+
+    def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
+        if overwrite:
+            raise SinkError(
+                "replog is append-only: outputMode complete/overwrite cannot replace a log; "
+                "use outputMode('append') or 'update'"
+            )
+        self.options = SinkOptions.parse(options)
+        check_schema(schema, self.options)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
+        sink_id = self.options.sink_id or context.getLocalProperty("sql.streaming.queryId")
+        if not sink_id:
+            raise SinkError("cannot tell which streaming query writes: set option sink.id")
+        return write_transaction(self.options, sink_id, batch_id, context.partitionId(), iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        from replication.client import Admin
+
+        sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
+        if not sinks:
+            return  # no task ran (an empty micro-batch)
+        if len(sinks) > 1:
+            raise SinkError(f"one micro-batch was written under several sink ids: {sorted(sinks)}")
+        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            admin.commit_sink_batch(sinks.pop(), batchId, _handles(messages))
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        from replication.client import Admin
+
+        handles = _handles(messages)
+        sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
+        if not handles or not sinks:
+            return
+        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            admin.abort_sink_batch(sinks.pop(), batchId, handles)
+
+
+# --- batch writes ----------------------------------------------------------------------------------
+
+
+class ReplogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """``df.write``: all rows become visible at once, or none."""
+
+    def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
+        if overwrite:
+            raise SinkError(
+                "replog is append-only: mode('overwrite') cannot replace a log; use mode('append')"
+            )
+        self.options = SinkOptions.parse(options)
+        check_schema(schema, self.options)
+        # made on the driver and shipped to every task: one id for this whole write
+        self.write_id = self.options.sink_id or f"write-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        return write_transaction(self.options, self.write_id, 0, context.partitionId(), iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        from replication.client import Admin
+
+        sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
+        if not sinks:
+            return
+        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            result = admin.commit_sink_batch(sinks.pop(), 0, _handles(messages))
+        if not result.committed:
+            raise SinkError(
+                f"this write's id was already committed (sink.id={self.options.sink_id!r}); "
+                "nothing was written twice. Use a new sink.id for a new batch write"
+            )
+
+    def abort(self, messages: list[Any]) -> None:
+        from replication.client import Admin
+
+        handles = _handles(messages)
+        sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
+        if not handles or not sinks:
+            return
+        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            admin.abort_sink_batch(sinks.pop(), 0, handles)
+
+
+__all__ = [
+    "ConfigError",
+    "ReplogBatchWriter",
+    "ReplogCommitMessage",
+    "ReplogStreamWriter",
+    "SinkError",
+    "SinkOptions",
+    "check_schema",
+]
