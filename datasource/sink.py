@@ -269,7 +269,7 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             admin.abort_sink_batch(sinks.pop(), batchId, handles)
 
 
-# --- batch writes ----------------------------------------------------------------------------------
+# --- batch writes ---------------------------------------------------------------------------------
 
 
 class ReplogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
