@@ -66,7 +66,12 @@ class Node:
     async def start(self) -> None:
         self.port = await self.server.start()
         if self.controller_service is not None:
-            self.controller_service.controller.port = self.port
+            # the claim tells brokers where the controller is: its advertised address
+            controller = self.controller_service.controller
+            controller.host, controller.port = self.config.advertised_host_port or (
+                self.host,
+                self.port,
+            )
             self.controller_service.start()
         rm = self.replica_manager
         if rm is None:
