@@ -11,11 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 
 from logstore.errors import ReplogError
+
+try:  # newer typer carries its own copy of click: its usage errors are that copy's classes
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - typer on top of the click package
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from replication.client import Admin, FetchedBatch
@@ -246,15 +250,22 @@ class CommandError(ReplogError):
     """The command cannot do what was asked; the message says what to change."""
 
 
+_EXAMPLES = {
+    "--config": "retention.ms=86400000",
+    "--property": "print.key=true",
+    "--consumer-property": "fetch.max.wait.ms=100",
+    "--consumer-props": "fetch.max.wait.ms=100",
+}
+
+
 def _pairs(flag: str, pairs: list[str] | None) -> dict[str, str]:
     """``["key=value", ...]`` of a repeated flag into a mapping (malformed pairs refused)."""
     out: dict[str, str] = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise CommandError(
-                f"{flag} {pair!r}: expected key=value, e.g. {flag} retention.ms=1000"
-            )
+            example = _EXAMPLES.get(flag, "linger.ms=10")
+            raise CommandError(f"{flag} {pair!r}: expected key=value, e.g. {flag} {example}")
         out[name.strip()] = value.strip()
     return out
 
@@ -267,8 +278,10 @@ def _admin(bootstrap: str) -> Admin:
 
 def _partitions_of(bootstrap: str, topic: str, partition: int | None) -> list[int]:
     """The partitions of ``topic`` (just ``partition`` if given, checked to exist)."""
+    from replication.client.describe import describe_topic_waiting
+
     with _admin(bootstrap) as admin:
-        described = admin.describe_topic(topic)
+        described = describe_topic_waiting(admin, topic)
     ids = [p.partition for p in described.partitions]
     if partition is None:
         return ids
@@ -411,12 +424,15 @@ def topics_describe(
             )
             first = False
     Console().print(table)
+    unknown: dict[str, list[str]] = {}  # why -> partitions whose replica shows "?"
     for p in status.partitions:
         for r in p.replica_states:
             if r.error:
-                err_console.print(
-                    f"partition {p.partition}, replica {r.broker}: {r.error}", highlight=False
-                )
+                unknown.setdefault(r.error, []).append(f"{p.partition}")
+    for why, where in unknown.items():
+        err_console.print(
+            f"? (partitions {', '.join(where)}): {why}", highlight=False, soft_wrap=True
+        )
 
 
 def _offset(value: int | None) -> str:
@@ -610,8 +626,9 @@ def consume(
                         rows = min(rows, max_messages - count)
                     if rows <= 0:
                         break
-                    out.write(render(f, rows))
-                    count += rows
+                    lines = render(f, rows)
+                    count += rows  # before the write: Ctrl-C can land as a write returns
+                    out.write(lines)
                 out.flush()
         finally:
             typer.echo(f"Processed a total of {count} messages", err=True)
@@ -686,8 +703,8 @@ def _formatter(props: dict[str, str]) -> Callable[[FetchedBatch, int], bytes]:
 
 @contextmanager
 def _progress(total: int, what: str, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr; yields ``update(done)``."""
-    if not enabled:
+    """A rich progress bar on stderr if it is a terminal; yields ``update(done)``."""
+    if not enabled or total <= 0 or not err_console.is_terminal:
         yield lambda done: None
         return
     from rich.progress import (
@@ -769,7 +786,7 @@ def perf_produce(
 
     if mode not in ("records", "arrow"):
         raise CommandError(f"--mode {mode!r}: expected records or arrow")
-    with _progress(num_records, f"produce {topic}", not as_json and num_records > 0) as update:
+    with _progress(num_records, f"produce {topic}", not as_json) as update:
         result = produce_perf(
             bootstrap,
             topic,
@@ -835,7 +852,7 @@ def perf_consume(
 
     from replication.perf import consume_perf
 
-    with _progress(messages, f"consume {topic}", not as_json and messages > 0) as update:
+    with _progress(messages, f"consume {topic}", not as_json) as update:
         result = consume_perf(
             bootstrap,
             topic,
@@ -858,6 +875,7 @@ def perf_consume(
             f"warning: only {result.records} of {messages} records came before {timeout} ms "
             f"passed without one; produce more, or lower --messages",
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -868,16 +886,19 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, prog_name="replog", standalone_mode=False)
     except ReplogError as err:
         _fail(str(err))
-    except click.exceptions.NoArgsIsHelpError as err:
-        err.show()  # the help text: `replog`, `replog topics`, ... with nothing after
+    except click_errors.NoArgsIsHelpError as err:
+        # `replog`, `replog topics`, ... alone: the help, as click shows it (with rich, typer
+        # has printed it already and the message is empty)
+        if err.format_message().strip():
+            err.show()
         sys.exit(2)
-    except click.UsageError as err:
+    except click_errors.UsageError as err:
         where = f"`{err.ctx.command_path} --help`" if err.ctx is not None else "`replog --help`"
         _fail(f"{err.format_message()} (see {where})")
-    except click.ClickException as err:
+    except click_errors.ClickException as err:
         _fail(err.format_message())
-    except click.Abort:
-        sys.exit(130)
+    except typer.Abort:
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
 
