@@ -1,1 +1,5 @@
-"""Spark: the "replog" Python data source (reader and exactly-once writer)."""
+"""Spark: the "replog" Python data source (reader and exactly-once writer).
+
+``format("replog")`` finds :class:`~datasource.source.ReplogDataSource` through the top-level
+``pyspark_replog`` module; ``spark.dataSource.register(ReplogDataSource)`` works too.
+"""

@@ -93,3 +93,4 @@ def s3_url(s3_endpoint: str, _s3_admin: Any) -> S3Location:
 
 # Real broker processes (tests/cluster.py): `broker` (module-shared) and `broker_factory`.
 from tests.cluster import broker, broker_factory, cluster_factory  # noqa: E402, F401
+from tests.spark_session import spark  # noqa: E402, F401

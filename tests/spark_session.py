@@ -1,0 +1,59 @@
+"""The one local SparkSession of a test run (``spark`` fixture), and how to start one.
+
+A local SparkSession takes about ten seconds to start, so every test that uses Spark shares
+this one (session scope); it stops when the run ends. Spark's Python workers are separate
+processes: they must run this interpreter (``PYSPARK_PYTHON``) and find this checkout first on
+their path (``PYTHONPATH``), both set before the JVM starts, so that they import the same
+``datasource`` package and ``pyspark_replog`` module as the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def prepare_worker_environment() -> None:
+    """Make Spark's Python workers run this interpreter with this checkout on their path."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *paths])
+
+
+def start_local_session(app_name: str, cores: int = 2) -> Any:
+    """A local SparkSession: ``local[cores]``, UI and progress bars off, few shuffle
+    partitions, quiet logs."""
+    prepare_worker_environment()
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The run's SparkSession (local[2]); stopped when the run ends."""
+    session = start_local_session("replog-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
