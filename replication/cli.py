@@ -37,6 +37,9 @@ controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
 app.add_typer(controller_app, name="controller")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local cluster: a controller and N brokers.")
 app.add_typer(cluster_app, name="cluster")
+from replication.cli_transactions import transactions_app  # noqa: E402
+
+app.add_typer(transactions_app, name="transactions")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )

@@ -145,7 +145,16 @@ class TransactionCoordinator:
         self.loading = True
         self.active = False
         try:
-            txns, sinks = await asyncio.to_thread(_read_state, partition)
+            # Read the whole log this leader holds, once it is committed: a new leader's HW can
+            # trail its log end (it learnt the HW from the old leader's fetch answers), and
+            # reading only to it would miss the last decisions of the previous coordinator.
+            end, epoch = partition.log.log_end_offset, partition.leader_epoch
+            while partition.high_watermark < end:
+                if not partition.is_leader or partition.leader_epoch != epoch:
+                    return  # leadership moved on while waiting; the next load takes over
+                partition.maybe_increment_high_watermark()  # nothing else moves it if alone
+                await asyncio.sleep(0.05)
+            txns, sinks = await asyncio.to_thread(_read_state, partition, end)
             self.txns, self.sinks = txns, sinks
             self.coordinator_epoch = partition.leader_epoch
             self.active = True
@@ -332,6 +341,11 @@ class TransactionCoordinator:
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state == done or meta.state == TxnState.EMPTY:
                 return  # a retry of an EndTxn that completed, or nothing to end
+            if meta.state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+                # a retry while (a new coordinator) completes it: retriable, as Kafka
+                raise ConcurrentTransactionsError(
+                    f"transaction {transactional_id!r} is completing ({meta.state.value}); retry"
+                )
             if meta.state != TxnState.ONGOING:
                 raise InvalidTxnStateError(
                     f"transaction {transactional_id!r} is {meta.state.value}; cannot "
@@ -377,7 +391,24 @@ class TransactionCoordinator:
             -1,
             _now_ms(),
         )
-        await self._write([complete])
+        delay = 0.05
+        while True:
+            try:
+                await self._write([complete])
+                break
+            except ReplogError as err:
+                # e.g. NOT_ENOUGH_REPLICAS while the transaction log's ISR recovers: the
+                # markers are written, so the final state must follow (as Kafka retries it)
+                if self.txns.get(meta.transactional_id) is not meta or not self.active:
+                    return
+                log.warning(
+                    "writing %s of %r failed, retrying: %s",
+                    complete.state.value,
+                    meta.transactional_id,
+                    err,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
         self.txns[meta.transactional_id] = complete
 
     async def _send_markers(
@@ -559,12 +590,14 @@ class _all:
             lock.release()
 
 
-def _read_state(partition: Partition) -> tuple[dict[str, TransactionMetadata], dict[str, int]]:
-    """Replay the transaction log up to its HW (the last value of each key wins)."""
+def _read_state(
+    partition: Partition, end: int
+) -> tuple[dict[str, TransactionMetadata], dict[str, int]]:
+    """Replay the transaction log up to ``end`` (the last value of each key wins)."""
     plog = partition.log
     txns: dict[str, TransactionMetadata] = {}
     sinks: dict[str, int] = {}
-    offset, end = plog.log_start_offset, plog.high_watermark
+    offset = plog.log_start_offset
     while offset < end:
         chunk = plog.read(offset, 8 * 1024 * 1024, max_offset=end)
         batches = list(iter_batches(chunk, validate=True))

@@ -172,7 +172,9 @@ def test_producer_config_defaults_and_names() -> None:
         ({"bootstrap.servers": "h:1", "compression.type": "brotli"}, "none, lz4, zstd"),
         ({"bootstrap.servers": "h:1", "linger.ms": "soon"}, "linger.ms"),
         ({"bootstrap.servers": "h:1", "batch.size": 0}, "batch.size"),
-        ({"bootstrap.servers": "h:1", "enable.idempotence": "true"}, "unknown config key"),
+        ({"bootstrap.servers": "h:1", "enable.idempotence": "true", "acks": "1"}, "acks=all"),
+        ({"bootstrap.servers": "h:1", "transactional.id": "t", "enable.idempotence": 0}, "needs"),
+        ({"bootstrap.servers": "h:1", "enable.idempotence": "maybe"}, "enable.idempotence"),
         ({"bootstrap.servers": "h:1", "delivery.timeout.ms": 10}, r"linger.ms \+ request.timeout"),
     ],
 )
@@ -507,6 +509,8 @@ class ScriptedBroker:
         self.handlers: dict[int, Handler] = {
             p.ApiKey.API_VERSIONS: self.api_versions,
             p.ApiKey.METADATA: self.metadata,
+            # the idempotent producer (the default) asks for a producer id first
+            p.ApiKey.INIT_PRODUCER_ID: lambda h, b: p.InitProducerIdResponse(producer_id=7),
         }
         self._conns: list[socket.socket] = []
         self._closed = False

@@ -12,6 +12,19 @@ sending); nothing asyncio leaks out. Settings use Kafka's names::
     with Consumer(bootstrap_servers="127.0.0.1:9092", auto_offset_reset="earliest") as c:
         c.assign([TopicPartition("events", 0)])
         records = c.poll(timeout_ms=1000)
+
+Producers are idempotent by default (enable.idempotence); with a transactional.id they write
+transactions that read_committed consumers see whole or not at all::
+
+    with Producer(bootstrap_servers="127.0.0.1:9092", transactional_id="orders-1") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("orders", b"order-1")
+        p.commit_transaction()
+
+Several producers' transactions (one per Spark task) commit as one batch of a sink:
+each task calls ``Producer.transaction_handle()`` and the driver calls
+``Admin.commit_sink_batch(sink_id, batch_id, handles)``.
 """
 
 from replication.client.admin import Admin, OffsetSpec
@@ -22,6 +35,8 @@ from replication.client.errors import (
     DeliveryTimeoutError,
     NoOffsetForPartitionError,
     PartitionNotAssignedError,
+    TransactionAbortedError,
+    TransactionStateError,
 )
 from replication.client.producer import Producer
 from replication.client.types import (
@@ -35,8 +50,11 @@ from replication.client.types import (
     OffsetAndTimestamp,
     PartitionInfo,
     RecordMetadata,
+    SinkCommitResult,
     TopicDescription,
     TopicPartition,
+    TransactionHandle,
+    TransactionListing,
 )
 
 __all__ = [
@@ -61,6 +79,11 @@ __all__ = [
     "Producer",
     "ProducerConfig",
     "RecordMetadata",
+    "SinkCommitResult",
     "TopicDescription",
     "TopicPartition",
+    "TransactionAbortedError",
+    "TransactionHandle",
+    "TransactionListing",
+    "TransactionStateError",
 ]

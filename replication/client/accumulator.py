@@ -17,12 +17,19 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Final
 
 import pyarrow as pa
 
-from logstore.batch import HEADERS_TYPE, Compression, build
+from logstore.batch import (
+    HEADERS_TYPE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Compression,
+    build,
+)
 from replication.client.futures import ProduceFuture, complete_all, fail_all
 from replication.client.types import BatchMetadata, Header, RecordMetadata, TopicPartition
 
@@ -53,6 +60,7 @@ class ProducerBatch:
 
     __slots__ = (
         "attempts",
+        "base_sequence",
         "closed",
         "condition",
         "created",
@@ -65,12 +73,15 @@ class ProducerBatch:
         "keys",
         "last_error",
         "payload",
+        "producer_epoch",
+        "producer_id",
         "retry_at",
         "seq",
         "size",
         "table",
         "timestamps",
         "tp",
+        "transactional",
         "values",
     )
 
@@ -105,6 +116,11 @@ class ProducerBatch:
         self.payload: bytes | None = None
         self.table = table
         self.future: ProduceFuture | None = ProduceFuture() if table is not None else None
+        # Idempotence: stamped when the batch is first sent (see transactions.py), then kept.
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.transactional = False
 
     def __repr__(self) -> str:
         return (
@@ -135,9 +151,17 @@ class ProducerBatch:
         return pa.table(columns)
 
     def encode(self, compression: Compression) -> bytes:
-        """The batch's bytes, built once and kept for retries."""
+        """The batch's bytes, built once and kept for retries (with the same producer id,
+        epoch and sequence numbers, so the broker recognises a retry)."""
         if self.payload is None:
-            self.payload = build(self.to_arrow(), compression=compression)
+            self.payload = build(
+                self.to_arrow(),
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+                is_transactional=self.transactional,
+            )
         return self.payload
 
     # --- completion -----------------------------------------------------------------------
@@ -172,7 +196,9 @@ class ProducerBatch:
         fail_all(self.futures, error)
 
     def split(self, now: float) -> list[ProducerBatch]:
-        """Two halves of a batch of records (for RECORD_TOO_LARGE), keeping seq and deadline."""
+        """Two halves of a batch of records (for RECORD_TOO_LARGE), keeping seq and deadline.
+
+        The halves are not stamped: they take sequence numbers when they are sent."""
         if self.table is not None or len(self.values) < 2:
             return [self]
         half = len(self.values) // 2
@@ -359,11 +385,13 @@ class RecordAccumulator:
         leader_of: Callable[[TpKey], int | None],
         can_send: Callable[[int], bool],
         max_request_size: int,
+        hold: Collection[TpKey] = (),
     ) -> tuple[dict[int, Drained], float | None, bool]:
         """Take the ready head batch of every unmuted partition whose leader can take a request.
 
-        Returns the batches per broker, when to look again (None: when notified), and whether
-        some ready batch has no known leader (the caller refreshes metadata).
+        Partitions in ``hold`` are skipped (a transaction is adding them). Returns the batches
+        per broker, when to look again (None: when notified), and whether some ready batch has
+        no known leader (the caller refreshes metadata).
         """
         plans: dict[int, Drained] = {}
         wake: float | None = None
@@ -371,7 +399,7 @@ class RecordAccumulator:
         force = self.flushing > 0 or self.closing
         linger = self.linger_s
         for tp_key, queue in self.queues.items():
-            if not queue or tp_key in self.muted:
+            if not queue or tp_key in self.muted or tp_key in hold:
                 continue
             batch = queue[0]
             if batch.retry_at > now:

@@ -1,10 +1,16 @@
-"""The admin client: create, delete, list and describe topics; describe the cluster; offsets.
+"""The admin client: topics, the cluster, offsets, transactions and Spark sink commits.
 
 Topic changes go to the controller (any broker forwards them; NOT_CONTROLLER makes the client
 refresh metadata and retry). Per-topic errors are raised as their named classes
 (TopicAlreadyExistsError, InvalidPartitionsError, InvalidReplicationFactorError,
 UnknownTopicOrPartitionError, ...) carrying the broker's message; when several topics fail, the
 first failure is raised after every topic was tried, and the others are logged.
+
+Transactions and sinks go to the transaction coordinator (found with FindCoordinator; retried
+as Kafka's clients retry, see :mod:`replication.client.coordinator`). A sink commit either
+raises CommitFailedError (it did not happen: the caller may clean up, e.g. abort) or
+CommitStateUnknownError (it may have happened: the caller must not clean up, and may call
+again, which is safe: a batch is committed at most once).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any, Literal, TypeVar
 
 from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
+from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import ClientClosedError
 from replication.client.offsets import OffsetLookup
 from replication.client.types import (
@@ -23,10 +30,15 @@ from replication.client.types import (
     ClusterDescription,
     NewTopic,
     PartitionInfo,
+    SinkCommitResult,
     TopicDescription,
     TopicPartition,
+    TransactionHandle,
+    TransactionListing,
 )
 from replication.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
     NotControllerError,
     ReplogError,
     UnknownTopicOrPartitionError,
@@ -38,13 +50,20 @@ from replication.protocol import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     ApiKey,
+    CommitSinkBatchRequest,
+    CommitSinkBatchResponse,
     CreatableTopic,
     CreatableTopicConfig,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeSinkRequest,
+    DescribeSinkResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     MetadataResponse,
+    SinkTransaction,
 )
 
 __all__ = ["Admin", "OffsetSpec"]
@@ -55,6 +74,18 @@ log = logging.getLogger(__name__)
 OffsetSpec = Literal["earliest", "latest"] | int
 
 T = TypeVar("T")
+
+#: Kafka's transaction states, as ListTransactions filters take them.
+TRANSACTION_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+)
+_COMMITTED_STATES = frozenset({"PrepareCommit", "CompleteCommit"})
+_ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort"})
 
 
 def _error(code: int, message: str | None, what: str) -> ReplogError:
@@ -85,6 +116,7 @@ class Admin:
         self._offsets = OffsetLookup(
             self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
         )
+        self._coordinator = CoordinatorClient(self._cluster, self.config.client_id)
         self._closed = False
 
     def __enter__(self) -> Admin:
@@ -299,7 +331,181 @@ class Admin:
         )
         return {tp: offset for tp, (offset, _) in found.items()}
 
+    # --- transactions and Spark sinks ------------------------------------------------------
+
+    def list_transactions(self, states: Iterable[str] = ()) -> list[TransactionListing]:
+        """The transactions the coordinator knows, optionally only those in ``states``
+        (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+        CompleteAbort), sorted by transactional id."""
+        wanted = list(states)
+        bad = [s for s in wanted if s not in TRANSACTION_STATES]
+        if bad:
+            raise ValueError(
+                f"unknown transaction state(s) {bad}; expected some of "
+                f"{', '.join(TRANSACTION_STATES)}"
+            )
+        self._check_open()
+        response: ListTransactionsResponse = self._coordinator.call(
+            ApiKey.LIST_TRANSACTIONS,
+            ListTransactionsRequest(state_filters=wanted),
+            what="listing transactions",
+            deadline=self._deadline(None),
+        )
+        return sorted(
+            (
+                TransactionListing(
+                    transactional_id=t.transactional_id,
+                    producer_id=t.producer_id,
+                    producer_epoch=t.producer_epoch,
+                    state=t.transaction_state,
+                    timeout_ms=t.transaction_timeout_ms,
+                    start_time_ms=t.transaction_start_time_ms,
+                    partitions=tuple(TopicPartition(q.topic, q.partition) for q in t.partitions),
+                )
+                for t in response.transactions
+            ),
+            key=lambda t: t.transactional_id,
+        )
+
+    def transaction_coordinator(self) -> int:
+        """The broker id of the transaction coordinator (FindCoordinator)."""
+        self._check_open()
+        self.list_transactions(["Empty"])  # finds it, retrying as the other calls do
+        return self._coordinator.node_id
+
+    def last_committed_batch(self, sink_id: str, *, timeout_ms: int | None = None) -> int:
+        """The last batch id committed for ``sink_id`` (-1 if none)."""
+        self._check_open()
+        response: DescribeSinkResponse = self._coordinator.call(
+            ApiKey.DESCRIBE_SINK,
+            DescribeSinkRequest(sink_id=sink_id),
+            what=f"describing sink {sink_id!r}",
+            deadline=self._deadline(timeout_ms),
+        )
+        return int(response.last_committed_batch)
+
+    def commit_sink_batch(
+        self,
+        sink_id: str,
+        batch_id: int,
+        handles: Iterable[TransactionHandle],
+        *,
+        timeout_ms: int | None = None,
+    ) -> SinkCommitResult:
+        """Commit the transactions of ``handles`` as batch ``batch_id`` of ``sink_id``, in one
+        atomic step, unless that batch is already committed: then abort them (a replay).
+
+        Returns :class:`SinkCommitResult`; ``committed`` False means the batch had been
+        committed before and these transactions were aborted, so its data is visible exactly
+        once either way. Raises CommitFailedError when nothing happened (e.g. a transaction was
+        fenced or timed out: abort and retry the batch) and CommitStateUnknownError when it may
+        have happened (do not abort; call again, or look at :meth:`last_committed_batch`).
+
+        Examples
+        --------
+        >>> handles = [p.transaction_handle() for p in task_producers]  # doctest: +SKIP
+        >>> admin.commit_sink_batch("query-1", 7, handles)  # doctest: +SKIP
+        SinkCommitResult(committed=True, last_committed_batch=7)
+        """
+        return self._sink_batch(sink_id, batch_id, list(handles), False, timeout_ms)
+
+    def abort_sink_batch(
+        self,
+        sink_id: str,
+        batch_id: int,
+        handles: Iterable[TransactionHandle],
+        *,
+        timeout_ms: int | None = None,
+    ) -> SinkCommitResult:
+        """Abort the transactions of ``handles`` (a batch that will not be committed): nothing
+        of them is ever visible to read_committed consumers. Errors as commit_sink_batch."""
+        return self._sink_batch(sink_id, batch_id, list(handles), True, timeout_ms)
+
+    def _sink_batch(
+        self,
+        sink_id: str,
+        batch_id: int,
+        handles: list[TransactionHandle],
+        abort: bool,
+        timeout_ms: int | None,
+    ) -> SinkCommitResult:
+        self._check_open()
+        for handle in handles:
+            if not isinstance(handle, TransactionHandle):
+                raise TypeError(
+                    f"expected TransactionHandle objects (from Producer.transaction_handle()), "
+                    f"got {type(handle).__name__}"
+                )
+        request = CommitSinkBatchRequest(
+            sink_id=sink_id,
+            batch_id=batch_id,
+            transactions=[
+                SinkTransaction(
+                    transactional_id=h.transactional_id,
+                    producer_id=h.producer_id,
+                    producer_epoch=h.producer_epoch,
+                )
+                for h in handles
+            ],
+            abort=abort,
+        )
+        what = f"{'abort' if abort else 'commit'} of batch {batch_id} of sink {sink_id!r}"
+        state = CallState()
+        deadline = self._deadline(timeout_ms)
+        try:
+            response: CommitSinkBatchResponse = self._coordinator.call(
+                ApiKey.COMMIT_SINK_BATCH, request, what=what, deadline=deadline, state=state
+            )
+        except ReplogError as err:
+            if state.maybe_done:
+                raise CommitStateUnknownError(
+                    f"the {what} may or may not have happened ({err}); do not abort its "
+                    "transactions: call again (a batch is committed at most once) or check "
+                    "last_committed_batch()"
+                ) from err
+            raise CommitFailedError(f"the {what} did not happen: {err}") from err
+        committed = bool(response.committed)
+        if state.maybe_done and not committed and not abort:
+            # An earlier attempt may have committed these very transactions and its answer
+            # was lost: then this retry finds the batch committed and reports a replay.
+            committed = self._committed_by_us(handles, what, deadline)
+        return SinkCommitResult(committed, int(response.last_committed_batch))
+
+    def _committed_by_us(
+        self, handles: list[TransactionHandle], what: str, deadline: float
+    ) -> bool:
+        """Whether the transactions of ``handles`` ended committed (after an unknown attempt)."""
+        ids = {h.transactional_id: h for h in handles}
+        try:
+            listed = self._coordinator.call(
+                ApiKey.LIST_TRANSACTIONS,
+                ListTransactionsRequest(),
+                what="listing transactions",
+                deadline=max(deadline, time.monotonic() + 1),
+            ).transactions
+        except ReplogError as err:
+            raise CommitStateUnknownError(
+                f"the {what} was retried after an answer was lost and found the batch already "
+                f"committed, but whether by these transactions is unknown ({err})"
+            ) from err
+        states = {
+            t.transaction_state
+            for t in listed
+            if (h := ids.get(t.transactional_id)) is not None
+            and (t.producer_id, t.producer_epoch) == (h.producer_id, h.producer_epoch)
+        }
+        if states & _COMMITTED_STATES and states & _ABORTED_STATES:
+            raise CommitStateUnknownError(
+                f"the {what} was retried after an answer was lost; its transactions ended "
+                f"differently ({sorted(states)})"
+            )
+        return bool(states & _COMMITTED_STATES)
+
     # --- plumbing ---------------------------------------------------------------------------
+
+    def _deadline(self, timeout_ms: int | None) -> float:
+        ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return time.monotonic() + ms / 1000
 
     def _check_open(self) -> None:
         if self._closed:

@@ -130,6 +130,10 @@ class Cluster:
             )
         return self._connection_to(broker.host, broker.port, slot)
 
+    def connection_to(self, host: str, port: int, slot: int = 0) -> BrokerConnection:
+        """The pooled connection to ``host:port`` (e.g. a coordinator FindCoordinator named)."""
+        return self._connection_to(host, port, slot)
+
     def _connection_to(self, host: str, port: int, slot: int = 0) -> BrokerConnection:
         key = (host, port, slot)
         conn = self._pool.get(key)

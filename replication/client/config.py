@@ -29,6 +29,18 @@ __all__ = [
 C = TypeVar("C", bound="ClientConfig")
 
 _INT32_MAX = 2**31 - 1
+#: Kafka's limit on requests in flight for the idempotent producer.
+_MAX_IDEMPOTENT_IN_FLIGHT = 5
+
+
+def _as_int(value: Any) -> int | None:
+    """``value`` as an int if it is one (or a string of one), else None (parse reports it)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -130,8 +142,17 @@ class ProducerConfig(ClientConfig):
 
     ``batch.size`` is larger than Kafka's 16 KiB: batches are Arrow IPC streams, so a large
     batch costs little more to build than a small one and is far cheaper per record to send.
-    ``max.in.flight.requests.per.connection`` is 1 until the idempotent producer exists; in any
-    case at most one batch per partition is in flight, so retries never reorder a partition.
+    At most one batch per partition is in flight whatever
+    ``max.in.flight.requests.per.connection`` says (it opens that many connections per broker,
+    each carrying one request), so retries never reorder a partition; the idempotent producer
+    allows up to 5, as Kafka's.
+
+    ``enable.idempotence`` is on by default (Kafka 3+): every batch carries the producer id,
+    epoch and a per-partition sequence number, so a retried batch is appended once. As in
+    Kafka, when it is not set and acks is not all, retries is 0 or more than 5 requests may be
+    in flight, idempotence is turned off instead of refusing the settings; set explicitly, those
+    combinations are refused. ``transactional.id`` makes the producer transactional (and
+    idempotent).
     """
 
     client_id: str = field(
@@ -180,7 +201,27 @@ class ProducerConfig(ClientConfig):
     max_block_ms: int = field(
         default=60_000,
         metadata=key(
-            "max.block.ms", "longest send() blocks for metadata or buffer space", minimum=0
+            "max.block.ms",
+            "longest send() blocks for metadata or buffer space, and longest transaction calls",
+            minimum=0,
+        ),
+    )
+    enable_idempotence: bool = field(
+        default=True,
+        metadata=key(
+            "enable.idempotence", "producer id and sequence numbers: a retry is appended once"
+        ),
+    )
+    transactional_id: str | None = field(
+        default=None,
+        metadata=key("transactional.id", "make the producer transactional under this id"),
+    )
+    transaction_timeout_ms: int = field(
+        default=60_000,
+        metadata=key(
+            "transaction.timeout.ms",
+            "the coordinator aborts a transaction open longer than this",
+            minimum=1,
         ),
     )
 
@@ -188,6 +229,30 @@ class ProducerConfig(ClientConfig):
         super().__post_init__()
         if self.acks not in (-1, 0, 1):
             raise ConfigError(f"config acks={self.acks!r}: expected all, -1, 0 or 1")
+        if self.transactional_id == "":
+            object.__setattr__(self, "transactional_id", None)
+        if self.transactional_id is not None and not self.enable_idempotence:
+            raise ConfigError(
+                f"config transactional.id={self.transactional_id!r} needs enable.idempotence="
+                "true (a transactional producer is idempotent); remove enable.idempotence=false"
+            )
+        if self.enable_idempotence:
+            if self.acks != -1:
+                raise ConfigError(
+                    f"config acks={self.acks}: the idempotent producer needs acks=all; set "
+                    "acks=all or enable.idempotence=false"
+                )
+            if self.retries == 0:
+                raise ConfigError(
+                    "config retries=0: the idempotent producer needs retries > 0; raise retries "
+                    "or set enable.idempotence=false"
+                )
+            if self.max_in_flight_requests_per_connection > _MAX_IDEMPOTENT_IN_FLIGHT:
+                raise ConfigError(
+                    "config max.in.flight.requests.per.connection="
+                    f"{self.max_in_flight_requests_per_connection}: the idempotent producer "
+                    f"allows at most {_MAX_IDEMPOTENT_IN_FLIGHT}"
+                )
         if self.compression_type.strip().lower() in ("gzip", "snappy"):
             raise ConfigError(
                 f"config compression.type={self.compression_type!r}: gzip and snappy are not "
@@ -214,6 +279,15 @@ class ProducerConfig(ClientConfig):
                 values["acks"] = int(acks)
             except ValueError:
                 raise ConfigError(f"config acks={acks!r}: expected all, -1, 0 or 1") from None
+        if "enable.idempotence" not in values and values.get("transactional.id") in (None, ""):
+            # Kafka (KAFKA-13598): idempotence by default, unless settings that conflict with
+            # it were given; then it is off rather than an error.
+            values["enable.idempotence"] = not (
+                values.get("acks", -1) in (0, 1)
+                or _as_int(values.get("retries")) == 0
+                or (_as_int(values.get("max.in.flight.requests.per.connection")) or 1)
+                > _MAX_IDEMPOTENT_IN_FLIGHT
+            )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ Errors reach the futures as named classes of the one error tree: RecordTooLargeE
 UnknownTopicOrPartitionError, NotEnoughReplicasError, BrokerUnreachableError, ... Retriable
 ones are retried until ``retries`` or ``delivery.timeout.ms`` runs out; the future then fails
 with the last error's class, whose message says how long it tried.
+
+Idempotence (``enable.idempotence``, on by default) and transactions (``transactional.id``):
+the producer id, epoch and sequence numbers, and the transaction's state and partitions, live
+in a :class:`~replication.client.transactions.TransactionManager`; the sender gets the producer
+id before the first batch, adds a transaction's new partitions before their first batch, and
+stamps every batch when it is first sent.
 """
 
 from __future__ import annotations
@@ -37,12 +43,24 @@ from replication.client.accumulator import (
 )
 from replication.client.cluster import Cluster, MetadataSnapshot
 from replication.client.config import ProducerConfig, load
-from replication.client.errors import ClientClosedError, DeliveryTimeoutError
+from replication.client.errors import (
+    ClientClosedError,
+    DeliveryTimeoutError,
+    TransactionAbortedError,
+)
 from replication.client.futures import failed_future
 from replication.client.partitioner import KeyHashCache, partitions_for_keys
-from replication.client.types import BatchMetadata, Header, RecordMetadata, TopicPartition
+from replication.client.transactions import FENCED_ERRORS, TransactionManager, TxnState
+from replication.client.types import (
+    BatchMetadata,
+    Header,
+    RecordMetadata,
+    TopicPartition,
+    TransactionHandle,
+)
 from replication.errors import (
     BrokerUnreachableError,
+    DuplicateSequenceNumberError,
     NetworkError,
     RecordTooLargeError,
     ReplogError,
@@ -63,6 +81,7 @@ log = logging.getLogger(__name__)
 
 _IO_THREADS: Final = 16
 _PRODUCE_VERSION: Final = 0
+_DUPLICATE_SEQUENCE: Final = DuplicateSequenceNumberError.code
 #: Marks I/O threads (``producer`` attribute), so close() from a callback does not deadlock.
 _IO_LOCAL: Final = threading.local()
 
@@ -121,6 +140,17 @@ class Producer:
     ...     future = producer.send("events", b"hello", key=b"user-1")
     ...     future.result(timeout=10)
     RecordMetadata(topic='events', partition=0, offset=0, timestamp=1700000000000)
+
+    Transactions (all records of a transaction become visible to read_committed consumers
+    at once, or never):
+
+    >>> producer = Producer(bootstrap_servers="127.0.0.1:9092",  # doctest: +SKIP
+    ...                     transactional_id="orders-writer-1")
+    >>> producer.init_transactions()  # doctest: +SKIP
+    >>> producer.begin_transaction()  # doctest: +SKIP
+    >>> for i in range(3):  # doctest: +SKIP
+    ...     producer.send("orders", b"order-%d" % i, partition=i)
+    >>> producer.commit_transaction()  # doctest: +SKIP
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
@@ -134,6 +164,7 @@ class Producer:
             buffer_memory=c.buffer_memory,
             delivery_timeout_ms=c.delivery_timeout_ms,
         )
+        self._txn = TransactionManager(c, self._cluster, self._acc.lock, self._acc.ready)
         self._key_hashes = KeyHashCache()
         self._max_request_size = c.max_request_size
         self._max_block_s = c.max_block_ms / 1000
@@ -176,6 +207,9 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("cannot send: the producer is closed")
+        txn = self._txn
+        if txn.idempotent:
+            txn.check_send()
         if type(value) is not bytes and value is not None:
             value = _as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -223,6 +257,8 @@ class Producer:
                 meta = self._cluster.snapshot.topics.get(topic)
                 available = meta.available_partitions if meta is not None else ()
                 partition = acc.sticky_partition(topic, available, num_partitions)
+            if txn.transactional:
+                txn.note_partition((topic, partition))  # type: ignore[arg-type]
             return acc.append(
                 topic,
                 partition,  # type: ignore[arg-type]
@@ -252,6 +288,8 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("cannot send: the producer is closed")
+        if self._txn.idempotent:
+            self._txn.check_send()
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         rows = table.num_rows
@@ -311,13 +349,115 @@ class Producer:
             finally:
                 acc.flushing -= 1
 
+    # --- transactions -------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator, once, before any transaction.
+
+        The coordinator gives this producer the id's producer id and a new epoch: an older
+        producer with the same transactional.id is fenced from then on, and a transaction it
+        left open is aborted. Waits up to ``timeout`` seconds (default max.block.ms); retriable
+        errors are retried meanwhile. InvalidTransactionTimeoutError if transaction.timeout.ms
+        is above the broker's transaction.max.timeout.ms.
+        """
+        self._check_open()
+        self._txn.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: records sent until commit or abort belong to it."""
+        self._check_open()
+        self._txn.begin()
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver the transaction's records (flush), then commit it (EndTxn): they become
+        visible to read_committed consumers all at once.
+
+        Raises CommitFailedError if it did not happen (a record failed; call
+        abort_transaction()), CommitStateUnknownError if it may have happened (call
+        commit_transaction() again, which only asks again), ProducerFencedError if this
+        producer was fenced (close it). Waits up to ``timeout`` seconds (default max.block.ms).
+        """
+        self._check_open()
+        deadline = self._acc.clock() + (
+            self.config.max_block_ms / 1000 if timeout is None else timeout
+        )
+        txn = self._txn
+        if not txn.start_commit():
+            self.flush(max(deadline - self._acc.clock(), 0.0))
+        txn.end(True, max(deadline - self._acc.clock(), 0.001))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail with TransactionAbortedError, sent
+        ones are never visible to read_committed consumers. Waits for requests in flight, then
+        for the coordinator to write the ABORT markers (up to ``timeout`` s, default
+        max.block.ms). ProducerFencedError if this producer was fenced.
+        """
+        self._check_open()
+        deadline = self._acc.clock() + (
+            self.config.max_block_ms / 1000 if timeout is None else timeout
+        )
+        txn = self._txn
+        txn.start_abort()
+        self._fail_queued(TransactionAbortedError("not sent: the transaction was aborted"))
+        acc = self._acc
+        with acc.lock:
+            while not txn.in_flight_done(acc.muted):
+                remaining = deadline - acc.clock()
+                if remaining <= 0:
+                    raise DeliveryTimeoutError(
+                        f"abort_transaction() timed out after waiting for {len(acc.muted)} "
+                        "produce request(s) in flight; call it again"
+                    )
+                acc.space.wait(min(remaining, 0.5))
+        # retried batches came back to their queues meanwhile
+        self._fail_queued(TransactionAbortedError("not sent: the transaction was aborted"))
+        txn.end(False, max(deadline - acc.clock(), 0.001))
+
+    def transaction_handle(self, timeout: float | None = None) -> TransactionHandle:
+        """Deliver the transaction's records (flush), then hand the open transaction over.
+
+        For several producers whose transactions commit together (one per Spark task): the
+        task sends the returned :class:`TransactionHandle` to whoever commits, which passes
+        the handles of all tasks to :meth:`Admin.commit_sink_batch`. This producer sends
+        nothing more in the transaction; close it (closing does not abort a handed-off
+        transaction). Calling it again returns the same handle. Raises CommitFailedError if a
+        record failed (nothing of the transaction is visible; abort it).
+        """
+        self._check_open()
+        self.flush(timeout)
+        return self._txn.hand_off()
+
+    def _fail_queued(self, error: BaseException) -> None:
+        with self._acc.lock:
+            queued = self._acc.abort_all()
+        if queued:
+            self._finish([], [(b, error) for b in queued])
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout`` seconds), then stop; idempotent.
 
-        Records still undelivered after ``timeout`` fail with ClientClosedError.
+        Records still undelivered after ``timeout`` fail with ClientClosedError. An open
+        transaction (not handed off) is aborted first, as Kafka's producer does.
         """
         if self._closed and not self._sender.is_alive():
             return
+        in_io_thread = (
+            threading.current_thread() is self._sender
+            or getattr(_IO_LOCAL, "producer", None) is self
+        )
+        if (
+            not self._closed
+            and not in_io_thread
+            and self._txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+        ):
+            try:
+                self.abort_transaction(timeout)
+            except ReplogError as err:
+                log.warning("closing: aborting the open transaction failed: %s", err)
         self._closed = True
         acc = self._acc
         with acc.lock:
@@ -325,10 +465,7 @@ class Producer:
             acc.ready.notify()
         # From a callback (an I/O thread) or the sender: finish closing in another thread, so
         # we do not wait for ourselves.
-        if (
-            threading.current_thread() is self._sender
-            or getattr(_IO_LOCAL, "producer", None) is self
-        ):
+        if in_io_thread:
             threading.Thread(
                 target=self._finish_close, args=(timeout,), name="replog-producer-close"
             ).start()
@@ -542,6 +679,8 @@ class Producer:
         with acc.lock:
             if not acc.wait_for_space(nbytes, acc.clock() + self.config.max_block_ms / 1000):
                 return failed_future(self._buffer_exhausted())
+            if self._txn.transactional:
+                self._txn.note_partition(tp)
             return acc.append_table(tp, piece, nbytes)
 
     # --- the sender thread ------------------------------------------------------------------
@@ -557,13 +696,22 @@ class Producer:
     def _run(self) -> None:
         acc = self._acc
         cluster = self._cluster
+        txn = self._txn
         backoff = self.config.retry_backoff_ms / 1000
         try:
             while True:
                 if cluster.needs_update:
                     cluster.maybe_refresh()
+                if (
+                    txn.needs_producer_id()
+                    and acc.clock() >= txn.init_retry_at
+                    and (acc.has_queued() or acc.incomplete)
+                ):  # on first use, as records wait for it
+                    txn.init_idempotent(acc.clock())
                 snapshot = cluster.snapshot
                 now = acc.clock()
+                doomed: list[ProducerBatch] = []
+                to_add: list[tuple[str, int]] = []
                 with acc.lock:
                     if self._force_close:
                         aborted = acc.abort_all()
@@ -572,15 +720,27 @@ class Producer:
                         aborted = []
                         break
                     expired, next_deadline = self._expire(now)
-                    plans, wake, unknown = acc.drain(
-                        now,
-                        functools.partial(_leader_of, snapshot),
-                        self._can_send,
-                        self.config.max_request_size,
-                    )
+                    doomed_error = txn.doomed_error()
+                    if doomed_error is not None:
+                        doomed = acc.abort_all()
+                    if txn.sendable():
+                        to_add = txn.take_partitions_to_add()
+                        plans, wake, unknown = acc.drain(
+                            now,
+                            functools.partial(_leader_of, snapshot),
+                            self._can_send,
+                            self.config.max_request_size,
+                            hold=txn.held(),
+                        )
+                    else:
+                        # no producer id yet (retry at init_retry_at), or a transaction is
+                        # ending: wait to be notified
+                        plans, unknown = {}, False
+                        waiting = txn.needs_producer_id() and acc.has_queued()
+                        wake = txn.init_retry_at if waiting else None
                     if unknown:
                         cluster.request_update()
-                    if not plans and not expired:
+                    if not plans and not expired and not doomed and not to_add:
                         if next_deadline is not None:
                             wake = next_deadline if wake is None else min(wake, next_deadline)
                         timeout = None if wake is None else max(wake - now, 0.0)
@@ -592,6 +752,10 @@ class Producer:
                     slots = {node: self._free_slots[node].pop() for node in plans}
                 if expired:
                     self._finish([], [(b, self._expired_error(b, b.last_error)) for b in expired])
+                if doomed and doomed_error is not None:
+                    self._finish([], [(b, doomed_error) for b in doomed])
+                if to_add:
+                    self._io.submit(txn.add_partitions, to_add)
                 for node, plan in plans.items():
                     self._io.submit(self._produce, plan, slots[node])
         except Exception as err:  # queued futures must fail, not hang
@@ -649,6 +813,7 @@ class Producer:
             encoded: list[ProducerBatch] = []
             for batch in plan.batches:
                 try:
+                    self._txn.stamp(batch)
                     batch.encode(self._compression)
                 except (ValueError, TypeError, pa.ArrowException) as err:
                     failed.append((batch, err))
@@ -662,6 +827,7 @@ class Producer:
                     ProduceRequestPartition(index=batch.tp.partition, records=batch.payload)
                 )
             request = ProduceRequest(
+                transactional_id=self._txn.transactional_id,
                 acks=c.acks,
                 timeout_ms=c.request_timeout_ms,
                 topic_data=[
@@ -697,7 +863,8 @@ class Producer:
                         f"the produce response of broker {plan.node} has no result for {batch.tp}"
                     )
                     self._retry_or_fail(batch, error, retry, failed)
-                elif result.error_code == 0:
+                elif result.error_code in (0, _DUPLICATE_SEQUENCE):
+                    # DUPLICATE_SEQUENCE_NUMBER: a retry of a batch already in the log
                     done.append((batch, result.base_offset, result.log_append_time_ms))
                 else:
                     cls = for_code(result.error_code) or ReplogError
@@ -732,12 +899,15 @@ class Producer:
         failed: list[tuple[ProducerBatch, BaseException]],
     ) -> None:
         now = self._acc.clock()
+        if isinstance(error, FENCED_ERRORS):
+            error = self._txn.fenced_error(error)
         batch.last_error = error
         if (
             isinstance(error, RecordTooLargeError)
             and batch.table is None
             and batch.record_count > 1
         ):
+            self._txn.rewind(batch)  # nothing was written: the halves take its sequences
             parts = batch.split(now)
             log.warning(
                 "batch of %d records for %s is too large for the broker; splitting it in two",
@@ -789,6 +959,8 @@ class Producer:
             retry = ()
         acc = self._acc
         with acc.lock:
+            for batch, error in failed:
+                self._txn.batch_failed(batch, error)
             for batch in reversed(retry):
                 acc.reenqueue(batch)
             if plan is not None:

@@ -1,0 +1,173 @@
+"""Requests to the transaction coordinator: find it, send, retry what Kafka's clients retry.
+
+The coordinator is the broker leading ``__transaction_state``-0; any broker names it
+(FindCoordinator, which creates the topic on first use). :class:`CoordinatorClient` keeps the
+coordinator's address, sends a request there on a connection of its own (so a long EndTxn does
+not wait behind produce requests), and retries until a deadline:
+
+- NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a broken or silent connection: find the
+  coordinator again (it moved or its broker died) and resend;
+- COORDINATOR_LOAD_IN_PROGRESS (a new coordinator is reading its log back) and
+  CONCURRENT_TRANSACTIONS (the previous transaction is still writing its markers): back off
+  and resend.
+
+Everything else is raised as its own class. A :class:`CallState` records whether some attempt
+may have been carried out although no answer came back (a broken connection or a timeout after
+sending, or NOT_COORDINATOR, which the coordinator also answers when its own log write failed
+with an unknown outcome): callers use it to tell "did not happen" from "outcome unknown".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from replication.client.cluster import Cluster
+from replication.client.connection import BrokerConnection
+from replication.errors import (
+    BrokerNotAvailableError,
+    BrokerUnreachableError,
+    CoordinatorNotAvailableError,
+    NetworkError,
+    NotCoordinatorError,
+    ReplogError,
+    RequestTimedOutError,
+    for_code,
+)
+from replication.protocol import ApiKey, FindCoordinatorRequest, FindCoordinatorResponse
+
+__all__ = ["COORDINATOR_SLOT", "CallState", "CoordinatorClient"]
+
+log = logging.getLogger(__name__)
+
+#: The connection-pool slot of coordinator requests (produce requests use slots 0..4).
+COORDINATOR_SLOT: Final = 1 << 16
+_TRANSACTION_KEY_TYPE: Final = 1
+#: Errors after which the coordinator may have carried the request out.
+_MAYBE_DONE: Final = (NetworkError, RequestTimedOutError, NotCoordinatorError)
+#: Errors after which the coordinator is looked up again.
+_FIND_AGAIN: Final = (
+    NotCoordinatorError,
+    CoordinatorNotAvailableError,
+    BrokerUnreachableError,
+    BrokerNotAvailableError,
+    NetworkError,
+    RequestTimedOutError,
+)
+
+
+@dataclass
+class CallState:
+    """What the attempts of one coordinator call left behind (shared across retries)."""
+
+    #: True once an attempt may have been carried out without its answer reaching us.
+    maybe_done: bool = False
+    attempts: int = 0
+    last_error: ReplogError | None = None
+
+
+def response_error(response: Any) -> tuple[int, str | None]:
+    """The first error code (and message) of a coordinator response, 0 if none."""
+    code = int(getattr(response, "error_code", 0) or 0)
+    if code:
+        return code, getattr(response, "error_message", None)
+    for topic in getattr(response, "results", ()):  # AddPartitionsToTxn: per partition
+        for part in topic.results:
+            if part.error_code:
+                return int(part.error_code), None
+    return 0, None
+
+
+class CoordinatorClient:
+    """Send requests to the transaction coordinator of ``key`` with Kafka's retries."""
+
+    def __init__(self, cluster: Cluster, key: str) -> None:
+        self.cluster = cluster
+        self.key = key
+        self._address: tuple[str, int] | None = None
+        self.node_id = -1
+
+    def __repr__(self) -> str:
+        return f"CoordinatorClient({self.key!r}, coordinator={self.node_id})"
+
+    def forget(self) -> None:
+        """Look the coordinator up again before the next request."""
+        self._address = None
+        self.node_id = -1
+
+    def _find(self) -> BrokerConnection:
+        if self._address is None:
+            cluster = self.cluster
+            if not cluster.bootstrapped:
+                cluster.refresh()  # BrokerUnreachableError at once if no broker answers
+            response: FindCoordinatorResponse = cluster.any_connection_send(
+                ApiKey.FIND_COORDINATOR,
+                lambda version: FindCoordinatorRequest(
+                    key=self.key, key_type=_TRANSACTION_KEY_TYPE
+                ),
+                0,
+            )
+            if response.error_code:
+                cls = for_code(response.error_code) or CoordinatorNotAvailableError
+                raise cls(f"finding the transaction coordinator: {response.error_message or cls()}")
+            self._address = (response.host, response.port)
+            self.node_id = response.node_id
+            log.debug("transaction coordinator of %r is broker %d", self.key, self.node_id)
+        return self.cluster.connection_to(*self._address, COORDINATOR_SLOT)
+
+    def call(
+        self,
+        api_key: ApiKey,
+        request: Any,
+        *,
+        what: str,
+        deadline: float,
+        state: CallState | None = None,
+    ) -> Any:
+        """Send ``request`` to the coordinator, retrying retriable errors until ``deadline``
+        (time.monotonic()). Returns the response; raises the error (by class) otherwise.
+
+        ``state`` (updated in place) says afterwards whether an attempt may have been carried
+        out; pass the same one to calls that retry the same operation.
+        """
+        state = CallState() if state is None else state
+        timeout_ms = self.cluster.config.request_timeout_ms
+        while True:
+            if state.attempts and state.last_error is not None and time.monotonic() >= deadline:
+                raise state.last_error  # the backoff ran into the deadline: no new attempt
+            state.attempts += 1
+            try:
+                conn = self._find()
+                remaining_ms = int((deadline - time.monotonic()) * 1000)
+                response = conn.send(
+                    api_key, 0, request, timeout_ms=min(timeout_ms, max(remaining_ms, 1000))
+                )
+                code, message = response_error(response)
+                if code:
+                    cls = for_code(code) or ReplogError
+                    raise cls(f"{what}: {message or cls()}")
+                return response
+            except ReplogError as err:
+                state.last_error = err
+                if isinstance(err, _MAYBE_DONE):
+                    state.maybe_done = True
+                if isinstance(err, _FIND_AGAIN):
+                    self.forget()
+                if not err.retriable:
+                    raise
+                if isinstance(err, BrokerUnreachableError) and not self.cluster.bootstrapped:
+                    raise
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                delay = min(self.cluster.config.backoff_s(state.attempts), remaining)
+                log.warning(
+                    "%s failed (attempt %d, retrying in %d ms): %s",
+                    what,
+                    state.attempts,
+                    round(delay * 1000),
+                    err,
+                )
+                time.sleep(delay)
