@@ -92,7 +92,7 @@ class SinkOptions:
 
 
 @dataclass(frozen=True)
-class ReplogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class ReplogCommitMessage(WriterCommitMessage):
     """What a task tells the driver: the transaction holding its rows (None if it wrote none)."""
 
     sink_id: str
@@ -218,6 +218,15 @@ def write_transaction(
     return ReplogCommitMessage(sink_id, batch_id, handle, rows)
 
 
+def _task_context() -> Any:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        raise SinkError("the replog writer runs inside Spark tasks only")
+    return context
+
+
 def _handles(messages: list[Any]) -> list[Any]:
     return [m.transaction for m in messages if isinstance(m, ReplogCommitMessage) and m.transaction]
 
@@ -225,7 +234,7 @@ def _handles(messages: list[Any]) -> list[Any]:
 # --- streaming -----------------------------------------------------------------------------------
 
 
-class ReplogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class ReplogStreamWriter(DataSourceStreamArrowWriter):
     """Exactly-once micro-batches (see the module docstring)."""
 
     def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
@@ -238,10 +247,8 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         check_schema(schema, self.options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId"))
+        context = _task_context()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
         sink_id = self.options.sink_id or context.getLocalProperty("sql.streaming.queryId")
         if not sink_id:
             raise SinkError("cannot tell which streaming query writes: set option sink.id")
@@ -272,7 +279,7 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 # --- batch writes ---------------------------------------------------------------------------------
 
 
-class ReplogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class ReplogBatchWriter(DataSourceArrowWriter):
     """``df.write``: all rows become visible at once, or none."""
 
     def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
@@ -286,9 +293,7 @@ class ReplogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         self.write_id = self.options.sink_id or f"write-{uuid.uuid4().hex}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
+        context = _task_context()
         return write_transaction(self.options, self.write_id, 0, context.partitionId(), iterator)
 
     def commit(self, messages: list[Any]) -> None:

@@ -6,7 +6,13 @@ The reading side lives in :mod:`datasource.batch` and :mod:`datasource.stream`; 
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from datasource.batch import ReplogBatchReader
@@ -58,3 +64,15 @@ class ReplogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ReplogStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("replog")``: all rows visible at once, or none."""
+        from datasource.sink import ReplogBatchWriter
+
+        return ReplogBatchWriter(schema, self.options, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("replog")``: every micro-batch exactly once."""
+        from datasource.sink import ReplogStreamWriter
+
+        return ReplogStreamWriter(schema, self.options, overwrite)
