@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from logstore.errors import ReplogError
 from replication import protocol as p
 
 __all__ = ["RecordedRequest", "RecordedResponse", "TcpProxy"]
@@ -363,7 +364,7 @@ class TcpProxy:
         body: Any = None
         try:
             header, body = p.decode_request(frame)
-        except Exception:
+        except ReplogError:  # a frame the broker will refuse: recorded undecoded
             header = body = None
         with self._lock:
             conn.pending[correlation_id] = (api_key, api_version)
