@@ -26,6 +26,8 @@ from replication.broker import READY_LINE
 from replication.metadata_store import MetadataStore
 
 STATE_FILE = "cluster.json"
+#: processes this process started, so stop_nodes can reap them (no zombies, no warnings)
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 CONTROLLER_ID = 1000
 START_TIMEOUT_S = 60
 
@@ -151,6 +153,7 @@ def start_node(
             start_new_session=True,
             stdin=subprocess.DEVNULL,
         )
+    _CHILDREN[proc.pid] = proc
     port = _wait_ready(proc, log_file, f"{role} {node_id}")
     return NodeProcess(role, node_id, port, proc.pid, str(log_file))
 
@@ -236,6 +239,9 @@ def stop_nodes(nodes: list[NodeProcess], timeout: float = 30) -> None:
             time.sleep(0.05)
         if pid_alive(node.pid):
             os.kill(node.pid, signal.SIGKILL)
+        child = _CHILDREN.pop(node.pid, None)
+        if child is not None:
+            child.wait(timeout)
 
 
 def cluster_down(data: str) -> list[NodeProcess]:

@@ -69,6 +69,27 @@ def test_node_commands_load_their_configuration(services: dict[str, dict[str, ob
     assert buckets == {"replog-broker-0", "replog-broker-1", "replog-broker-2"}  # one each
 
 
+def test_the_spark_job_runs_an_example_with_flags_it_accepts(
+    services: dict[str, dict[str, object]],
+) -> None:
+    command = services["spark-job"]["command"]
+    args = shlex.split(command) if isinstance(command, str) else list(command)  # type: ignore[arg-type]
+    assert args[0] == "python"
+    script = ROOT / args[1]
+    assert script.exists(), f"{args[1]} does not exist"
+    help_text = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert help_text.returncode == 0, help_text.stderr
+    for flag in (a for a in args if a.startswith("--")):
+        assert flag in help_text.stdout, f"spark-job: {flag} is not an option of {args[1]}"
+
+
 def test_other_commands_are_known_to_the_cli(services: dict[str, dict[str, object]]) -> None:
     for name, args in replog_commands(services).items():
         if args[1:2] == ["start"]:
