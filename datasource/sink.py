@@ -21,6 +21,8 @@ uncommitted batch is ever visible to read_committed readers.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ from logstore.errors import ConfigError, ReplogError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 try:
     from pyspark.sql.datasource import (
@@ -248,7 +252,14 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
         context = _task_context()
-        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or -1)
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if batch is None:
+            # without it every task would look like a replay of a committed batch
+            raise SinkError(
+                "Spark did not tell this task its micro-batch (local property "
+                "streaming.sql.batchId is missing); the exactly-once sink cannot write"
+            )
+        batch_id = int(batch)
         sink_id = self.options.sink_id or context.getLocalProperty("sql.streaming.queryId")
         if not sink_id:
             raise SinkError("cannot tell which streaming query writes: set option sink.id")
@@ -262,8 +273,17 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):
             return  # no task ran (an empty micro-batch)
         if len(sinks) > 1:
             raise SinkError(f"one micro-batch was written under several sink ids: {sorted(sinks)}")
+        sink_id, handles, started = sinks.pop(), _handles(messages), time.perf_counter()
         with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
-            admin.commit_sink_batch(sinks.pop(), batchId, _handles(messages))
+            result = admin.commit_sink_batch(sink_id, batchId, handles)
+        log.info(
+            "%s batch %d of sink %s (%d transactions) in %.1f ms",
+            "committed" if result.committed else "replayed, aborted",
+            batchId,
+            sink_id,
+            len(handles),
+            (time.perf_counter() - started) * 1000,
+        )
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         from replication.client import Admin

@@ -312,7 +312,13 @@ class KafkaApis:
                             configs=[
                                 p.CreatableTopicConfig(
                                     name="min.insync.replicas", value=str(min(2, rf))
-                                )
+                                ),
+                                # Kafka compacts this topic; replog has no compaction, so it
+                                # keeps it whole: a sink's last committed batch must outlive
+                                # any retention, or a replay after its record aged out would
+                                # be committed a second time.
+                                p.CreatableTopicConfig(name="retention.ms", value="-1"),
+                                p.CreatableTopicConfig(name="retention.bytes", value="-1"),
                             ],
                         )
                     ]

@@ -29,14 +29,14 @@ def prepare_worker_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *paths])
 
 
-def start_local_session(app_name: str, cores: int = 2) -> Any:
-    """A local SparkSession: ``local[cores]``, UI and progress bars off, few shuffle
-    partitions, quiet logs."""
+def start_local_session(app_name: str, cores: int = 2, task_attempts: int = 1) -> Any:
+    """A local SparkSession: ``local[cores,task_attempts]`` (Spark's local mode tries a failed
+    task once unless told more), UI and progress bars off, few shuffle partitions, quiet logs."""
     prepare_worker_environment()
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(f"local[{cores},{task_attempts}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -51,8 +51,9 @@ def start_local_session(app_name: str, cores: int = 2) -> Any:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The run's SparkSession (local[2]); stopped when the run ends."""
-    session = start_local_session("replog-tests")
+    """The run's SparkSession (local[2], a failed task tried twice as on a cluster, where
+    spark.task.maxFailures is 4); stopped when the run ends."""
+    session = start_local_session("replog-tests", task_attempts=2)
     try:
         yield session
     finally:
