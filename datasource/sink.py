@@ -8,9 +8,13 @@ sink — or, if that batch of this sink is already committed (Spark is replaying
 failure between our commit and its own), to abort them. ``abort()`` aborts them. Nothing of an
 uncommitted batch is ever visible to read_committed readers.
 
-* A task's transactional id is ``replog-sink/<sink>/<batch>/<task partition>``: a retried or
+* A task's transactional id is ``replog-sink/<sink>/<task partition>``: a retried or
   speculative attempt of the same task initialises the same id, which bumps the producer
-  epoch and fences (and aborts) the earlier attempt.
+  epoch and fences (and aborts) the earlier attempt; so does the task of a replayed batch,
+  aborting what a crashed run left open. The id leaves out the batch on purpose: micro-batches
+  run one after another and the driver commits batch N before batch N+1 starts, so reusing
+  the id is safe, and the coordinator keeps one id per task of a sink instead of one per task
+  of every batch ever written (it does not expire idle ids yet).
 * The sink's identity is option ``sink.id`` or the streaming query's id (stable across restarts
   from the same checkpoint; tasks read it from the ``sql.streaming.queryId`` local property).
 * ``commit()`` runs in a fresh Python worker with a re-created writer: it relies only on the
@@ -194,7 +198,7 @@ def write_transaction(
     """Write one task's rows inside its own transaction; return it, uncommitted."""
     from replication.client import Admin, Producer
 
-    transactional_id = f"replog-sink/{sink_id}/{batch_id}/{task}"
+    transactional_id = f"replog-sink/{sink_id}/{task}"
     with Admin(bootstrap_servers=options.bootstrap_servers) as admin:
         if admin.last_committed_batch(sink_id) >= batch_id:
             # Spark replays a batch this sink already committed: nothing to write again
