@@ -679,6 +679,8 @@ class KafkaApis:
                 try:
                     partition = rm.get_partition(t.name, part.partition_index)
                     partition.check_leader_epoch(part.current_leader_epoch, require_leader=True)
+                    if part.timestamp != p.EARLIEST_TIMESTAMP:
+                        partition.check_high_watermark_known()
                     upper = (
                         partition.last_stable_offset
                         if body.isolation_level == 1

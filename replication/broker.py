@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -82,6 +83,7 @@ class Node:
             self.metadata_store,
             rm.apply_image,
             lambda: rm.image.version,
+            rm.registered,
             *advertised,
         )
         self.apis.lifecycle = self.lifecycle
@@ -95,7 +97,8 @@ class Node:
         rm.send_alter_partition = send_alter_partition
         self.coordinator = self._transaction_coordinator(rm, lifecycle)
         self.apis.coordinator = self.coordinator
-        # Serve with the metadata on storage right away; registration then follows.
+        # Answer Metadata from what is on storage right away; partition roles wait for this
+        # process's registration (ReplicaManager.apply_image).
         await lifecycle.refresh_metadata()
         lifecycle.start()
         rm.start()
@@ -188,8 +191,33 @@ async def _serve(config: BrokerConfig) -> None:
     )
     await stop.wait()
     log.info("shutting down: flushing and checkpointing every log")
-    await node.stop()
+    try:
+        async with asyncio.timeout(config.shutdown_timeout_ms / 1000):
+            await node.stop()
+    except TimeoutError:
+        _exit_stuck(node, config)
     log.info("%s %d stopped", node.role, config.broker_id)
+
+
+def _exit_stuck(node: Node, config: BrokerConfig) -> None:
+    """The graceful shutdown overran shutdown.timeout.ms: say what still runs, and exit.
+
+    Exiting now is a crash as far as the logs know: everything acknowledged is in segment
+    objects already, and recovery at the next start rebuilds the rest. Not SystemExit:
+    asyncio.run would wait again for the tasks and threads that hang.
+    """
+    stuck = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    log.error(
+        "%s %d: shutdown did not finish within shutdown.timeout.ms=%d (still running: %s); "
+        "exiting anyway, the next start recovers the logs",
+        node.role,
+        config.broker_id,
+        config.shutdown_timeout_ms,
+        ", ".join(sorted(stuck)) or "nothing",
+    )
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(1)
 
 
 def run_node(config: BrokerConfig, *, log_level: str = "INFO") -> None:

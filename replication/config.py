@@ -173,6 +173,14 @@ class BrokerConfig:
         default=3_000,
         metadata=k("broker.session.timeout.ms", "a broker silent this long is fenced", minimum=1),
     )
+    shutdown_timeout_ms: int = field(
+        default=15_000,
+        metadata=k(
+            "shutdown.timeout.ms",
+            "longest a graceful shutdown (SIGTERM) may take before the process exits anyway",
+            minimum=1,
+        ),
+    )
     transaction_timeout_ms: int = field(
         default=60_000,
         metadata=k(

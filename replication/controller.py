@@ -140,8 +140,6 @@ class Controller:
         self.incarnation = incarnation or uuid.uuid4().hex
         #: broker id -> time of its last heartbeat (ms), for the brokers this controller saw
         self._last_heartbeat: dict[int, int] = {}
-        #: broker id -> incarnation of its current registration (seen by this controller)
-        self._incarnations: dict[int, str] = {}
         self.active = False
         self.controller_id = controller_id
         self.host = host
@@ -231,7 +229,16 @@ class Controller:
         """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed.
 
         A second live incarnation of a broker id is refused (DUPLICATE_BROKER_REGISTRATION) until
-        the first one's session expires, as in Kafka.
+        the first one's session expires, as in Kafka. The incarnation is kept in the metadata
+        image, so a controller that took over refuses it too.
+
+        A new incarnation is a restarted process: whatever its predecessor appended and had not
+        flushed is gone, though followers may have fetched it. So the predecessor is fenced in
+        the same metadata version that registers its successor (as KRaft does for a broker
+        that re-registers with a new incarnation): it leaves every ISR and every partition it
+        led gets a new leader and a new leader epoch. Rule: no leader epoch is ever held by two
+        incarnations, so (leader epoch, offset) names the same batch on every replica, which
+        is what truncation by diverging epoch relies on.
         """
         if not host or not 0 < port < 65536 or broker_id < 0:
             raise InvalidRequestError(
@@ -240,23 +247,38 @@ class Controller:
         with self._lock:
             old = self.image.broker(broker_id)
             now = self._time_ms()
-            known = self._incarnations.get(broker_id)
+            successor = old is not None and old.incarnation != incarnation
             if (
                 old is not None
+                and successor
                 and not old.fenced
-                and known is not None
-                and known != incarnation
                 and now - self._last_heartbeat.get(broker_id, 0) <= self.session_timeout_ms
             ):
                 raise DuplicateBrokerRegistrationError(
                     f"broker {broker_id} is registered by another live process (at "
                     f"{old.host}:{old.port}); it can register once that session expires"
                 )
-            self._incarnations[broker_id] = incarnation
-            info = BrokerInfo(broker_id, host, port, rack or None, (old.epoch + 1) if old else 1)
-            self._last_heartbeat[broker_id] = self._time_ms()
-            image = self.image.next().with_broker(info)
-            self._commit(self._elect_offline_leaders(image))
+            image = self.image.next()
+            if old is not None and successor:
+                image = self._fence_replicas(
+                    image.with_broker(replace(old, fenced=True)), {broker_id}
+                )
+                log.info(
+                    "broker %d: new incarnation %s replaces %s, which is fenced",
+                    broker_id,
+                    incarnation,
+                    old.incarnation or "(unknown)",
+                )
+            info = BrokerInfo(
+                broker_id,
+                host,
+                port,
+                rack or None,
+                (old.epoch + 1) if old else 1,
+                incarnation=incarnation,
+            )
+            self._last_heartbeat[broker_id] = now
+            self._commit(self._elect_offline_leaders(image.with_broker(info)))
             log.info(
                 "broker %d registered at %s:%d (broker epoch %d)", broker_id, host, port, info.epoch
             )

@@ -38,6 +38,7 @@ class BrokerLifecycle:
         store: MetadataStore,
         apply_image: Callable[[MetadataImage], None],
         current_version: Callable[[], int],
+        on_registered: Callable[[int], None],
         host: str,
         port: int,
     ) -> None:
@@ -45,6 +46,7 @@ class BrokerLifecycle:
         self.store = store
         self.apply_image = apply_image
         self.current_version = current_version
+        self.on_registered = on_registered
         self.host = host
         self.port = port
         self.broker_epoch = -1
@@ -145,6 +147,7 @@ class BrokerLifecycle:
         _raise(response.error_code, "broker registration")
         self.broker_epoch = response.broker_epoch
         self.fenced = False
+        self.on_registered(self.broker_epoch)
         await self.refresh_metadata()
         self.registered.set()
         log.info(

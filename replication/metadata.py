@@ -13,7 +13,9 @@ from typing import Any
 
 from logstore.errors import CorruptRecordError
 
-FORMAT_VERSION = 1
+#: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = frozenset({1, 2})
 NO_LEADER = -1
 
 
@@ -26,6 +28,9 @@ class BrokerInfo:
     #: bumped at every registration of this broker id (Kafka's broker epoch)
     epoch: int = 0
     fenced: bool = False
+    #: the process that holds this registration (a new one at every broker start); a new
+    #: incarnation lost whatever its predecessor had not flushed
+    incarnation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +105,8 @@ class MetadataImage:
             "cluster_id": self.cluster_id,
             "next_producer_id": self.next_producer_id,
             "brokers": [
-                [b.broker_id, b.host, b.port, b.rack, b.epoch, b.fenced] for b in self.brokers
+                [b.broker_id, b.host, b.port, b.rack, b.epoch, b.fenced, b.incarnation]
+                for b in self.brokers
             ],
             "topics": [
                 {
@@ -121,10 +127,11 @@ class MetadataImage:
     def from_bytes(cls, data: bytes, *, where: str = "metadata") -> MetadataImage:
         try:
             doc = json.loads(data)
-            if doc.get("format_version") != FORMAT_VERSION:
+            if doc.get("format_version") not in READABLE_FORMAT_VERSIONS:
                 raise CorruptRecordError(
                     f"{where}: metadata format_version {doc.get('format_version')!r} is not "
-                    f"supported (this replog reads {FORMAT_VERSION}); upgrade replog"
+                    f"supported (this replog reads {sorted(READABLE_FORMAT_VERSIONS)}); "
+                    "upgrade replog"
                 )
             return cls(
                 version=int(doc["version"]),
@@ -132,10 +139,7 @@ class MetadataImage:
                 controller_id=int(doc["controller_id"]),
                 cluster_id=str(doc["cluster_id"]),
                 next_producer_id=int(doc["next_producer_id"]),
-                brokers=tuple(
-                    BrokerInfo(int(i), str(h), int(p), r, int(e), bool(f))
-                    for i, h, p, r, e, f in doc["brokers"]
-                ),
+                brokers=tuple(_broker(b) for b in doc["brokers"]),
                 topics=tuple(
                     TopicInfo(
                         name=str(t["name"]),
@@ -151,3 +155,11 @@ class MetadataImage:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable metadata: {err}") from err
+
+
+def _broker(fields: list[Any]) -> BrokerInfo:
+    broker_id, host, port, rack, epoch, fenced, *rest = fields
+    incarnation = str(rest[0]) if rest else ""  # format 1 had no incarnation
+    return BrokerInfo(
+        int(broker_id), str(host), int(port), rack, int(epoch), bool(fenced), incarnation
+    )

@@ -21,6 +21,7 @@ from replication.errors import (
     InvalidRequestError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     TransactionCoordinatorFencedError,
     UnknownLeaderEpochError,
 )
@@ -46,6 +47,8 @@ class ReplicaState:
     last_fetch_leader_leo: int = -1
     #: last time the follower had caught up to the leader's LEO (for replica.lag.time.max.ms)
     last_caught_up_ms: int = field(default_factory=_now_ms)
+    #: the follower broker's registration (broker epoch) this state was learned from
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,21 @@ class Partition:
             self.followers.clear()
         return changed
 
+    def note_follower_registrations(self, broker_epochs: dict[int, int]) -> None:
+        """Forget what followers that registered again had fetched (as Kafka's KIP-903).
+
+        A follower with a new broker epoch is a new process, maybe on a new, empty store: its
+        earlier fetch offsets say nothing of what it holds now. Its LEO is unknown until it
+        fetches again, so it neither counts towards the HW nor rejoins the ISR on old news.
+        """
+        for replica_id, replica in self.followers.items():
+            epoch = broker_epochs.get(replica_id, -1)
+            if replica.broker_epoch != epoch:
+                if replica.broker_epoch >= 0:
+                    replica.log_end_offset = -1
+                    replica.last_fetch_leader_leo = -1
+                replica.broker_epoch = epoch
+
     # --- leader epoch checks -------------------------------------------------------------------
 
     def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool) -> None:
@@ -160,6 +178,39 @@ class Partition:
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.index} "
                 f"(leader is {self.state.leader}); refresh metadata and retry"
             )
+
+    def check_high_watermark_known(self) -> None:
+        """Readers are answered only once this leader's HW has reached the start of its
+        leader epoch (as Kafka's OFFSET_NOT_AVAILABLE for ListOffsets).
+
+        Rule for "the HW never goes backwards for a reader": a new leader starts with the HW
+        it learned as a follower, which may trail the HW its predecessor answered. It held
+        everything below that HW (it was in the ISR), so its epoch starts at or above it; once
+        its own HW reaches its epoch's start, it is past anything a reader was ever shown.
+        """
+        start = self.log.leader_epoch_cache.start_offset_of(self.state.leader_epoch)
+        if start is not None and self.log.high_watermark < start:
+            raise OffsetNotAvailableError(
+                f"{self.topic}-{self.index}: broker {self.broker_id} became leader at epoch "
+                f"{self.state.leader_epoch} and its high watermark ({self.log.high_watermark}) "
+                f"has not reached that epoch's start ({start}) yet; retry shortly"
+            )
+
+    def diverging_epoch(self, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
+        """Where a fetcher's log diverges from this leader's, or None (Fetch v12, KIP-595).
+
+        The fetcher's last batch is of ``last_fetched_epoch`` and its log ends at
+        ``fetch_offset``. If this log ends that epoch earlier, or holds no such epoch, the
+        answer is (largest epoch <= it here, where that epoch ends here); the fetcher truncates
+        there. Sound because a leader epoch is held by one incarnation of one broker
+        (``Controller.register_broker``): equal epochs below both ends mean equal batches.
+        """
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
 
     # --- produce -------------------------------------------------------------------------------
 

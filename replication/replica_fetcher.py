@@ -56,6 +56,7 @@ class ReplicaFetcher:
         self._conn: AsyncConnection | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         #: bytes of every fetch request sent, for tests and metrics
         self.request_sizes: list[int] = []
 
@@ -69,11 +70,12 @@ class ReplicaFetcher:
         self._task = asyncio.create_task(self._run(), name=repr(self))
 
     async def stop(self) -> None:
+        self._stopping = True
+        if self._conn is not None:
+            await self._conn.close()  # a fetch in flight fails now instead of long-polling on
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._conn is not None:
-            await self._conn.close()
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
@@ -100,7 +102,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         backoff = self.config.replica_fetch_backoff_ms / 1000
-        while True:
+        while not self._stopping:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()

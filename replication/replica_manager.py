@@ -99,6 +99,8 @@ class ReplicaManager:
         #: set by the broker: sends an AlterPartition to the active controller
         self.send_alter_partition: Callable[[p.AlterPartitionRequest], Awaitable[Any]] | None = None
         self._isr_pending: set[TopicPartition] = set()
+        #: the broker epoch of this process's registration (-1: not registered yet)
+        self.broker_epoch = -1
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -141,12 +143,34 @@ class ReplicaManager:
         )
         return parse(LogConfig, defaults), policy
 
+    def registered(self, broker_epoch: int) -> None:
+        """This process registered with the controller and holds ``broker_epoch``."""
+        self.broker_epoch = broker_epoch
+
     def apply_image(self, image: MetadataImage) -> None:
-        """Become leader/follower for this broker's replicas; drop deleted partitions."""
+        """Become leader/follower for this broker's replicas; drop deleted partitions.
+
+        Rule: a process takes partition roles only from an image that carries its own
+        registration (this broker's epoch in the image is the one the controller gave this
+        process). Before that the image only answers Metadata requests. Metadata on storage
+        may name this broker as leader at an epoch its previous incarnation held; the
+        controller fences that incarnation when this one registers (see
+        ``Controller.register_broker``), so acting on the stored image would append at a
+        leader epoch whose earlier records followers may already hold, different ones.
+        """
         if image.version <= self.image.version:
             return
         self.image = image
+        me = image.broker(self.broker_id)
+        if self.broker_epoch < 0 or me is None or me.epoch != self.broker_epoch:
+            log.info(
+                "metadata version %d does not carry this broker's registration yet: serving it "
+                "for metadata only",
+                image.version,
+            )
+            return
         wanted: set[TopicPartition] = set()
+        broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
         for topic in image.topics:
             for index, state in enumerate(topic.partitions):
                 if self.broker_id not in state.replicas:
@@ -159,6 +183,8 @@ class ReplicaManager:
                     changed = True
                 else:
                     changed = partition.apply_state(state)
+                if partition.is_leader:
+                    partition.note_follower_registrations(broker_epochs)
                 if changed:
                     self._role_changed(partition)
                     self._partition_changed(partition)
@@ -210,6 +236,11 @@ class ReplicaManager:
         if partition is None:
             known = self.image.topic(topic)
             if known is not None and 0 <= index < len(known.partitions):
+                if self.broker_epoch < 0:
+                    raise NotLeaderOrFollowerError(
+                        f"broker {self.broker_id} is starting: it serves no partition until it "
+                        "has registered with the controller; retry"
+                    )
                 raise NotLeaderOrFollowerError(
                     f"broker {self.broker_id} hosts no replica of {topic}-{index}; refresh "
                     "metadata and retry"
@@ -359,6 +390,17 @@ class ReplicaManager:
                 partition = self.get_partition(spec.topic, spec.partition)
                 partition.check_leader_epoch(spec.current_leader_epoch, require_leader=True)
                 plog = partition.log
+                if not follower:
+                    partition.check_high_watermark_known()
+                diverging = partition.diverging_epoch(spec.last_fetched_epoch, spec.fetch_offset)
+                if diverging is not None:
+                    # A diverged follower's fetch offset says nothing about what it holds of
+                    # this log: it moves neither its LEO here nor the HW (as Kafka).
+                    data.diverging_epoch = diverging
+                    data.high_watermark = partition.high_watermark
+                    data.log_start_offset = plog.log_start_offset
+                    plans.append((key, None, data, 0))
+                    continue
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
@@ -376,12 +418,6 @@ class ReplicaManager:
                 data.high_watermark = partition.high_watermark
                 data.last_stable_offset = partition.last_stable_offset
                 data.log_start_offset = plog.log_start_offset
-                if spec.last_fetched_epoch >= 0:
-                    epoch, end = plog.end_offset_for_epoch(spec.last_fetched_epoch)
-                    if epoch < spec.last_fetched_epoch or end < spec.fetch_offset:
-                        data.diverging_epoch = (epoch, end)
-                        plans.append((key, None, data, 0))
-                        continue
                 if not plog.log_start_offset <= spec.fetch_offset <= plog.log_end_offset:
                     raise OffsetOutOfRangeError(
                         f"fetch offset {spec.fetch_offset} of {spec.topic}-{spec.partition} is "

@@ -45,7 +45,11 @@ class AsyncConnection:
         timeout = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._round_trip(api_key, version, body), timeout)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that arrives as the response does, and a fetcher being stopped
+                # would then go on fetching (a SIGTERM that never finished)
+                async with asyncio.timeout(timeout):
+                    return await self._round_trip(api_key, version, body)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as err:
                 self._close()
                 reason = (
@@ -58,8 +62,9 @@ class AsyncConnection:
             self._reader, self._writer = await asyncio.open_connection(
                 self.host, self.port, limit=1 << 20
             )
-        assert self._reader is not None
-        assert self._writer is not None
+        reader, writer = self._reader, self._writer  # close() may clear them meanwhile
+        assert reader is not None
+        assert writer is not None
         header = p.RequestHeader(
             api_key=api_key,
             api_version=version,
@@ -68,10 +73,10 @@ class AsyncConnection:
         )
         frame = p.encode_request(header, body)
         self.bytes_sent += len(frame)
-        self._writer.write(frame)
-        await self._writer.drain()
+        writer.write(frame)
+        await writer.drain()
         correlation_id, response = p.decode_response(
-            await p.read_frame(self._reader, MAX_RESPONSE_BYTES), api_key, version
+            await p.read_frame(reader, MAX_RESPONSE_BYTES), api_key, version
         )
         if correlation_id != header.correlation_id:
             raise OSError(
@@ -85,5 +90,6 @@ class AsyncConnection:
         self._reader = self._writer = None
 
     async def close(self) -> None:
-        async with self._lock:
-            self._close()
+        """Close now; a request in flight fails with BrokerUnreachableError (it is not waited
+        for: a long-poll fetch could hold the connection for its whole wait)."""
+        self._close()

@@ -26,9 +26,10 @@ class AckedProducer:
     was acked, at which offset. A failed send is never retried with the same value, so every
     acked value must appear exactly once, at its acked offset."""
 
-    def __init__(self, cluster: Cluster, topic: str) -> None:
+    def __init__(self, cluster: Cluster, topic: str, name: str = "") -> None:
         self.cluster = cluster
         self.topic = topic
+        self.name = name or topic
         self.acked: dict[int, bytes] = {}
         self.errors: list[int] = []
         self._n = 0
@@ -37,7 +38,7 @@ class AckedProducer:
 
     def send_one(self) -> bool:
         self._n += 1
-        value = f"{self.topic}-{self._n}".encode()
+        value = f"{self.name}-{self._n}".encode()
         try:
             leader = partition_state(self.cluster.bootstrap, self.topic).leader_id
             if leader < 0:
@@ -174,6 +175,57 @@ def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  
     assert new.leader_epoch > old.leader_epoch
     assert new.leader_id in old.isr_nodes
     assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
+
+
+def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """Issue 12's failure: the leader is SIGKILLed and restarted at once while a follower is
+    paused for less than a session. The followers had fetched the leader's unflushed tail; the
+    restarted leader must not lead again at its old epoch with a shorter log."""
+    # a long group-commit interval: the leader's unflushed tail, already fetched by the
+    # followers, is a few hundred milliseconds of records when it dies
+    cluster = cluster_factory(
+        brokers=3,
+        overrides={"log.flush.interval.ms": "200", "broker.session.timeout.ms": "4000"},
+    )
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
+    wait_for_topic(cluster, topic, 3)
+    old = partition_state(cluster.bootstrap, topic)
+    # the follower that would be elected next (first in assignment order) is the paused one
+    paused = next(r for r in old.replica_nodes if r != old.leader_id)
+    producers = [AckedProducer(cluster, topic, f"p{i}") for i in range(3)]
+    for producer in producers:
+        producer.start()
+    acked = lambda: sum(len(p.acked) for p in producers)  # noqa: E731
+    wait_until(lambda: acked() >= 30, message="30 acked records")
+    cluster.brokers[paused].pause()
+    resume = threading.Timer(3, cluster.brokers[paused].resume)  # shorter than the session
+    resume.start()
+    try:
+        cluster.brokers[old.leader_id].kill()
+        cluster.brokers[old.leader_id].start()
+    finally:
+        resume.join()
+        cluster.brokers[paused].resume()
+    before = acked()
+    wait_until(lambda: acked() >= before + 30, timeout=60, message="producing again")
+    for producer in producers:
+        producer.stop()
+    new = partition_state(cluster.bootstrap, topic)
+    assert new.leader_epoch > old.leader_epoch
+    wait_for_topic(cluster, topic, 3)
+    log = read_committed_log(cluster.bootstrap, topic)
+    all_acked = {o: v for p in producers for o, v in p.acked.items()}
+    assert len(all_acked) == acked(), "two acks for one offset"
+    assert_acked_once(all_acked, log)
+    end = len(log)
+    reference = replica_bytes(cluster, new.leader_id, topic, end)
+    for broker_id in old.replica_nodes:
+        wait_until(
+            lambda b=broker_id: replica_bytes_or_empty(cluster, b, topic, end) == reference,
+            message=f"replica {broker_id} byte-identical below the HW",
+        )
 
 
 def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
