@@ -228,6 +228,26 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
         )
 
 
+def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """Followers parked in a long-poll fetch (here up to a minute) still shut down at once on
+    SIGTERM: exit status 0 means the graceful shutdown finished within shutdown.timeout.ms
+    (a broker that overruns it exits with status 1)."""
+    cluster = cluster_factory(
+        brokers=3,
+        overrides={"replica.fetch.wait.max.ms": "60000", "shutdown.timeout.ms": "10000"},
+    )
+    topic = topic_name()
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 3, 3)
+    wait_for_topic(cluster, topic, 3)
+    producer = AckedProducer(cluster, topic)
+    for _ in range(5):
+        producer.send_acked()
+    for broker in cluster.brokers.values():
+        assert broker.stop(timeout=60) == 0, broker.stderr_tail()
+    assert cluster.controller.stop(timeout=60) == 0, cluster.controller.stderr_tail()
+
+
 def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(brokers=3)
     topic = topic_name()
