@@ -393,6 +393,9 @@ def test_consume_runs_until_ctrl_c(cluster: Cluster) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as from a terminal: a runner started in the background (or some CI runners) ignores
+        # SIGINT, and an ignored SIGINT is inherited; Python handles it only if it is default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     assert proc.stderr is not None
