@@ -4,6 +4,27 @@ As Kafka's Partition: the leader assigns offsets and stamps its leader epoch; it
 follower's log end offset (the fetch offset of the follower's last fetch, which is the
 follower's durable LEO) and moves the high watermark to the minimum durable LEO over the ISR.
 Consumers never see offsets at or above the HW.
+
+The invariants replication keeps, under any timing of crashes, pauses and restarts, and the
+rule that guarantees each (the fault harness in tests/chaos checks them against real processes,
+tests/test_replication_model.py against a model):
+
+- An acked record is never lost while at most ISR-1 brokers lose their stores: acks=all waits
+  for the HW, and the HW is the minimum *durable* LEO over the ISR (followers flush before they
+  report a fetch offset; :meth:`Partition.maybe_increment_high_watermark`); ISR changes are
+  committed by the controller before the leader acts on them; leaders are elected from the ISR
+  only; a diverged follower's fetch offset counts for nothing (:meth:`Partition.diverging_epoch`)
+  and a follower that registered again is heard anew
+  (:meth:`Partition.note_follower_registrations`).
+- All replicas hold identical batches below the HW, and the data of a (leader epoch, offset)
+  never changes once a replica has it: a leader epoch is held by one incarnation of one broker.
+  Every leadership change bumps it, a restarted broker's predecessor is fenced when it registers
+  (``Controller.register_broker``), and a process takes no role before that
+  (``ReplicaManager.apply_image``). So equal epochs mean equal batches, and truncation by
+  diverging epoch (never to the HW alone) removes exactly what differs.
+- The HW never goes backwards for a reader: a leader's HW only grows, and a new leader answers
+  readers only once its HW has reached the start of its epoch
+  (:meth:`Partition.check_high_watermark_known`).
 """
 
 from __future__ import annotations
