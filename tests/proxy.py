@@ -5,6 +5,8 @@
     proxy.requests          # every request frame seen, client -> server, in arrival order
     proxy.drop_next_response(ApiKey.FETCH)   # the next Fetch response is lost
     proxy.cut_all()         # close every current connection (new ones are still accepted)
+    proxy.block()           # cut every connection and close new ones at once, until unblock()
+    proxy.pause()           # hold every frame both ways (a stalled network), until resume()
     proxy.stop()
 
 The proxy speaks just enough of the wire protocol to cut it into frames: a 4-byte big-endian
@@ -125,14 +127,20 @@ class _Connection:
 class TcpProxy:
     """Forward 127.0.0.1:``port`` to ``target_host``:``target_port``, frame by frame."""
 
-    def __init__(self, target_host: str, target_port: int, listen_port: int = 0) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, listen_port: int = 0, *, record: bool = True
+    ) -> None:
+        """``record=False`` keeps no frames (:attr:`requests` and :attr:`responses` stay
+        empty; armed drops still work): for long runs where only the faults matter."""
         self.target = (target_host, target_port)
+        self._record = record
         self._listen_port = listen_port
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
         self._stopped = threading.Event()
         self._forwarding = threading.Event()
         self._forwarding.set()
+        self._refusing = threading.Event()
         self._lock = threading.Lock()
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, _Connection] = {}
@@ -234,6 +242,24 @@ class TcpProxy:
         with self._lock:
             return self._drop_armed.get(int(api_key), 0)
 
+    def block(self) -> int:
+        """Cut every connection, and close each new one as soon as it is accepted, until
+        :meth:`unblock` (a network partition that peers notice at once). Returns how many
+        connections were cut."""
+        self._refusing.set()
+        return self.cut_all()
+
+    def unblock(self) -> None:
+        self._refusing.clear()
+
+    @property
+    def blocked(self) -> bool:
+        return self._refusing.is_set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._forwarding.is_set()
+
     def pause(self) -> None:
         """Hold every frame (both ways) until :meth:`resume`; connections stay open."""
         self._forwarding.clear()
@@ -252,6 +278,9 @@ class TcpProxy:
                 continue
             except OSError:
                 return
+            if self._refusing.is_set():
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -360,6 +389,10 @@ class TcpProxy:
         api_key = api_version = correlation_id = -1
         if len(frame) >= _HEADER.size:
             api_key, api_version, correlation_id = _HEADER.unpack_from(frame)
+        if not self._record:
+            with self._lock:
+                conn.pending[correlation_id] = (api_key, api_version)
+            return
         header: p.RequestHeader | None = None
         body: Any = None
         try:
@@ -391,18 +424,19 @@ class TcpProxy:
             drop = self._drop_armed.get(api_key, 0) > 0
             if drop:
                 self._drop_armed[api_key] -= 1
-            self._responses.append(
-                RecordedResponse(
-                    conn_id=conn.id,
-                    api_key=api_key,
-                    api_version=api_version,
-                    correlation_id=correlation_id,
-                    size=4 + len(frame),
-                    raw=frame,
-                    dropped=drop,
-                    time=time.monotonic(),
+            if self._record:
+                self._responses.append(
+                    RecordedResponse(
+                        conn_id=conn.id,
+                        api_key=api_key,
+                        api_version=api_version,
+                        correlation_id=correlation_id,
+                        size=4 + len(frame),
+                        raw=frame,
+                        dropped=drop,
+                        time=time.monotonic(),
+                    )
                 )
-            )
         if drop:
             conn.close()
         return drop

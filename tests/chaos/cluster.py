@@ -1,0 +1,282 @@
+"""The cluster a chaos schedule runs against: 2 controllers and 3 brokers, each broker behind
+its own proxy and on a log storage the harness can break.
+
+- Controllers 100 (active first) and 101 (standby) are ``process.roles=controller`` processes
+  sharing one metadata root; killing the active one makes the standby take over.
+- Broker ``i`` listens on a fixed port and advertises its :class:`~tests.proxy.TcpProxy`, so
+  clients and the other brokers' fetchers reach it only through the proxy (``net_cut`` and
+  ``net_stall`` act there). Brokers are ``process.roles=broker``: never controllers.
+- Brokers run through :mod:`tests.chaos.launcher`, so :meth:`ChaosCluster.set_storage_faults`
+  makes a broker's own log storage fail, stall or tear writes.
+
+Every wait has a deadline; nothing here decides what is an anomaly (see
+:mod:`tests.chaos.checker`), it only reports what it could not do.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from logstore.errors import ReplogError
+from logstore.reader import SegmentReader
+from logstore.storage import Storage
+from replication.client import Admin, TopicPartition
+from replication.client.describe import describe_topic_status
+from replication.metadata_store import MetadataStore
+from tests.chaos.history import StoredBatch
+from tests.chaos.launcher import CONTROL_ENV, write_control
+from tests.cluster import FAST_FAILOVER, BrokerProcess
+from tests.proxy import TcpProxy
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CONTROLLER_IDS = (100, 101)
+#: Broker timings: FAST_FAILOVER with a 3 s session, so that 1.5-2 s pauses stay well inside it.
+SESSION_TIMEOUT_S = 3.0
+BROKER_SETTINGS = {
+    **FAST_FAILOVER,
+    "broker.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+    "default.replication.factor": "3",
+    "transaction.timeout.ms": "10000",
+    # Group commit every 100 ms (default 5): a leader that dies then has an unflushed tail its
+    # followers have already fetched, the window in which issue 12 lost acked records.
+    "log.flush.interval.ms": "100",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LaunchedBroker(BrokerProcess):
+    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage)."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()  # [python, "-m", "replication.cli", role, "start", ...]
+        return [cmd[0], "-m", "tests.chaos.launcher", *cmd[3:]]
+
+
+class ChaosCluster:
+    """Processes, proxies and storage controls of one schedule's cluster."""
+
+    def __init__(self, data_dir: Path, brokers: int = 3) -> None:
+        self.data_dir = Path(data_dir)
+        self.metadata_root = (self.data_dir / "metadata").as_uri()
+        common = {**BROKER_SETTINGS, "metadata.log.dir": self.metadata_root}
+        self.controllers = {
+            i: BrokerProcess(
+                self.data_dir / f"controller-{i}", broker_id=i, role="controller", overrides=common
+            )
+            for i in CONTROLLER_IDS
+        }
+        self.proxies: dict[int, TcpProxy] = {}
+        self.brokers: dict[int, LaunchedBroker] = {}
+        self.storage_seq = 0
+        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        for i in range(brokers):
+            port = free_port()
+            proxy = TcpProxy("127.0.0.1", port, record=False)
+            self.proxies[i] = proxy.start()
+            broker_dir = self.data_dir / f"broker-{i}"
+            control = broker_dir / "storage-control.json"
+            broker = LaunchedBroker(
+                broker_dir,
+                broker_id=i,
+                port=port,
+                overrides={
+                    **common,
+                    "process.roles": "broker",
+                    "listeners": f"127.0.0.1:{port}",
+                    "advertised.listeners": proxy.address,
+                },
+                env={CONTROL_ENV: str(control), "PYTHONPATH": python_path},
+            )
+            write_control(control, broker.log_dir, 0, [])
+            self.brokers[i] = broker
+        self.paused: set[str] = set()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's proxy: the only way clients reach the brokers."""
+        return ",".join(p.address for p in self.proxies.values())
+
+    def processes(self) -> dict[str, BrokerProcess]:
+        return {
+            **{f"controller-{i}": c for i, c in self.controllers.items()},
+            **{f"broker-{i}": b for i, b in self.brokers.items()},
+        }
+
+    def start(self) -> ChaosCluster:
+        for controller in self.controllers.values():  # in order: the first one is active
+            controller.start()
+        with ThreadPoolExecutor(len(self.brokers)) as pool:
+            for future in [pool.submit(b.start) for b in self.brokers.values()]:
+                future.result()
+        return self
+
+    def pause(self, name: str) -> None:
+        self.processes()[name].pause()
+        self.paused.add(name)
+
+    def resume(self, name: str) -> None:
+        self.processes()[name].resume()
+        self.paused.discard(name)
+
+    def set_storage_faults(self, broker: int, faults: list[dict[str, Any]]) -> None:
+        """Arm ``faults`` (see :mod:`tests.chaos.launcher`) on the broker's log storage."""
+        self.storage_seq += 1
+        proc = self.brokers[broker]
+        control = Path(proc.env[CONTROL_ENV]) if proc.env else None
+        assert control is not None
+        write_control(control, proc.log_dir, self.storage_seq, faults)
+
+    def heal(self) -> list[str]:
+        """Resume every paused process, reopen every proxy, heal every storage and start every
+        process that is down. Returns what could not be started (with its stderr tail)."""
+        for name in sorted(self.paused):
+            self.resume(name)
+        for proxy in self.proxies.values():
+            proxy.unblock()
+            proxy.resume()
+        for broker in self.brokers:
+            self.set_storage_faults(broker, [])
+        failed: list[str] = []
+        for name, proc in self.processes().items():
+            if proc.alive:
+                continue
+            try:
+                proc.start()
+            except RuntimeError as err:
+                failed.append(f"{name} did not start: {err}")
+        return failed
+
+    def active_controller(self) -> int | None:
+        """The id of the controller holding the newest claim in the metadata store."""
+        with Storage.from_url(self.metadata_root) as storage:
+            claim = MetadataStore(storage).latest_claim()
+        return None if claim is None else claim.controller_id
+
+    def stop_all(self, limit_s: float) -> dict[str, float | None]:
+        """SIGTERM every process (brokers first, all at once, then the controllers) and time
+        each one's exit; one still running after ``limit_s`` is SIGKILLed and gets None."""
+
+        def stop(proc: BrokerProcess) -> float | None:
+            if not proc.alive or proc.proc is None:
+                return 0.0
+            start = time.monotonic()
+            proc.proc.send_signal(signal.SIGTERM)
+            try:
+                proc.proc.wait(limit_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return None
+            return round(time.monotonic() - start, 2)
+
+        out: dict[str, float | None] = {}
+        for group in ("broker", "controller"):
+            procs = {n: p for n, p in self.processes().items() if n.startswith(group)}
+            with ThreadPoolExecutor(len(procs)) as pool:
+                out.update(zip(procs, pool.map(stop, procs.values()), strict=True))
+        return out
+
+    def close(self) -> None:
+        """Kill whatever still runs and stop the proxies (always safe to call)."""
+        for name in sorted(self.paused):
+            self.resume(name)
+        for proc in self.processes().values():
+            if proc.alive:
+                proc.kill()
+        for proxy in self.proxies.values():
+            proxy.stop()
+
+    # --- state ----------------------------------------------------------------------------
+
+    def wait_registered(self, admin: Admin, deadline: float) -> None:
+        """Wait until every broker is registered (in the metadata); RuntimeError at the
+        deadline."""
+        registered: set[int] = set()
+        while time.monotonic() < deadline:
+            try:
+                registered = {b.node_id for b in admin.describe_cluster().brokers}
+            except ReplogError:
+                registered = set()
+            if registered >= set(self.brokers):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"only brokers {sorted(registered)} registered by the deadline")
+
+    @staticmethod
+    def replica_sets(admin: Admin, topics: list[str]) -> dict[tuple[str, int], list[int]]:
+        """The brokers holding a replica of each partition of ``topics``, per the metadata."""
+        return {
+            (topic, p.partition): sorted(p.replicas)
+            for topic in topics
+            for p in admin.describe_topic(topic).partitions
+        }
+
+    def wait_caught_up(self, admin: Admin, topics: list[str], deadline: float) -> list[str]:
+        """Wait until every partition of ``topics`` has a leader, a full ISR, every replica
+        at the leader's LEO with all of it durable and the HW there too, and (with
+        read_committed) no open transaction. Returns what was still wrong at the deadline."""
+        problems: list[str] = ["not checked yet"]
+        while time.monotonic() < deadline:
+            problems = []
+            for topic in topics:
+                problems += self._lagging(admin, topic)
+            if not problems:
+                return []
+            time.sleep(0.25)
+        return problems
+
+    @staticmethod
+    def _lagging(admin: Admin, topic: str) -> list[str]:
+        try:
+            status = describe_topic_status(admin, topic, timeout_ms=3000)
+            tps = [TopicPartition(topic, p.partition) for p in status.partitions]
+            lso = admin.list_offsets(
+                dict.fromkeys(tps, "latest"), isolation_level="read_committed", timeout_ms=3000
+            )
+        except ReplogError as err:
+            return [f"{topic}: {err}"]
+        problems: list[str] = []
+        for p in status.partitions:
+            name = f"{topic}-{p.partition}"
+            if p.leader < 0 or set(p.isr) != set(p.replicas):
+                problems.append(f"{name}: leader {p.leader}, ISR {p.isr} of {p.replicas}")
+                continue
+            ends = {
+                (r.log.log_end_offset, r.log.durable_end_offset, r.log.high_watermark)
+                if r.log is not None
+                else r.error
+                for r in p.replica_states
+            }
+            if ends != {(p.log_end_offset,) * 3}:
+                problems.append(f"{name}: replicas (LEO, durable end, HW) {sorted(map(str, ends))}")
+            elif lso.get(TopicPartition(topic, p.partition)) != p.high_watermark:
+                problems.append(f"{name}: a transaction is still open below HW {p.high_watermark}")
+        return problems
+
+    def replica_batches(
+        self, broker: int, topic: str, partition: int, end: int
+    ) -> list[StoredBatch] | str:
+        """The batches a broker's replica stores below ``end``, read from its storage (no
+        recovery, no write), or why they could not be read."""
+        try:
+            with Storage.from_url(self.brokers[broker].log_dir, fsync=False) as root:
+                reader = SegmentReader(root.child(f"{topic}/{partition}"))
+                return [
+                    StoredBatch(b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc)
+                    for b in reader.batches(0, end)
+                ]
+        except ReplogError as err:
+            return f"{type(err).__name__}: {err}"

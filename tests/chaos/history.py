@@ -1,0 +1,171 @@
+"""What a chaos run records: the operations the workloads saw, and the cluster's final state.
+
+The workloads append to a :class:`History` while the nemesis injects faults (every list is
+appended to from several threads; ``list.append`` is atomic in CPython). After the cluster is
+healed and quiet, the runner fills a :class:`FinalState` from the leaders and from every
+replica's storage. :mod:`tests.chaos.checker` judges the two together; nothing here checks.
+
+Values name their writer, so the checker needs no other bookkeeping:
+
+- an idempotent producer writes ``p<n>.<k>-<seq:06d>`` (``p1.0-000123``): worker ``n``'s
+  ``k``-th producer (a new producer id each), seq counting from 0 per worker;
+- the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: A topic partition as the checker keys it.
+TP = tuple[str, int]
+
+Outcome = Literal["committed", "aborted", "unknown"]
+Isolation = Literal["read_uncommitted", "read_committed"]
+
+
+def producer_value(producer: str, seq: int) -> str:
+    return f"{producer}-{seq:06d}"
+
+
+def parse_producer_value(value: str) -> tuple[str, int] | None:
+    """``("p1.0", 123)`` for ``"p1.0-000123"``; None for a value no idempotent producer wrote."""
+    name, sep, seq = value.rpartition("-")
+    if not sep or not name.startswith("p") or not seq.isdigit():
+        return None
+    return name, int(seq)
+
+
+def txn_value(txn: int, index: int) -> str:
+    return f"t{txn:06d}-{index}"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault the nemesis injected, from its first action to its heal."""
+
+    fault_class: str
+    #: time.monotonic() of the first action and of the heal
+    start: float
+    end: float
+    #: what was done to whom, for the report (brokers, partition, durations)
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An idempotent producer's record was acknowledged (acks=all) at ``offset``."""
+
+    producer: str
+    value: str
+    topic: str
+    partition: int
+    offset: int
+    #: time.monotonic() when the ack arrived
+    time: float
+
+
+@dataclass(frozen=True)
+class SendFailure:
+    """A send that failed: its record may be stored once, or not at all, never twice."""
+
+    producer: str
+    value: str
+    partition: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One transaction of the transactional producer and what the client was told.
+
+    ``committed``: commit_transaction() returned; ``aborted``: abort_transaction() returned
+    and no commit was asked; ``unknown``: a call failed, so all or none of it may be visible.
+    """
+
+    txn: int
+    topic: str
+    #: (partition, value) of every record sent in it
+    records: tuple[tuple[int, str], ...]
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Read:
+    """A reader (consumer) was given ``value`` at ``offset`` while faults were running."""
+
+    reader: Isolation
+    topic: str
+    partition: int
+    offset: int
+    value: str
+    time: float
+
+
+@dataclass(frozen=True)
+class HighWatermark:
+    """The high watermark a reader's fetch reported for a partition."""
+
+    reader: Isolation
+    topic: str
+    partition: int
+    high_watermark: int
+    time: float
+
+
+@dataclass(frozen=True)
+class OutOfRange:
+    """A reader's fetch at ``position`` (below a high watermark it had seen) was refused as
+    out of range: the log it was reading shrank. ``end`` is the end the cluster gave next."""
+
+    reader: Isolation
+    topic: str
+    partition: int
+    position: int
+    end: int
+    time: float
+
+
+@dataclass
+class History:
+    """Everything the workloads observed during one schedule."""
+
+    faults: list[Fault] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
+    send_failures: list[SendFailure] = field(default_factory=list)
+    transactions: list[Transaction] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    high_watermarks: list[HighWatermark] = field(default_factory=list)
+    out_of_range: list[OutOfRange] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    """One record batch as a replica's segment objects hold it."""
+
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    crc: int
+
+
+@dataclass
+class FinalState:
+    """The cluster after the faults: healed, caught up, read in full, then stopped."""
+
+    #: every record below the HW, read through the leader with read_uncommitted: offset -> value
+    uncommitted: dict[TP, dict[int, str]] = field(default_factory=dict)
+    #: the same with read_committed (aborted records filtered out)
+    committed: dict[TP, dict[int, str]] = field(default_factory=dict)
+    #: the leader's high watermark when the logs were read
+    high_watermarks: dict[TP, int] = field(default_factory=dict)
+    #: per partition, per broker: the stored batches below the HW, or why they could not be read
+    replicas: dict[TP, dict[int, list[StoredBatch] | str]] = field(default_factory=dict)
+    #: seconds each process took to exit after SIGTERM; None: it had to be SIGKILLed
+    sigterm_s: dict[str, float | None] = field(default_factory=dict)
+    #: False if the logs could not be read in full through the leaders: the checks that need
+    #: them are skipped (and ``not_recovered`` says why)
+    logs_read: bool = True
+    #: what did not come back after the faults (a process that would not start, a partition
+    #: without a full ISR by the deadline), one line each
+    not_recovered: list[str] = field(default_factory=list)

@@ -1,0 +1,211 @@
+"""One schedule from start to verdict: a fresh cluster, the workloads, the nemesis, the heal,
+the final reads, the SIGTERMs, the replica comparison and the checker.
+
+:func:`run_schedule` returns the schedule's result as a JSON-ready dict (the line
+``python -m tests.chaos`` prints); the anomalies' examples go to ``anomalies.json`` in the
+schedule's directory, beside every process's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from logstore.errors import ReplogError
+from replication.client import Admin, TopicPartition
+from tests.chaos.checker import SIGTERM_LIMIT_S, check, longest_without_ack
+from tests.chaos.cluster import ChaosCluster
+from tests.chaos.history import FinalState, History
+from tests.chaos.nemesis import TRANSACTION_TOPIC, Nemesis, plan
+from tests.chaos.workload import (
+    IdempotentWriter,
+    Reader,
+    TransactionalWriter,
+    Worker,
+    read_all,
+)
+
+TOPIC = "events"
+TXN_TOPIC = "txn-events"
+PARTITIONS = 3
+PRODUCERS = 3
+TOPIC_CONFIGS = {"min.insync.replicas": "2"}
+#: How long the cluster may take to get back to a full, caught-up ISR after the faults.
+RECOVERY_TIMEOUT_S = 60.0
+#: Examples of each anomaly kind put in the JSON line (all of them go to anomalies.json).
+EXAMPLES_PER_KIND = 3
+
+
+def run_schedule(
+    seed: int, classes: Sequence[str], duration_s: float, workdir: Path, *, keep: bool = False
+) -> dict[str, Any]:
+    """Run one schedule in ``workdir/seed-<seed>``; its directory is removed if it passed
+    (unless ``keep``)."""
+    began = time.monotonic()
+    data_dir = workdir / f"seed-{seed}"
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    history = History()
+    final = FinalState()
+    cluster = ChaosCluster(data_dir)
+    workers: list[Worker] = []
+    try:
+        cluster.start()
+        produce_end = _run_faults(cluster, seed, classes, duration_s, history, workers)
+        _settle(cluster, workers, history, final)
+    finally:
+        for worker in workers:
+            worker.stop()
+        cluster.close()
+        for worker in workers:
+            worker.join(10)
+    found = check(history, final)
+    result = _result(seed, classes, history, final, found, produce_end, began, data_dir)
+    (data_dir / "anomalies.json").write_text(json.dumps(found, indent=1))
+    if result["ok"] and not keep:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return result
+
+
+def _run_faults(
+    cluster: ChaosCluster,
+    seed: int,
+    classes: Sequence[str],
+    duration_s: float,
+    history: History,
+    workers: list[Worker],
+) -> float:
+    """Topics, workloads (added to ``workers`` as they start), then the nemesis. Returns when
+    the producers stopped; the readers go on."""
+    tps = [TopicPartition(t, p) for t in (TOPIC, TXN_TOPIC) for p in range(PARTITIONS)]
+    with Admin(bootstrap_servers=cluster.bootstrap, default_api_timeout_ms=30000) as admin:
+        # __transaction_state gets min(3, live brokers) replicas: wait for all of them
+        cluster.wait_registered(admin, time.monotonic() + RECOVERY_TIMEOUT_S)
+        for topic in (TOPIC, TXN_TOPIC):
+            admin.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIGS)
+        txn = TransactionalWriter(cluster.bootstrap, TXN_TOPIC, PARTITIONS, history, seed)
+        txn.init()  # creates __transaction_state
+        problems = cluster.wait_caught_up(
+            admin, [TOPIC, TXN_TOPIC, TRANSACTION_TOPIC], time.monotonic() + RECOVERY_TIMEOUT_S
+        )
+        if problems:
+            raise RuntimeError(f"the fresh cluster never got a full ISR: {problems}")
+    producers: list[Worker] = [
+        IdempotentWriter(f"p{i}", cluster.bootstrap, TOPIC, PARTITIONS, history)
+        for i in range(1, PRODUCERS + 1)
+    ]
+    producers.append(txn)
+    readers: list[Worker] = [
+        Reader("read_uncommitted", cluster.bootstrap, tps, history),
+        Reader("read_committed", cluster.bootstrap, tps, history),
+    ]
+    for worker in producers + readers:
+        workers.append(worker)
+        worker.start()
+    nemesis = Nemesis(cluster, TOPIC, PARTITIONS, history)
+    try:
+        _wait_for_acks(history, {w.name for w in producers if isinstance(w, IdempotentWriter)})
+        nemesis.run(plan(seed, classes, count=int(duration_s) + 1), duration_s)
+    finally:
+        nemesis.close()
+    for worker in producers:
+        worker.stop()
+    produce_end = time.monotonic()
+    for worker in producers:
+        if not worker.join(60):
+            raise RuntimeError(f"workload {worker.name} did not stop within 60 s")
+    return produce_end
+
+
+def _wait_for_acks(history: History, producers: set[str], timeout_s: float = 30.0) -> None:
+    """Until every producer had an ack on the healthy cluster (RuntimeError after
+    ``timeout_s``): the faults start on a cluster that works."""
+    deadline = time.monotonic() + timeout_s
+    while not producers <= {ack.producer for ack in history.acks}:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no ack for some of {sorted(producers)} on a healthy cluster")
+        time.sleep(0.05)
+
+
+def _settle(
+    cluster: ChaosCluster, workers: list[Worker], history: History, final: FinalState
+) -> None:
+    """Heal, wait for a caught-up ISR, read every log in full, SIGTERM everything, read
+    every replica's stored batches. Fills ``final``."""
+    final.not_recovered += cluster.heal()
+    replica_sets: dict[tuple[str, int], list[int]] = {}
+    tps = [TopicPartition(t, p) for t in (TOPIC, TXN_TOPIC) for p in range(PARTITIONS)]
+    deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+    with Admin(bootstrap_servers=cluster.bootstrap, default_api_timeout_ms=10000) as admin:
+        final.not_recovered += cluster.wait_caught_up(
+            admin, [TOPIC, TXN_TOPIC, TRANSACTION_TOPIC], deadline
+        )
+        try:
+            final.uncommitted, final.high_watermarks = read_all(
+                cluster.bootstrap, tps, "read_uncommitted", deadline + 30
+            )
+            final.committed, _ = read_all(cluster.bootstrap, tps, "read_committed", deadline + 30)
+            replica_sets = cluster.replica_sets(admin, [TOPIC, TXN_TOPIC, TRANSACTION_TOPIC])
+            state = TopicPartition(TRANSACTION_TOPIC, 0)
+            final.high_watermarks[(TRANSACTION_TOPIC, 0)] = admin.list_offsets({state: "latest"})[
+                state
+            ]
+        except (ReplogError, TimeoutError) as err:
+            final.logs_read = False
+            final.not_recovered.append(f"the final logs could not be read: {err}")
+    for worker in workers:
+        worker.stop()
+    for worker in workers:
+        worker.join(30)
+    errors = [f"{w.name}: {w.error!r}" for w in workers if w.error is not None]
+    if errors:
+        raise RuntimeError(f"workload threads failed (a harness bug): {errors}")
+    final.sigterm_s = cluster.stop_all(SIGTERM_LIMIT_S)
+    for (topic, partition), hw in sorted(final.high_watermarks.items()):
+        final.replicas[(topic, partition)] = {
+            broker: cluster.replica_batches(broker, topic, partition, hw)
+            for broker in replica_sets.get((topic, partition), sorted(cluster.brokers))
+        }
+
+
+def _result(
+    seed: int,
+    classes: Sequence[str],
+    history: History,
+    final: FinalState,
+    found: dict[str, list[str]],
+    produce_end: float,
+    began: float,
+    data_dir: Path,
+) -> dict[str, Any]:
+    start = history.faults[0].start if history.faults else began
+    outcomes = [t.outcome for t in history.transactions]
+    counts = {kind: len(examples) for kind, examples in found.items()}
+    return {
+        "seed": seed,
+        "classes": sorted(set(classes)),
+        "faults": [
+            {
+                "class": f.fault_class,
+                "at_s": round(f.start - start, 2),
+                "took_s": round(f.end - f.start, 2),
+                **f.detail,
+            }
+            for f in history.faults
+        ],
+        "acked": len(history.acks),
+        "send_failures": len(history.send_failures),
+        "transactions": {o: outcomes.count(o) for o in ("committed", "aborted", "unknown")},
+        "reads": len(history.reads),
+        "anomalies": counts,
+        "examples": {k: v[:EXAMPLES_PER_KIND] for k, v in found.items() if v},
+        "max_no_ack_s": longest_without_ack(history.acks, history.faults, produce_end),
+        "sigterm_s": final.sigterm_s,
+        "duration_s": round(time.monotonic() - began, 1),
+        "workdir": str(data_dir),
+        "ok": not any(counts.values()),
+    }

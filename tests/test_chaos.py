@@ -1,0 +1,326 @@
+"""The chaos harness (tests/chaos): its checker on hand-made histories, its fault plumbing
+(faulty storage through the launcher's control file, a blocked proxy), and three seeded
+schedules against real clusters that must find nothing wrong.
+
+The long run (100 schedules over every fault class) is ``python -m tests.chaos --schedules 100``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from logstore.storage import Storage
+from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
+from tests.chaos.history import (
+    Ack,
+    Fault,
+    FinalState,
+    HighWatermark,
+    History,
+    OutOfRange,
+    Read,
+    StoredBatch,
+    Transaction,
+)
+from tests.chaos.launcher import UNTIL_CHANGED, apply_faults
+from tests.chaos.nemesis import FAULT_CLASSES, plan
+from tests.chaos.runner import run_schedule
+from tests.faulty_fs import FaultyStorage, InjectedStorageError
+from tests.proxy import TcpProxy
+
+pytestmark = pytest.mark.chaos
+
+E = "events"
+T = "txn-events"
+
+
+def clean() -> tuple[History, FinalState]:
+    """A history with nothing wrong: 2 producers, a committed, an aborted and an unknown
+    transaction, two readers, identical replicas, quick shutdowns."""
+    history = History(
+        acks=[
+            Ack("p1", "p1-000000", E, 0, 0, 1.0),
+            Ack("p2", "p2-000000", E, 0, 1, 1.1),
+            Ack("p1", "p1-000001", E, 1, 0, 1.2),
+            Ack("p1", "p1-000002", E, 0, 2, 1.3),
+        ],
+        transactions=[
+            Transaction(0, T, ((0, "t000000-0"), (1, "t000000-1")), "committed"),
+            Transaction(1, T, ((0, "t000001-0"),), "aborted"),
+            Transaction(2, T, ((1, "t000002-0"), (0, "t000002-1")), "unknown"),
+        ],
+        reads=[
+            Read("read_uncommitted", E, 0, 1, "p2-000000", 1.5),
+            Read("read_uncommitted", T, 0, 2, "t000001-0", 1.5),
+            Read("read_committed", T, 1, 0, "t000000-1", 1.6),
+        ],
+        high_watermarks=[
+            HighWatermark("read_uncommitted", E, 0, 2, 1.5),
+            HighWatermark("read_committed", E, 0, 1, 1.5),  # another reader: its own series
+            HighWatermark("read_uncommitted", E, 0, 3, 1.6),
+        ],
+    )
+    batches = [StoredBatch(0, 0, 0, 11), StoredBatch(1, 2, 1, 22)]
+    final = FinalState(
+        uncommitted={
+            (E, 0): {0: "p1-000000", 1: "p2-000000", 2: "p1-000002", 3: "p2-000001"},
+            (E, 1): {0: "p1-000001"},
+            # offset 1 and 4 hold transaction markers; t000002 (unknown) never made it
+            (T, 0): {0: "t000000-0", 2: "t000001-0"},
+            (T, 1): {0: "t000000-1"},
+        },
+        committed={
+            (E, 0): {0: "p1-000000", 1: "p2-000000", 2: "p1-000002", 3: "p2-000001"},
+            (E, 1): {0: "p1-000001"},
+            (T, 0): {0: "t000000-0"},
+            (T, 1): {0: "t000000-1"},
+        },
+        high_watermarks={(E, 0): 4, (E, 1): 1},
+        replicas={(E, 0): {0: batches, 1: list(batches), 2: list(batches)}},
+        sigterm_s={"broker-0": 0.4, "controller-100": 0.2},
+    )
+    return history, final
+
+
+def counts(history: History, final: FinalState) -> dict[str, int]:
+    return {kind: len(found) for kind, found in check(history, final).items()}
+
+
+def only(kind: str, n: int = 1) -> dict[str, int]:
+    return {k: (n if k == kind else 0) for k in ANOMALY_KINDS}
+
+
+# --- the checker ------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_a_clean_history_passes() -> None:
+    assert counts(*clean()) == only("none", 0)
+
+
+@pytest.mark.unit
+def test_acked_record_missing_is_lost() -> None:
+    history, final = clean()
+    del final.uncommitted[(E, 1)][0]
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("acked_lost")
+    assert "p1-000001 acked at events-1@0 is gone" in found["acked_lost"][0]
+
+
+@pytest.mark.unit
+def test_acked_offset_holding_another_value_is_lost() -> None:
+    history, final = clean()
+    final.uncommitted[(E, 1)][0] = "p3-000007"
+    assert counts(history, final) == only("acked_lost")
+
+
+@pytest.mark.unit
+def test_acked_record_elsewhere_is_a_wrong_offset() -> None:
+    history, final = clean()
+    final.uncommitted[(E, 1)] = {1: "p1-000001"}
+    assert counts(history, final) == only("wrong_offset")
+
+
+@pytest.mark.unit
+def test_a_value_stored_twice_is_a_duplicate() -> None:
+    history, final = clean()
+    final.uncommitted[(E, 0)][4] = "p2-000001"  # never acked (a failed send): at most once
+    assert counts(history, final) == only("duplicates")
+
+
+@pytest.mark.unit
+def test_a_producers_values_out_of_order() -> None:
+    history, final = clean()
+    final.uncommitted[(E, 1)] = {0: "p1-000001", 1: "p1-000005", 2: "p1-000004"}
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("order")
+    assert "p1-000004 at offset 2 follows p1-000005 at offset 1" in found["order"][0]
+
+
+@pytest.mark.unit
+def test_a_read_that_changed_or_vanished() -> None:
+    history, final = clean()
+    history.reads.append(Read("read_uncommitted", E, 0, 3, "p3-000009", 2.0))  # replaced
+    history.reads.append(Read("read_committed", E, 1, 5, "p1-000010", 2.0))  # gone
+    assert counts(history, final) == only("read_changed", 2)
+
+
+@pytest.mark.unit
+def test_read_committed_reads_are_checked_against_the_committed_log() -> None:
+    history, final = clean()
+    # read_committed was given a record that the final read_committed log filters out
+    history.reads.append(Read("read_committed", T, 0, 2, "t000001-0", 2.0))
+    assert counts(history, final) == {
+        **only("read_changed"),
+        "aborted_visible": 1,  # and it belongs to an aborted transaction
+    }
+
+
+@pytest.mark.unit
+def test_high_watermark_going_down_for_one_reader() -> None:
+    history, final = clean()
+    history.high_watermarks.append(HighWatermark("read_uncommitted", E, 0, 2, 1.7))
+    history.high_watermarks.append(HighWatermark("read_uncommitted", E, 0, 4, 1.8))
+    assert counts(history, final) == only("hw_backwards")
+
+
+@pytest.mark.unit
+def test_an_offset_refused_as_out_of_range_is_the_hw_going_back() -> None:
+    history, final = clean()
+    history.out_of_range.append(OutOfRange("read_committed", E, 0, 3, 2, 1.9))
+    assert counts(history, final) == only("hw_backwards")
+
+
+@pytest.mark.unit
+def test_aborted_transaction_visible_in_the_final_log() -> None:
+    history, final = clean()
+    final.committed[(T, 0)][2] = "t000001-0"
+    assert counts(history, final) == only("aborted_visible")
+
+
+@pytest.mark.unit
+def test_committed_transaction_partly_visible() -> None:
+    history, final = clean()
+    del final.committed[(T, 0)][0]
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("committed_missing")
+    assert "t000000-0 not visible" in found["committed_missing"][0]
+
+
+@pytest.mark.unit
+def test_unknown_outcome_is_all_or_nothing() -> None:
+    history, final = clean()
+    final.uncommitted[(T, 1)][3] = "t000002-0"
+    final.uncommitted[(T, 0)][5] = "t000002-1"
+    final.committed[(T, 1)][3] = "t000002-0"
+    final.committed[(T, 0)][5] = "t000002-1"
+    assert counts(history, final) == only("none", 0), "all of it visible is fine"
+    del final.committed[(T, 0)][5]
+    assert counts(history, final) == only("committed_missing"), "half of it is not"
+
+
+@pytest.mark.unit
+def test_replicas_with_different_batches_below_the_hw() -> None:
+    history, final = clean()
+    final.replicas[(E, 0)][2] = [StoredBatch(0, 0, 0, 11), StoredBatch(1, 2, 2, 22)]  # epoch
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("replicas_differ")
+    assert "events-0 (HW 4): replicas differ from batch 1" in found["replicas_differ"][0]
+
+
+@pytest.mark.unit
+def test_replica_short_or_unreadable_below_the_hw() -> None:
+    history, final = clean()
+    final.replicas[(E, 0)][1] = [StoredBatch(0, 0, 0, 11)]
+    assert counts(history, final) == only("replicas_differ")
+    final.replicas[(E, 0)][1] = "ReplicaRangeError: offset 1 is in no segment object"
+    assert counts(history, final) == only("replicas_differ")
+
+
+@pytest.mark.unit
+def test_slow_or_stuck_sigterm() -> None:
+    history, final = clean()
+    final.sigterm_s.update({"broker-1": 25.0, "broker-2": None})
+    assert counts(history, final) == only("slow_sigterm", 2)
+
+
+@pytest.mark.unit
+def test_not_recovered_and_logs_unread() -> None:
+    history, final = clean()
+    final.not_recovered.append("events-0: leader -1, ISR (1,) of (0, 1, 2)")
+    final.logs_read = False
+    final.uncommitted.clear()  # the acks cannot be judged against logs never read
+    assert counts(history, final) == only("not_recovered")
+
+
+@pytest.mark.unit
+def test_longest_time_without_an_ack_per_fault_class() -> None:
+    acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
+    acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
+    faults = [Fault("pause_long", 1.2, 3.0), Fault("net_cut", 4.8, 6.0)]
+    # pause_long: 1.0 -> 4.5 on events-0 (3.5 s); events-1's silence ends at `end`, in net_cut's
+    assert longest_without_ack(acks, faults, end=9.5) == {"pause_long": 3.5, "net_cut": 9.0}
+
+
+# --- fault plumbing ---------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_storage_faults_from_the_control_file() -> None:
+    inner = Storage.from_url(f"memory://chaos-{uuid.uuid4().hex}/root")
+    storage = FaultyStorage(inner)
+    apply_faults(storage, [{"kind": "tear", "op": "write", "fraction": 0.25}])
+    assert storage.pending == UNTIL_CHANGED
+    with pytest.raises(InjectedStorageError, match="torn"):
+        storage.child("events/0").write("00000000000000000000.seg", b"12345678")
+    assert inner.read("events/0/00000000000000000000.seg") == b"12", "a torn write leaves a prefix"
+    apply_faults(storage, [{"kind": "stall", "op": "write", "seconds": 0.2}])
+    began = time.monotonic()
+    storage.write("x", b"slow")
+    assert time.monotonic() - began >= 0.2
+    assert inner.read("x") == b"slow"
+    apply_faults(storage, [{"kind": "fail", "op": "write"}])
+    with pytest.raises(InjectedStorageError):
+        storage.write("x", b"new")
+    apply_faults(storage, [])
+    storage.write("x", b"new")
+    assert storage.read("x") == b"new"
+    with pytest.raises(ValueError, match="unknown storage fault kind"):
+        apply_faults(storage, [{"kind": "melt"}])
+
+
+@pytest.mark.unit
+def test_blocked_proxy_closes_new_connections_until_unblocked() -> None:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        TcpProxy("127.0.0.1", server.getsockname()[1], record=False) as proxy,
+    ):
+        proxy.block()
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+            assert client.recv(1) == b"", "a blocked proxy closes the connection at once"
+        proxy.unblock()
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                client.sendall(b"\x00\x00\x00\x00")
+                assert accepted.recv(4) == b"\x00\x00\x00\x00"
+
+
+@pytest.mark.unit
+def test_plans_are_seeded_and_cycle_through_every_class() -> None:
+    assert plan(5, FAULT_CLASSES, 30) == plan(5, FAULT_CLASSES, 30)
+    assert plan(5, FAULT_CLASSES, 30) != plan(6, FAULT_CLASSES, 30)
+    first_cycle = plan(5, FAULT_CLASSES, len(FAULT_CLASSES))
+    assert sorted(f.fault_class for f in first_cycle) == sorted(FAULT_CLASSES)
+    with pytest.raises(ValueError, match="unknown fault classes"):
+        plan(5, ["meteor"], 1)
+
+
+# --- real schedules ---------------------------------------------------------------------------
+
+SCHEDULES = [
+    pytest.param(101, ["crash_restart_while_paused"], id="crash_restart_while_paused"),
+    pytest.param(
+        102,
+        ["storage_fail", "storage_stall", "storage_tear", "net_cut", "net_stall", "pause_short"],
+        id="storage_and_network",
+    ),
+    pytest.param(103, ["controller_kill", "coordinator_kill"], id="controller_and_coordinator"),
+]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("seed", "classes"), SCHEDULES)
+def test_seeded_schedule_finds_no_anomaly(seed: int, classes: list[str], tmp_path: Path) -> None:
+    result = run_schedule(seed, classes, 12.0, tmp_path)
+    assert result["faults"], "the nemesis injected nothing"
+    assert result["acked"] > 0
+    assert result["transactions"]["committed"] > 0
+    assert result["ok"], json.dumps(result, indent=1)
