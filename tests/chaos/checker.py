@@ -19,7 +19,8 @@ committed_missing  a committed transaction is not wholly visible to read_committ
                    outcome is unknown is partly visible (it must be all or nothing)
 replicas_differ    the replicas of a partition store different batches below the HW (base
                    offset, last offset, leader epoch, CRC), or one cannot be read there
-slow_sigterm       a process took longer than the limit to exit after SIGTERM
+slow_sigterm       a process took longer than the limit to exit after SIGTERM, or exited with a
+                   failure (its graceful shutdown overran shutdown.timeout.ms)
 not_recovered      after the heal, a process would not start or the cluster did not get back to
                    a full, caught-up ISR within the deadline
 =================  ============================================================================
@@ -229,7 +230,8 @@ def check_shutdowns(final: FinalState, limit_s: float = SIGTERM_LIMIT_S) -> Foun
     """slow_sigterm: every process exits by itself within ``limit_s`` of SIGTERM."""
     return {
         "slow_sigterm": [
-            f"{name} {'did not exit' if took is None else f'took {took:.1f} s'} after SIGTERM "
+            f"{name} {'did not shut down cleanly' if took is None else f'took {took:.1f} s'} "
+            "after SIGTERM "
             f"(limit {limit_s:.0f} s)"
             for name, took in sorted(final.sigterm_s.items())
             if took is None or took > limit_s

@@ -168,7 +168,9 @@ class ChaosCluster:
 
     def stop_all(self, limit_s: float) -> dict[str, float | None]:
         """SIGTERM every process (brokers first, all at once, then the controllers) and time
-        each one's exit; one still running after ``limit_s`` is SIGKILLed and gets None."""
+        each one's exit; one still running after ``limit_s`` is SIGKILLed and gets None, and so
+        does one that exits with a failure (a node whose graceful shutdown overran
+        shutdown.timeout.ms exits with status 1)."""
 
         def stop(proc: BrokerProcess) -> float | None:
             if not proc.alive or proc.proc is None:
@@ -179,6 +181,8 @@ class ChaosCluster:
                 proc.proc.wait(limit_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                return None
+            if proc.proc.returncode != 0:
                 return None
             return round(time.monotonic() - start, 2)
 
