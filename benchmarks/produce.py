@@ -1,7 +1,7 @@
 """One broker, one producer, acks=1, 100-byte values: replog's produce path against its limit.
 
 Starts a broker process on a temp directory (as tests/cluster.BrokerProcess does), then runs
-``replog perf produce`` in this process (replication.perf.produce_perf) twice:
+``replog perf produce`` in this process (replication.tools.perf.produce_perf) twice:
 
 - ``--mode records``: Producer.send per record, as kafka-producer-perf-test; latency per
   record (send() to ack, one record in 16 timed);
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.logstore_append import make_batches, replog_appends
 from replication.client import Admin
-from replication.perf import produce_perf
+from replication.tools.perf import produce_perf
 from tests.cluster import BrokerProcess
 
 GOAL_RECORDS_PER_S = 300_000

@@ -3,7 +3,7 @@
 Starts a controller and three brokers as processes on local files (tests/cluster.Cluster, with
 its short failover timings: broker.session.timeout.ms=2000, replica.lag.time.max.ms=3000,
 replica.fetch.wait.max.ms=200) and measures, with 100-byte values and one producer in this
-process (replication.perf.produce_perf):
+process (replication.tools.perf.produce_perf):
 
 - throughput: RF=3, min.insync.replicas=2, acks=all, records mode (Producer.send per record,
   latency per record) and arrow mode (send_arrow, latency per batch), beside RF=1 acks=1 on
@@ -52,7 +52,7 @@ from logstore.batch import Record, build
 from replication import protocol as p
 from replication.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
 from replication.client.describe import describe_log_dirs, describe_topic_waiting
-from replication.perf import ProducePerfResult, produce_perf
+from replication.tools.perf import ProducePerfResult, produce_perf
 from tests.cluster import FAST_FAILOVER, BrokerProcess, Cluster, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
 from tests.wire import RawConnection

@@ -81,7 +81,7 @@ from datasource.sink import ReplogCommitMessage, ReplogStreamWriter
 from datasource.source import ReplogDataSource
 from replication.client import Admin, Consumer, TopicPartition
 from replication.client.describe import describe_topic_waiting
-from replication.perf import produce_perf
+from replication.tools.perf import produce_perf
 from tests.cluster import Cluster, wait_until
 from tests.spark_session import start_local_session
 
@@ -238,7 +238,7 @@ def committed_records(bootstrap: str, topic: str) -> dict[str, int]:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Kafka's perf-test percentile, as replication.perf: ``sorted[int(n * q)]``."""
+    """Kafka's perf-test percentile, as replication.tools.perf: ``sorted[int(n * q)]``."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from replication.broker import READY_LINE
+from replication.server.node import READY_LINE
 
 START_TIMEOUT_S = 60
 _READY_PREFIX = READY_LINE.split("{", 1)[0]
@@ -67,7 +67,7 @@ class BrokerProcess:
             "log.dir": self.log_dir,
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "replication.cli", self.role, "start"]
+        cmd = [sys.executable, "-m", "replication.tools.cli", self.role, "start"]
         for key, value in settings.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd

@@ -1,6 +1,6 @@
 """The client commands of `replog` as a user runs them: real processes, a real 3-broker cluster.
 
-Every command runs as ``python -m replication.cli ...`` in a subprocess, so what is checked is
+Every command runs as ``python -m replication.tools.cli ...`` in a subprocess, so what is checked is
 what a user sees: stdout, one line on stderr for any mistake (never a traceback), the exit
 status. One cluster (a controller and three brokers) serves the module; tests use their own
 topic names.
@@ -41,7 +41,7 @@ def replog(
     *args: str, input: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "replication.cli", *args],
+        [sys.executable, "-m", "replication.tools.cli", *args],
         input=input,
         capture_output=True,
         text=True,
@@ -389,7 +389,7 @@ def test_consume_runs_until_ctrl_c(cluster: Cluster) -> None:
     ok(replog("topics", "create", topic, "--partitions", "1", *bs))
     ok(replog("produce", topic, *bs, input="first\n"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replication.cli", "consume", topic, "--from-beginning", *bs],
+        [sys.executable, "-m", "replication.tools.cli", "consume", topic, "--from-beginning", *bs],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -96,7 +96,7 @@ def test_other_commands_are_known_to_the_cli(services: dict[str, dict[str, objec
             continue
         words = [a for a in args if not a.startswith("-")][:2]
         help_text = subprocess.run(
-            [sys.executable, "-m", "replication.cli", *words, "--help"],
+            [sys.executable, "-m", "replication.tools.cli", *words, "--help"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -17,7 +17,7 @@ def test_demo_verifies_exactly_once(tmp_path: Path, chaos: str) -> None:
         [
             sys.executable,
             "-m",
-            "replication.cli",
+            "replication.tools.cli",
             "demo",
             "--records",
             "20000",

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from replication import local_cluster
 from replication.client import Consumer, TopicPartition
+from replication.tools import local_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

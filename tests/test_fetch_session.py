@@ -21,24 +21,25 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
-from replication.fetch_session import (
+from replication.broker.fetch_metadata import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
-    FetchContext,
     FetchMetadata,
-    FetchRequestData,
-    FetchSessionCache,
-    FetchSessionHandler,
-    FullFetchContext,
-    IncrementalFetchContext,
     PartitionFetchState,
-    SessionErrorContext,
-    SessionlessFetchContext,
     TopicPartition,
     next_epoch,
 )
+from replication.broker.fetch_session import (
+    FetchContext,
+    FetchSessionCache,
+    FullFetchContext,
+    IncrementalFetchContext,
+    SessionErrorContext,
+    SessionlessFetchContext,
+)
+from replication.broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
+from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from replication.protocol import (
     ApiKey,
     EpochEndOffset,

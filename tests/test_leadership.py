@@ -19,13 +19,13 @@ import pytest
 from logstore.batch import Record, build
 from logstore.log import Log
 from logstore.storage import Storage
+from replication.broker.partition import Partition, TopicPolicy
+from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig
-from replication.controller import Controller
+from replication.controller.controller import Controller
 from replication.errors import DuplicateBrokerRegistrationError, OffsetNotAvailableError
-from replication.metadata import FORMAT_VERSION, BrokerInfo, MetadataImage, PartitionState
-from replication.metadata_store import MetadataStore
-from replication.partition import Partition, TopicPolicy
-from replication.replica_manager import ReplicaManager
+from replication.metadata.image import FORMAT_VERSION, BrokerInfo, MetadataImage, PartitionState
+from replication.metadata.store import MetadataStore
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.cluster
 
 def replog(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "replication.cli", *args],
+        [sys.executable, "-m", "replication.tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

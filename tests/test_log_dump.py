@@ -11,7 +11,7 @@ from logstore.batch import Record, build
 from logstore.log import Log
 from logstore.segment import object_name
 from logstore.storage import Storage
-from replication.cli import app
+from replication.tools.cli import app
 
 pytestmark = pytest.mark.unit
 

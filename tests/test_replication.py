@@ -386,7 +386,7 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
         ),
         message="the stale controller notices it was deposed",
     )
-    from replication.metadata import MetadataImage
+    from replication.metadata.image import MetadataImage
 
     versions = sorted((store / "metadata").glob("*.json"))
     images = [MetadataImage.from_bytes(v.read_bytes()) for v in versions]

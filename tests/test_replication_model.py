@@ -17,11 +17,11 @@ lets running followers fetch and running brokers heartbeat, then leaders shrink 
 followers out of the ISR and the controller expires sessions), processes (an incarnation is a
 ReplicaManager with its handlers and fetchers; a crash drops it without a flush, so the
 unflushed tail is lost; a restart opens a new one on the same storage and applies the stored
-metadata at once, as ``broker.py`` does, then registers in a later step, and keeps trying if
-refused), pauses (a paused broker takes no step and answers no request), the network (a
-request reaches the broker's current process, or fails as unreachable) and readers (a consumer
-fetches from a broker that says it leads, with the newest leader epoch it knows, as KIP-320
-clients do). Faults share one rule so that they stay rarer than normal running.
+metadata at once, as ``replication.server.node`` does, then registers in a later step, and
+keeps trying if refused), pauses (a paused broker takes no step and answers no request), the
+network (a request reaches the broker's current process, or fails as unreachable) and readers
+(a consumer fetches from a broker that says it leads, with the newest leader epoch it knows, as
+KIP-320 clients do). Faults share one rule so that they stay rarer than normal running.
 
 Invariants, checked after every step on what each replica's storage holds (its segment
 objects: what survives a crash), against the model of what was promised:
@@ -53,22 +53,22 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import replication.partition
+import replication.broker.partition
 from logstore.batch import Record, build, iter_batches
 from logstore.errors import ReplogError
 from logstore.segment import base_offset_of
 from logstore.storage import Storage
 from replication import protocol as p
-from replication.apis import KafkaApis
+from replication.broker.partition import Partition
+from replication.broker.replica_fetcher import ReplicaFetcher
+from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig, broker_config_from
-from replication.controller import Controller
+from replication.controller.controller import Controller
 from replication.errors import BrokerUnreachableError, StaleBrokerEpochError
-from replication.metadata import NO_LEADER, PartitionState
-from replication.metadata_store import MetadataStore
-from replication.partition import Partition
-from replication.replica_fetcher import ReplicaFetcher
-from replication.replica_manager import ReplicaManager
-from replication.rpc import AsyncConnection
+from replication.metadata.image import NO_LEADER, PartitionState
+from replication.metadata.store import MetadataStore
+from replication.protocol.rpc import AsyncConnection
+from replication.server.apis import KafkaApis
 
 pytestmark = pytest.mark.unit
 
@@ -277,9 +277,9 @@ class ModelCluster:
         self.partitions = partitions
         self.clock = Clock()
         # Partitions time followers' lag (replica.lag.time.max.ms) by the model's clock too.
-        assert hasattr(replication.partition, "_now_ms")
-        self._wall_clock = replication.partition._now_ms
-        replication.partition._now_ms = self.clock
+        assert hasattr(replication.broker.partition, "_now_ms")
+        self._wall_clock = replication.broker.partition._now_ms
+        replication.broker.partition._now_ms = self.clock
         self.loop = asyncio.new_event_loop()
         self.store = MetadataStore(Storage.from_url(f"{self.root}/meta"))
         self._controller_ids = itertools.count(100)
@@ -577,8 +577,8 @@ class ModelCluster:
         self.loop.run_until_complete(self._settle())
 
     def restart(self, broker_id: int) -> None:
-        """A new incarnation on the same storage. As broker.py, it reads the stored metadata
-        at once; it registers in a later step."""
+        """A new incarnation on the same storage. As the node (replication.server.node), it
+        reads the stored metadata at once; it registers in a later step."""
         assert self.procs[broker_id] is None
         incarnation = uuid.UUID(int=next(self._incarnations))
         self.procs[broker_id] = BrokerProcess(self, broker_id, incarnation)
@@ -789,7 +789,7 @@ class ModelCluster:
                 *(t for t in asyncio.all_tasks() if t is not me), return_exceptions=True
             )
 
-        replication.partition._now_ms = self._wall_clock
+        replication.broker.partition._now_ms = self._wall_clock
         self.loop.run_until_complete(stop())
         self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()

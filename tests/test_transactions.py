@@ -34,6 +34,7 @@ from replication.client import (
     TransactionStateError,
 )
 from replication.client.config import load
+from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -41,7 +42,6 @@ from replication.errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
-from replication.transaction_coordinator import TRANSACTION_TOPIC
 from tests.cluster import BrokerProcess, Cluster, wait_until
 from tests.proxy import TcpProxy
 from tests.wire import RawConnection, metadata
@@ -670,7 +670,7 @@ def test_coordinator_sigkill_mid_commit_completes_on_the_new_coordinator(
 def test_cli_lists_open_transactions(shared: Cluster, admin: Admin) -> None:
     from typer.testing import CliRunner
 
-    from replication.cli_transactions import transactions_app
+    from replication.tools.cli_transactions import transactions_app
 
     runner = CliRunner()
     bootstrap = shared.bootstrap

@@ -29,7 +29,7 @@ from logstore.reader import SegmentReader
 from logstore.storage import Storage
 from replication.client import Admin, TopicPartition
 from replication.client.describe import describe_topic_status
-from replication.metadata_store import MetadataStore
+from replication.metadata.store import MetadataStore
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
 from tests.cluster import FAST_FAILOVER, BrokerProcess
@@ -60,7 +60,7 @@ class LaunchedBroker(BrokerProcess):
     """A broker started through :mod:`tests.chaos.launcher` (faulty log storage)."""
 
     def command(self) -> list[str]:
-        cmd = super().command()  # [python, "-m", "replication.cli", role, "start", ...]
+        cmd = super().command()  # [python, "-m", "replication.tools.cli", role, "start", ...]
         return [cmd[0], "-m", "tests.chaos.launcher", *cmd[3:]]
 
 

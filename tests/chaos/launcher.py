@@ -3,7 +3,7 @@
     REPLOG_CHAOS_STORAGE_CONTROL=/tmp/x/storage.json \\
         python -m tests.chaos.launcher broker start --set broker.id=0 ...
 
-The arguments are those of ``replog`` (``python -m replication.cli``). When the environment
+The arguments are those of ``replog`` (``python -m replication.tools.cli``). When the environment
 variable names a control file, :meth:`logstore.storage.Storage.from_url` is wrapped before the
 node starts: the storage opened at the control file's ``root`` (the broker's ``log.dir``) is a
 :class:`~tests.faulty_fs.FaultyStorage`, and every other root (the metadata store) is left as
@@ -112,7 +112,7 @@ def main() -> None:
     control = os.environ.get(CONTROL_ENV)
     if control:
         install(Path(control))
-    from replication.cli import main as replog_main
+    from replication.tools.cli import main as replog_main
 
     replog_main(sys.argv[1:])
 

@@ -1,30 +1,11 @@
-"""Incremental fetch sessions (KIP-227), leader and fetcher side, as pure logic.
-
-A fetcher (a follower's replica fetcher, or a consumer) that fetches the same partitions from
-the same broker over and over need not name all of them in every request, nor hear about all
-of them in every response. The first request is *full*: it names every partition, and the
-leader answers with every partition and, if it has a free slot, a new session id. Later
-requests are *incremental*: they carry the session id and the next session epoch and name only
-the partitions that are new or whose fetch state changed (plus the ones to forget); the leader
-reads all of the session's partitions but answers only those with news (records, an error, a
-diverging epoch, or a high watermark / log start offset / last stable offset different from the
-one it last sent in this session). An unknown session id or an unexpected epoch is answered
-with FETCH_SESSION_ID_NOT_FOUND or INVALID_FETCH_SESSION_EPOCH, and the fetcher falls back to a
-full fetch.
-
-This module follows Kafka's ``FetchSession.scala`` (the leader: :class:`FetchSessionCache`,
-the :class:`FetchContext` kinds) and ``FetchSessionHandler.java`` with ``FetchMetadata.java``
-(the fetcher: :class:`FetchSessionHandler`). It holds no sockets and no event loop: the broker
-and the replica fetcher call it on their event loop, so it needs no locks.
-
-Session epochs (as ``FetchMetadata``): a request with epoch :data:`INITIAL_EPOCH` (0) asks for
-a full fetch that opens a session (closing the one it names, if any); :data:`FINAL_EPOCH` (-1)
-asks for a full fetch without a session (closing the one it names); any other epoch is an
-incremental fetch in the named session. A new session starts at epoch 1; each incremental
-fetch moves it on by :func:`next_epoch`, which wraps from int32 max back to 1.
+"""The leader's side of incremental fetch sessions (KIP-227), as Kafka's ``FetchSession.scala``:
+the bounded :class:`FetchSessionCache` and the :class:`FetchContext` kinds that decide what a
+fetch response names. Pure logic: the broker calls it on its event loop, so it needs no locks.
+Session ids and epochs: :mod:`replication.broker.fetch_metadata`.
 
 Example, a fetcher and a leader wired together in memory::
 
+    >>> from replication.broker.fetch_session_handler import FetchSessionHandler
     >>> cache = FetchSessionCache(max_slots=10, time_ms=lambda: 0)
     >>> handler = FetchSessionHandler(node_id=1)
     >>> wanted = {("t", 0): PartitionFetchState(fetch_offset=0, max_bytes=1024)}
@@ -49,9 +30,20 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sized
-from dataclasses import dataclass, field
-from typing import Final, NamedTuple, Protocol, TypeAlias, TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
+from replication.broker.fetch_metadata import (
+    _INT32_MAX,
+    DEFAULT_EVICTION_MS,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchMetadata,
+    PartitionFetchState,
+    TopicPartition,
+    next_epoch,
+)
 from replication.errors import (
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
@@ -59,100 +51,18 @@ from replication.errors import (
 )
 
 __all__ = [
-    "FINAL_EPOCH",
-    "INITIAL_EPOCH",
-    "INVALID_SESSION_ID",
     "CachedPartition",
     "FetchContext",
-    "FetchMetadata",
-    "FetchRequestData",
     "FetchResponsePartitionLike",
     "FetchSession",
     "FetchSessionCache",
-    "FetchSessionHandler",
     "FullFetchContext",
     "IncrementalFetchContext",
-    "PartitionFetchState",
     "SessionErrorContext",
     "SessionlessFetchContext",
-    "TopicPartition",
-    "next_epoch",
 ]
 
 log = logging.getLogger(__name__)
-
-#: A partition as (topic, partition index).
-TopicPartition: TypeAlias = tuple[str, int]
-
-#: The session id of a fetch without a session (in requests and responses).
-INVALID_SESSION_ID: Final = 0
-#: The epoch of a full fetch that opens a new session (closing the one it names).
-INITIAL_EPOCH: Final = 0
-#: The epoch of a full fetch without a session (closing the one it names).
-FINAL_EPOCH: Final = -1
-#: Default ``min.incremental.fetch.session.eviction.ms``: a session unused this long is stale.
-DEFAULT_EVICTION_MS: Final = 120_000
-
-_INT32_MAX: Final = 2**31 - 1
-
-
-def next_epoch(epoch: int) -> int:
-    """The session epoch after ``epoch``: +1, wrapping from int32 max to 1; FINAL stays FINAL."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    if epoch == _INT32_MAX:
-        return 1
-    return epoch + 1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchMetadata:
-    """The (session id, epoch) a fetch request carries (Kafka's ``FetchMetadata``)."""
-
-    session_id: int = INVALID_SESSION_ID
-    epoch: int = INITIAL_EPOCH
-
-    @property
-    def is_full(self) -> bool:
-        """True for a full fetch (epoch INITIAL or FINAL), which names every partition."""
-        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
-
-    @classmethod
-    def new_incremental(cls, session_id: int) -> FetchMetadata:
-        """The first incremental fetch of a session the leader just created."""
-        return cls(session_id, next_epoch(INITIAL_EPOCH))
-
-    def next_incremental(self) -> FetchMetadata:
-        """The incremental fetch after this one, in the same session."""
-        return FetchMetadata(self.session_id, next_epoch(self.epoch))
-
-    def next_close_existing(self) -> FetchMetadata:
-        """A full fetch that closes this session and opens none."""
-        return FetchMetadata(self.session_id, FINAL_EPOCH)
-
-    def next_close_existing_attempt_new(self) -> FetchMetadata:
-        """A full fetch that closes this session and asks for a new one."""
-        return FetchMetadata(self.session_id, INITIAL_EPOCH)
-
-
-#: The metadata of a fetcher with no session: a full fetch asking for one.
-INITIAL_METADATA: Final = FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionFetchState:
-    """What a fetch request asks of one partition (Kafka's ``FetchRequest.PartitionData``).
-
-    ``log_start_offset`` is the fetcher's own log start offset (a follower reports it; a
-    consumer sends -1). Two states are equal when every field is: any change is sent.
-    """
-
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1
-
 
 # --- what the leader answers for one partition ----------------------------------------------
 
@@ -724,238 +634,4 @@ class FetchSessionCache:
         return (
             f"FetchSessionCache({len(self._sessions)}/{self.max_slots} session(s), "
             f"eviction_ms={self.eviction_ms})"
-        )
-
-
-# --- fetcher side -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequestData:
-    """What the next fetch request carries (Kafka's ``FetchSessionHandler.FetchRequestData``).
-
-    ``to_send`` are the partitions to name (all of them in a full fetch; the new and changed
-    ones, new first, in an incremental one); ``to_forget`` the ones to drop from the session;
-    ``session_partitions`` every partition the fetch covers, named or implied.
-    """
-
-    session_id: int
-    session_epoch: int
-    to_send: list[tuple[TopicPartition, PartitionFetchState]]
-    to_forget: list[TopicPartition]
-    is_full: bool
-    session_partitions: dict[TopicPartition, PartitionFetchState] = field(repr=False)
-
-
-class _Problem(NamedTuple):
-    omitted: list[TopicPartition]
-    extra: list[TopicPartition]
-
-    def __str__(self) -> str:
-        parts = []
-        if self.omitted:
-            parts.append(f"omitted {_tps(self.omitted)}")
-        if self.extra:
-            parts.append(f"extra {_tps(self.extra)}")
-        return ", ".join(parts)
-
-
-def _tps(tps: list[TopicPartition], limit: int = 10) -> str:
-    shown = ", ".join(f"{t}-{p}" for t, p in tps[:limit])
-    more = f" and {len(tps) - limit} more" if len(tps) > limit else ""
-    return f"({shown}{more})"
-
-
-class FetchSessionHandler:
-    """A fetcher's side of its fetch session with one broker (Kafka's ``FetchSessionHandler``).
-
-    Call :meth:`build` with every partition to fetch before each request, then exactly one of
-    :meth:`handle_response` (a response arrived) or :meth:`handle_error` (the request or its
-    response was lost).
-
-    Example::
-
-        >>> handler = FetchSessionHandler(node_id=2)
-        >>> state = PartitionFetchState(fetch_offset=0, max_bytes=1 << 20)
-        >>> handler.build({("t", 0): state}).is_full
-        True
-        >>> handler.handle_response(1234, 0, [("t", 0)])  # the leader opened session 1234
-        True
-        >>> req = handler.build({("t", 0): state, ("t", 1): state})
-        >>> (req.session_id, req.session_epoch, [tp for tp, _ in req.to_send])
-        (1234, 1, [('t', 1)])
-    """
-
-    def __init__(self, node_id: int) -> None:
-        self.node_id = node_id
-        #: The session id and epoch of the next request.
-        self.next_metadata: FetchMetadata = INITIAL_METADATA
-        self._session_partitions: dict[TopicPartition, PartitionFetchState] = {}
-
-    @property
-    def session_id(self) -> int:
-        return self.next_metadata.session_id
-
-    @property
-    def session_epoch(self) -> int:
-        return self.next_metadata.epoch
-
-    @property
-    def session_partitions(self) -> Mapping[TopicPartition, PartitionFetchState]:
-        """Every partition in the session as last sent."""
-        return self._session_partitions
-
-    def build(
-        self, next_partitions: Mapping[TopicPartition, PartitionFetchState]
-    ) -> FetchRequestData:
-        """The next request, for ``next_partitions`` (every partition to fetch, in order)."""
-        metadata = self.next_metadata
-        if metadata.is_full:
-            self._session_partitions = dict(next_partitions)
-            to_send = list(self._session_partitions.items())
-            log.debug(
-                "Built full fetch %s for node %d with %d partition(s)",
-                metadata,
-                self.node_id,
-                len(to_send),
-            )
-            return FetchRequestData(
-                session_id=metadata.session_id,
-                session_epoch=metadata.epoch,
-                to_send=to_send,
-                to_forget=[],
-                is_full=True,
-                session_partitions=dict(self._session_partitions),
-            )
-
-        session = self._session_partitions
-        altered: list[tuple[TopicPartition, PartitionFetchState]] = []
-        removed: list[TopicPartition] = []
-        for tp, prev in list(session.items()):
-            state = next_partitions.get(tp)
-            if state is None:
-                del session[tp]
-                removed.append(tp)
-            elif state != prev:
-                session[tp] = state
-                altered.append((tp, state))
-        added: list[tuple[TopicPartition, PartitionFetchState]] = []
-        for tp, state in next_partitions.items():
-            if tp not in session:
-                session[tp] = state
-                added.append((tp, state))
-        log.debug(
-            "Built incremental fetch %s for node %d: added %d, altered %d, removed %d out of %d",
-            metadata,
-            self.node_id,
-            len(added),
-            len(altered),
-            len(removed),
-            len(session),
-        )
-        return FetchRequestData(
-            session_id=metadata.session_id,
-            session_epoch=metadata.epoch,
-            to_send=added + altered,
-            to_forget=removed,
-            is_full=False,
-            session_partitions=dict(session),
-        )
-
-    def handle_response(
-        self,
-        response_session_id: int,
-        top_level_error_code: int,
-        responded_partitions: Iterable[TopicPartition],
-        *,
-        throttle_time_ms: int = 0,
-    ) -> bool:
-        """Take in a response to the last :meth:`build`; False if it cannot be used.
-
-        A top-level error resets the session (FETCH_SESSION_ID_NOT_FOUND: forget it; any
-        other: close it and ask for a new one): the next request is a full fetch. A full
-        response must name exactly the session's partitions; an incremental one only
-        partitions of the session.
-        """
-        metadata = self.next_metadata
-        if top_level_error_code != 0:
-            log.info(
-                "Node %d was unable to process the fetch request with %s: error %d",
-                self.node_id,
-                metadata,
-                top_level_error_code,
-            )
-            if top_level_error_code == FetchSessionIdNotFoundError.code:
-                self.next_metadata = INITIAL_METADATA
-            else:
-                self.next_metadata = metadata.next_close_existing_attempt_new()
-            return False
-
-        responded = list(responded_partitions)
-        if metadata.is_full:
-            if not responded and throttle_time_ms > 0:
-                # KIP-219: an empty full response only says "you are throttled".
-                self.next_metadata = INITIAL_METADATA
-                return False
-            problem = self._verify(responded, full=True)
-            if problem is not None:
-                log.info("Node %d sent an invalid full fetch response: %s", self.node_id, problem)
-                self.next_metadata = INITIAL_METADATA
-                return False
-            if response_session_id == INVALID_SESSION_ID:
-                self.next_metadata = INITIAL_METADATA
-            else:
-                log.debug(
-                    "Node %d created fetch session %d with %d partition(s)",
-                    self.node_id,
-                    response_session_id,
-                    len(responded),
-                )
-                self.next_metadata = FetchMetadata.new_incremental(response_session_id)
-            return True
-
-        problem = self._verify(responded, full=False)
-        if problem is not None:
-            log.info(
-                "Node %d sent an invalid incremental fetch response: %s", self.node_id, problem
-            )
-            self.next_metadata = metadata.next_close_existing_attempt_new()
-            return False
-        if response_session_id == INVALID_SESSION_ID:
-            # The leader closed the session (e.g. every partition was forgotten).
-            self.next_metadata = INITIAL_METADATA
-        else:
-            self.next_metadata = metadata.next_incremental()
-        return True
-
-    def handle_error(self, error: BaseException | None = None) -> None:
-        """The request failed or its response was lost: the next fetch is full.
-
-        As Kafka, the next request names the old session with epoch INITIAL, which closes it on
-        the leader and asks for a new one.
-        """
-        log.info(
-            "Error sending fetch request %s to node %d: %r", self.next_metadata, self.node_id, error
-        )
-        self.next_metadata = self.next_metadata.next_close_existing_attempt_new()
-
-    def notify_close(self) -> None:
-        """Close the session with the next request (a full fetch with epoch FINAL)."""
-        self.next_metadata = self.next_metadata.next_close_existing()
-
-    def _verify(self, responded: list[TopicPartition], *, full: bool) -> _Problem | None:
-        session = self._session_partitions
-        extra = [tp for tp in responded if tp not in session]
-        omitted: list[TopicPartition] = []
-        if full:
-            seen = set(responded)
-            omitted = [tp for tp in session if tp not in seen]
-        if extra or omitted:
-            return _Problem(omitted, extra)
-        return None
-
-    def __repr__(self) -> str:
-        return (
-            f"FetchSessionHandler(node_id={self.node_id}, {self.next_metadata}, "
-            f"{len(self._session_partitions)} partition(s))"
         )

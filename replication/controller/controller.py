@@ -37,8 +37,14 @@ from replication.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from replication.metadata import NO_LEADER, BrokerInfo, MetadataImage, PartitionState, TopicInfo
-from replication.metadata_store import ControllerClaim, MetadataStore
+from replication.metadata.image import (
+    NO_LEADER,
+    BrokerInfo,
+    MetadataImage,
+    PartitionState,
+    TopicInfo,
+)
+from replication.metadata.store import ControllerClaim, MetadataStore
 
 log = logging.getLogger(__name__)
 

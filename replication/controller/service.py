@@ -18,10 +18,10 @@ import time
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
-from replication.controller import Controller
+from replication.controller.controller import Controller
 from replication.errors import BrokerUnreachableError, StaleControllerEpochError
-from replication.metadata_store import ControllerClaim, MetadataStore
-from replication.rpc import AsyncConnection
+from replication.metadata.store import ControllerClaim, MetadataStore
+from replication.protocol.rpc import AsyncConnection
 
 log = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from typing import Any
 from logstore.errors import ReplogError, raise_for_code
 from logstore.storage import Storage
 from replication import protocol as p
-from replication.apis import KafkaApis
+from replication.broker.lifecycle import BrokerLifecycle
+from replication.broker.partition import Partition
+from replication.broker.replica_fetcher import ReplicaFetcherManager
+from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig
-from replication.controller_service import ControllerService
+from replication.controller.service import ControllerService
+from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import NotCoordinatorError
-from replication.lifecycle import BrokerLifecycle
-from replication.metadata_store import MetadataStore
-from replication.network import SocketServer
-from replication.partition import Partition
-from replication.replica_fetcher import ReplicaFetcherManager
-from replication.replica_manager import ReplicaManager
-from replication.transaction_coordinator import TRANSACTION_TOPIC, TransactionCoordinator
+from replication.metadata.store import MetadataStore
+from replication.server.apis import KafkaApis
+from replication.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from logstore.batch import ControlType, build_control, iter_batches, parse_heade
 from logstore.config import LogConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, ObjectNotFoundError
 from logstore.log import AppendInfo, Log
+from replication.broker.producer_state import SNAPSHOT_NAME, ProducerStateManager
 from replication.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -46,8 +47,7 @@ from replication.errors import (
     TransactionCoordinatorFencedError,
     UnknownLeaderEpochError,
 )
-from replication.metadata import PartitionState
-from replication.producer_state import SNAPSHOT_NAME, ProducerStateManager
+from replication.metadata.image import PartitionState
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,7 @@ from typing import Any
 from logstore.batch import Record, build, iter_batches
 from logstore.errors import ReplogError
 from replication import protocol as p
+from replication.broker.partition import Partition
 from replication.errors import (
     BrokerUnreachableError,
     ConcurrentTransactionsError,
@@ -42,9 +43,8 @@ from replication.errors import (
     ProducerFencedError,
     for_code,
 )
-from replication.metadata import MetadataImage
-from replication.partition import Partition
-from replication.rpc import AsyncConnection
+from replication.metadata.image import MetadataImage
+from replication.protocol.rpc import AsyncConnection
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,14 @@ from collections.abc import Callable
 from logstore.epoch_cache import UNDEFINED_EPOCH
 from logstore.errors import ReplogError
 from replication import protocol as p
+from replication.broker.fetch_metadata import PartitionFetchState
+from replication.broker.fetch_session_handler import FetchSessionHandler
+from replication.broker.partition import Partition
+from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig
 from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
-from replication.fetch_session import FetchSessionHandler, PartitionFetchState
-from replication.metadata import MetadataImage
-from replication.partition import Partition
-from replication.replica_manager import ReplicaManager
-from replication.rpc import AsyncConnection
+from replication.metadata.image import MetadataImage
+from replication.protocol.rpc import AsyncConnection
 
 log = logging.getLogger(__name__)
 

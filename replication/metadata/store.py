@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from logstore.errors import ObjectExistsError, ObjectNotFoundError
 from logstore.storage import Storage
 from replication.errors import StaleControllerEpochError
-from replication.metadata import MetadataImage
+from replication.metadata.image import MetadataImage
 
 log = logging.getLogger(__name__)
 

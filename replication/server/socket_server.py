@@ -15,8 +15,8 @@ from typing import Any
 
 from logstore.errors import ReplogError
 from replication import protocol as p
-from replication.apis import KafkaApis
 from replication.errors import CorruptFrameError, UnsupportedVersionError
+from replication.server.apis import KafkaApis
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ exit status 1; tracebacks are for bugs only.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
 app.add_typer(controller_app, name="controller")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local cluster: a controller and N brokers.")
 app.add_typer(cluster_app, name="cluster")
-from replication.cli_transactions import transactions_app  # noqa: E402
+from replication.tools.cli_transactions import transactions_app  # noqa: E402
 
 app.add_typer(transactions_app, name="transactions")
 topics_app = typer.Typer(
@@ -71,8 +72,8 @@ def cluster_up(
     """Start a controller and N brokers on 127.0.0.1, each broker on its own storage root."""
     from pathlib import Path
 
-    from replication import local_cluster
     from replication.config import parse_overrides
+    from replication.tools import local_cluster
 
     nodes = local_cluster.cluster_up(
         data,
@@ -112,7 +113,7 @@ def cluster_status(
 
     from rich.table import Table
 
-    from replication import local_cluster
+    from replication.tools import local_cluster
 
     status = local_cluster.cluster_status(data)
     if as_json:
@@ -155,7 +156,7 @@ def cluster_status(
 @cluster_app.command("down")
 def cluster_down(data: DataOption = "replog-data") -> None:
     """Stop every process of the local cluster (SIGTERM, then SIGKILL after 30 s)."""
-    from replication import local_cluster
+    from replication.tools import local_cluster
 
     nodes = local_cluster.cluster_down(data)
     typer.echo(f"stopped {len(nodes)} processes")
@@ -199,8 +200,8 @@ def broker_start(
     By default it is also a controller candidate (process.roles=broker,controller): alone it
     is a whole cluster; beside a controller it stands by to take over.
     """
-    from replication.broker import run_node
     from replication.config import load_broker_config, parse_overrides
+    from replication.server.node import run_node
 
     run_node(load_broker_config(conf, parse_overrides(overrides or [])), log_level=log_level)
 
@@ -216,8 +217,8 @@ def controller_start(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Start a controller alone (process.roles=controller) in the foreground."""
-    from replication.broker import run_node
     from replication.config import load_broker_config, parse_overrides
+    from replication.server.node import run_node
 
     values = {"process.roles": "controller", **parse_overrides(overrides or [])}
     run_node(load_broker_config(conf, values), log_level=log_level)
@@ -237,9 +238,14 @@ def demo(
     """The whole mission in one command: a 3-broker cluster on local files, a Spark pipeline
     replog -> transform -> replog with the exactly-once sink, a leader SIGKILLed midway, and a
     verification table. Exit status 0 only if nothing was lost or duplicated."""
-    from replication.demo import run_demo
-
-    raise typer.Exit(run_demo(records=records, data=data, chaos=chaos))
+    # The cluster's packages know no Spark: the demo is a Spark program of the datasource
+    # side, run in this process's place (same interpreter, same signals, its exit status).
+    args = [sys.executable, "-m", "datasource.demo", "--records", str(records)]
+    if data is not None:
+        args += ["--data", data]
+    if not chaos:
+        args.append("--no-chaos")
+    os.execv(sys.executable, args)
 
 
 # --- clients: topics, produce, consume, perf ------------------------------------------------------
@@ -791,7 +797,7 @@ def perf_produce(
     (sampled), per batch in arrow mode."""
     import json
 
-    from replication.perf import produce_perf
+    from replication.tools.perf import produce_perf
 
     if mode not in ("records", "arrow"):
         raise CommandError(f"--mode {mode!r}: expected records or arrow")
@@ -859,7 +865,7 @@ def perf_consume(
     as kafka-consumer-perf-test."""
     import json
 
-    from replication.perf import consume_perf
+    from replication.tools.perf import consume_perf
 
     with _progress(messages, f"consume {topic}", not as_json) as update:
         result = consume_perf(

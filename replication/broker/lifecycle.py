@@ -24,9 +24,9 @@ from replication.errors import (
     StaleBrokerEpochError,
     for_code,
 )
-from replication.metadata import MetadataImage
-from replication.metadata_store import ControllerClaim, MetadataStore
-from replication.rpc import AsyncConnection
+from replication.metadata.image import MetadataImage
+from replication.metadata.store import ControllerClaim, MetadataStore
+from replication.protocol.rpc import AsyncConnection
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Request handlers, as Kafka's KafkaApis: one method per API, protocol objects in and out.
 
 Handlers turn :class:`ReplogError` into per-partition or per-topic error codes with the
-error's message; nothing here touches sockets (network.py) or storage (the replica manager and
+error's message; nothing here touches sockets (socket_server.py) or storage (the replica manager and
 the controller do).
 """
 
@@ -14,9 +14,14 @@ from typing import Any
 
 from logstore.errors import ReplogError
 from replication import protocol as p
+from replication.broker.fetch_metadata import PartitionFetchState
+from replication.broker.fetch_session import FetchSessionCache
+from replication.broker.lifecycle import BrokerLifecycle
+from replication.broker.replica_manager import FetchSpec, ReplicaManager
 from replication.config import BrokerConfig
-from replication.controller import Controller
-from replication.controller_service import ControllerService
+from replication.controller.controller import Controller
+from replication.controller.service import ControllerService
+from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     CoordinatorNotAvailableError,
     LeaderNotAvailableError,
@@ -24,11 +29,7 @@ from replication.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
-from replication.fetch_session import FetchSessionCache, PartitionFetchState
-from replication.lifecycle import BrokerLifecycle
-from replication.metadata import MetadataImage
-from replication.replica_manager import FetchSpec, ReplicaManager
-from replication.transaction_coordinator import TRANSACTION_TOPIC, TransactionCoordinator
+from replication.metadata.image import MetadataImage
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 from logstore.errors import ConfigError, ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
-from replication.broker import READY_LINE
-from replication.metadata_store import MetadataStore
+from replication.metadata.store import MetadataStore
+from replication.server.node import READY_LINE
 
 STATE_FILE = "cluster.json"
 #: processes this process started, so stop_nodes can reap them (no zombies, no warnings)
@@ -140,7 +140,7 @@ def start_node(
     settings: dict[str, str],
 ) -> NodeProcess:
     log_file = layout.run_dir / f"{role}-{node_id}.log"
-    cmd = [sys.executable, "-m", "replication.cli", role, "start"]
+    cmd = [sys.executable, "-m", "replication.tools.cli", role, "start"]
     if conf is not None:
         cmd += ["--conf", str(conf)]
     for key, value in settings.items():

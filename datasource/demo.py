@@ -14,6 +14,7 @@ Every process it starts is stopped on exit, Ctrl-C included.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -31,8 +32,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from replication import local_cluster
 from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from replication.tools import local_cluster
 
 IN_TOPIC = "events"
 OUT_TOPIC = "events-enriched"
@@ -327,5 +328,16 @@ def _print_report(console: Console, report: DemoReport) -> None:
 __all__ = ["DemoReport", "run_demo"]
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_demo(records=60_000, data=None))
+def main(argv: list[str] | None = None) -> int:
+    """``python -m datasource.demo [--records N] [--data DIR] [--no-chaos]`` (what ``replog
+    demo`` runs)."""
+    parser = argparse.ArgumentParser(prog="replog demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=60_000)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--no-chaos", dest="chaos", action="store_false")
+    args = parser.parse_args(argv)
+    return run_demo(records=args.records, data=args.data, chaos=args.chaos)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

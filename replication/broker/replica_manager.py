@@ -20,6 +20,9 @@ from logstore.errors import ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
 from replication import protocol as p
+from replication.broker.partition import Partition, TopicPolicy
+from replication.broker.producer_state import AbortedTxn
+from replication.broker.purgatory import DelayedOperation, Purgatory
 from replication.config import BrokerConfig
 from replication.errors import (
     InvalidRequiredAcksError,
@@ -29,10 +32,7 @@ from replication.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from replication.metadata import MetadataImage, PartitionState, TopicInfo
-from replication.partition import Partition, TopicPolicy
-from replication.producer_state import AbortedTxn
-from replication.purgatory import DelayedOperation, Purgatory
+from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,2 @@
+"""Coordinators that keep their state on internal replicated topics: the transaction coordinator
+(``__transaction_state``)."""

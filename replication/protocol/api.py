@@ -1,0 +1,64 @@
+"""API keys, the request header, and protocol constants (ListOffsets timestamps, isolation
+levels), as Kafka names them."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from enum import IntEnum
+from typing import Final
+
+from replication.protocol.codec import INT16, INT32, NULLABLE_STRING, message, wire
+
+#: ListOffsets timestamps with a special meaning (Kafka's ListOffsetsRequest constants).
+LATEST_TIMESTAMP: Final = -1
+EARLIEST_TIMESTAMP: Final = -2
+
+#: Fetch/ListOffsets isolation levels, and the replica id of a consumer (not a broker).
+READ_UNCOMMITTED: Final = 0
+READ_COMMITTED: Final = 1
+CONSUMER_REPLICA_ID: Final = -1
+
+
+# --- API keys -----------------------------------------------------------------------------------
+
+
+class ApiKey(IntEnum):
+    """Kafka's API keys, for the APIs replog speaks."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    ALTER_PARTITION = 56
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    DESCRIBE_LOG_DIRS = 35
+    FIND_COORDINATOR = 10
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    #: replog: commit a set of transactions as batch N of a sink, atomically (Spark sink)
+    COMMIT_SINK_BATCH = 1001
+    #: replog: the last batch of a sink that was committed
+    DESCRIBE_SINK = 1002
+
+
+# --- headers ------------------------------------------------------------------------------------
+
+
+@message
+class RequestHeader:
+    """Kafka's request header v1 (no tagged fields)."""
+
+    api_key: int = field(metadata=wire(INT16))
+    api_version: int = field(metadata=wire(INT16))
+    correlation_id: int = field(metadata=wire(INT32))
+    client_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))

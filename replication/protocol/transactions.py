@@ -1,0 +1,267 @@
+"""Messages of the transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), EndTxn (26),
+WriteTxnMarkers (27), FindCoordinator (10), AllocateProducerIds (67), ListTransactions (66), and
+replog's own CommitSinkBatch (1001) and DescribeSink (1002)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from replication.protocol.codec import (
+    BOOL,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    NULLABLE_STRING,
+    STRING,
+    Array,
+    message,
+    wire,
+)
+
+# --- transactions: InitProducerId (22), AddPartitionsToTxn (24), EndTxn (26) ----------------------
+
+
+@message
+class InitProducerIdRequest:
+    """Get a producer id and epoch (-1/-1 for a new one; the current pair to bump the epoch)."""
+
+    transactional_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    transaction_timeout_ms: int = field(default=60000, metadata=wire(INT32))
+    producer_id: int = field(default=-1, metadata=wire(INT64))
+    producer_epoch: int = field(default=-1, metadata=wire(INT16))
+
+
+@message
+class InitProducerIdResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    producer_id: int = field(default=-1, metadata=wire(INT64))
+    producer_epoch: int = field(default=-1, metadata=wire(INT16))
+
+
+@message
+class AddPartitionsToTxnTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class AddPartitionsToTxnRequest:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+    topics: list[AddPartitionsToTxnTopic] = field(
+        default_factory=list, metadata=wire(Array(AddPartitionsToTxnTopic))
+    )
+
+
+@message
+class AddPartitionsToTxnPartitionResult:
+    partition_index: int = field(metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class AddPartitionsToTxnTopicResult:
+    name: str = field(metadata=wire(STRING))
+    results: list[AddPartitionsToTxnPartitionResult] = field(
+        default_factory=list, metadata=wire(Array(AddPartitionsToTxnPartitionResult))
+    )
+
+
+@message
+class AddPartitionsToTxnResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    results: list[AddPartitionsToTxnTopicResult] = field(
+        default_factory=list, metadata=wire(Array(AddPartitionsToTxnTopicResult))
+    )
+
+
+@message
+class EndTxnRequest:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+    committed: bool = field(metadata=wire(BOOL))
+
+
+@message
+class EndTxnResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+# --- WriteTxnMarkers (27) -------------------------------------------------------------------------
+
+
+@message
+class WritableTxnMarkerTopic:
+    name: str = field(metadata=wire(STRING))
+    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class WritableTxnMarker:
+    """A COMMIT (transaction_result true) or ABORT marker to write for one producer."""
+
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+    transaction_result: bool = field(metadata=wire(BOOL))
+    topics: list[WritableTxnMarkerTopic] = field(
+        default_factory=list, metadata=wire(Array(WritableTxnMarkerTopic))
+    )
+    coordinator_epoch: int = field(metadata=wire(INT32))
+
+
+@message
+class WriteTxnMarkersRequest:
+    markers: list[WritableTxnMarker] = field(
+        default_factory=list, metadata=wire(Array(WritableTxnMarker))
+    )
+
+
+@message
+class WritableTxnMarkerPartitionResult:
+    partition_index: int = field(metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class WritableTxnMarkerTopicResult:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[WritableTxnMarkerPartitionResult] = field(
+        default_factory=list, metadata=wire(Array(WritableTxnMarkerPartitionResult))
+    )
+
+
+@message
+class WritableTxnMarkerResult:
+    producer_id: int = field(metadata=wire(INT64))
+    topics: list[WritableTxnMarkerTopicResult] = field(
+        default_factory=list, metadata=wire(Array(WritableTxnMarkerTopicResult))
+    )
+
+
+@message
+class WriteTxnMarkersResponse:
+    markers: list[WritableTxnMarkerResult] = field(
+        default_factory=list, metadata=wire(Array(WritableTxnMarkerResult))
+    )
+
+
+# --- FindCoordinator (10), AllocateProducerIds (67) ----------------------------------------------
+
+
+@message
+class FindCoordinatorRequest:
+    key: str = field(metadata=wire(STRING))
+    #: 0: consumer group, 1: transaction (replog has transaction coordinators only)
+    key_type: int = field(default=1, metadata=wire(INT8))
+
+
+@message
+class FindCoordinatorResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    node_id: int = field(default=-1, metadata=wire(INT32))
+    host: str = field(default="", metadata=wire(STRING))
+    port: int = field(default=-1, metadata=wire(INT32))
+
+
+@message
+class AllocateProducerIdsRequest:
+    broker_id: int = field(metadata=wire(INT32))
+    broker_epoch: int = field(default=-1, metadata=wire(INT64))
+
+
+@message
+class AllocateProducerIdsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    producer_id_start: int = field(default=-1, metadata=wire(INT64))
+    producer_id_len: int = field(default=0, metadata=wire(INT32))
+
+
+# --- ListTransactions (66) ------------------------------------------------------------------------
+
+
+@message
+class TransactionPartition:
+    topic: str = field(metadata=wire(STRING))
+    partition: int = field(metadata=wire(INT32))
+
+
+@message
+class TransactionListing:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(default=-1, metadata=wire(INT16))
+    transaction_state: str = field(default="", metadata=wire(STRING))
+    transaction_timeout_ms: int = field(default=0, metadata=wire(INT32))
+    transaction_start_time_ms: int = field(default=-1, metadata=wire(INT64))
+    partitions: list[TransactionPartition] = field(
+        default_factory=list, metadata=wire(Array(TransactionPartition))
+    )
+
+
+@message
+class ListTransactionsRequest:
+    #: states to list (empty: all)
+    state_filters: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+
+
+@message
+class ListTransactionsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    transactions: list[TransactionListing] = field(
+        default_factory=list, metadata=wire(Array(TransactionListing))
+    )
+
+
+# --- replog: CommitSinkBatch (1001), DescribeSink (1002) ------------------------------------------
+
+
+@message
+class SinkTransaction:
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+
+
+@message
+class CommitSinkBatchRequest:
+    """Commit these transactions as batch ``batch_id`` of sink ``sink_id`` in one atomic step,
+    unless that batch of the sink is already committed: then abort them."""
+
+    sink_id: str = field(metadata=wire(STRING))
+    batch_id: int = field(metadata=wire(INT64))
+    transactions: list[SinkTransaction] = field(
+        default_factory=list, metadata=wire(Array(SinkTransaction))
+    )
+    #: abort the transactions instead (the sink's abort())
+    abort: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class CommitSinkBatchResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    #: True if this call committed the batch; False if it aborted (a replay, or abort=True)
+    committed: bool = field(default=False, metadata=wire(BOOL))
+    last_committed_batch: int = field(default=-1, metadata=wire(INT64))
+
+
+@message
+class DescribeSinkRequest:
+    sink_id: str = field(metadata=wire(STRING))
+
+
+@message
+class DescribeSinkResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    last_committed_batch: int = field(default=-1, metadata=wire(INT64))
