@@ -197,7 +197,10 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
     producers = [AckedProducer(cluster, topic, f"p{i}") for i in range(3)]
     for producer in producers:
         producer.start()
-    acked = lambda: sum(len(p.acked) for p in producers)  # noqa: E731
+
+    def acked() -> int:
+        return sum(len(p.acked) for p in producers)
+
     wait_until(lambda: acked() >= 30, message="30 acked records")
     cluster.brokers[paused].pause()
     resume = threading.Timer(3, cluster.brokers[paused].resume)  # shorter than the session
