@@ -60,13 +60,6 @@ class LeaderEpochCache:
                     return entry.start_offset
         return None
 
-    def epoch_for_offset(self, offset: int) -> int:
-        """The epoch whose range holds ``offset`` (UNDEFINED_EPOCH before the first entry)."""
-        with self._lock:
-            starts = [e.start_offset for e in self._entries]
-            i = bisect.bisect_right(starts, offset) - 1
-            return self._entries[i].epoch if i >= 0 else UNDEFINED_EPOCH
-
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= requested, end offset of that epoch), Kafka's endOffsetFor.
 

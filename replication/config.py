@@ -87,14 +87,6 @@ class BrokerConfig:
             minimum=0,
         ),
     )
-    log_flush_interval_bytes: int = field(
-        default=4 * 1024 * 1024,
-        metadata=k(
-            "log.flush.interval.bytes",
-            "flush a partition early once this much is buffered",
-            minimum=1,
-        ),
-    )
     log_retention_check_interval_ms: int = field(
         default=300_000,
         metadata=k(

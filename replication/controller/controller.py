@@ -2,8 +2,8 @@
 
 It claims a controller epoch in the metadata store, then every change (a broker registering, a
 topic created or deleted, a leader elected, an ISR committed) becomes the next metadata version,
-written put-if-absent so that a stale controller can never write. Listeners (the brokers in
-this process; remote brokers through heartbeats) apply the new image.
+written put-if-absent so that a stale controller can never write. Brokers read each new version
+from the metadata store when their heartbeat names it (``BrokerLifecycle``).
 
 Methods are synchronous (they do storage I/O); the broker calls them off its event loop.
 """
@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 #: topic-level configs that are not log settings but are still per topic in Kafka
 TOPIC_EXTRA_KEYS = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
-
-Listener = Callable[[MetadataImage], None]
-
 
 #: more partitions than this in one topic is a mistake, not a plan (each is a log to open)
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -152,12 +149,8 @@ class Controller:
         self.port = port
         self._time_ms = time_ms
         self._lock = threading.RLock()
-        self._listeners: list[Listener] = []
         self.epoch = 0
         self.image = MetadataImage()
-
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
 
     def activate(self) -> MetadataImage:
         """Claim the next controller epoch and write a version that records it."""
@@ -223,8 +216,6 @@ class Controller:
             )
             raise
         self.image = image
-        for listener in self._listeners:
-            listener(image)
         return image
 
     # --- brokers ------------------------------------------------------------------------------
