@@ -69,6 +69,7 @@ from replication.metadata.image import NO_LEADER, PartitionState
 from replication.metadata.store import MetadataStore
 from replication.protocol.rpc import AsyncConnection
 from replication.server.apis import KafkaApis
+from replication.server.controller_apis import ControllerApis
 
 pytestmark = pytest.mark.unit
 
@@ -253,17 +254,19 @@ class BrokerProcess:
         return partition is not None and partition.is_leader
 
 
-class ControllerApis(KafkaApis):
-    """The controller node's handlers (registration, heartbeat, AlterPartition), serving the
-    model's active controller."""
+class ActiveController:
+    """The model's controller as a node sees it (ControllerApis asks it which one is active)."""
 
-    def __init__(self, config: BrokerConfig, cluster: ModelCluster) -> None:
-        super().__init__(config, None, None, None)
+    def __init__(self, cluster: ModelCluster) -> None:
         self.cluster = cluster
 
     @property
-    def active_controller(self) -> Controller | None:
+    def controller(self) -> Controller:
         return self.cluster.controller
+
+    @property
+    def active(self) -> bool:
+        return True
 
 
 # --- the cluster and its model ----------------------------------------------------------------
@@ -285,7 +288,7 @@ class ModelCluster:
         self._controller_ids = itertools.count(100)
         self.controller = self._new_controller()
         self.controller.activate()
-        self.controller_apis = ControllerApis(self.broker_config(0), self)
+        self.controller_apis = ControllerApis(self.broker_config(0), ActiveController(self))
         self._incarnations = itertools.count(1)
         self._values = itertools.count()
         self.procs: dict[int, BrokerProcess | None] = dict.fromkeys(BROKERS)

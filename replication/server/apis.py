@@ -1,15 +1,16 @@
-"""Request handlers, as Kafka's KafkaApis: one method per API, protocol objects in and out.
+"""Request handlers of a broker's APIs, as Kafka's KafkaApis: one method per API, protocol
+objects in and out. On a node that is also a controller, the controller's APIs are routed to
+:class:`~replication.server.controller_apis.ControllerApis`.
 
 Handlers turn :class:`ReplogError` into per-partition or per-topic error codes with the
-error's message; nothing here touches sockets (socket_server.py) or storage (the replica manager and
-the controller do).
+error's message; nothing here touches sockets (socket_server.py) or storage (the replica
+manager and the controller do).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from logstore.errors import ReplogError
@@ -19,51 +20,18 @@ from replication.broker.fetch_session import FetchSessionCache
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.replica_manager import FetchSpec, ReplicaManager
 from replication.config import BrokerConfig
-from replication.controller.controller import Controller
-from replication.controller.service import ControllerService
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     CoordinatorNotAvailableError,
     LeaderNotAvailableError,
-    NotControllerError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from replication.metadata.image import MetadataImage
+from replication.server.controller_apis import ControllerApis
+from replication.server.responses import Handler, error_code, error_message
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[p.RequestHeader, Any], Awaitable[Any]]
-
-
-def _code(err: ReplogError | None) -> int:
-    if err is None:
-        return 0
-    return err.code if err.code is not None else -1
-
-
-#: error messages go back on the wire; one that echoes a huge input is cut to this
-MAX_ERROR_MESSAGE = 1000
-
-
-def _message(err: ReplogError | None) -> str | None:
-    if err is None:
-        return None
-    text = str(err)
-    return text if len(text) <= MAX_ERROR_MESSAGE else text[: MAX_ERROR_MESSAGE - 3] + "..."
-
-
-def _not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
-    return p.CreateTopicsResponse(
-        topics=[
-            p.CreatableTopicResult(
-                name=t.name,
-                error_code=NotControllerError.code,
-                error_message="this controller is a standby; send it to the active controller",
-            )
-            for t in body.topics
-        ]
-    )
 
 
 class KafkaApis:
@@ -71,12 +39,12 @@ class KafkaApis:
         self,
         config: BrokerConfig,
         replica_manager: ReplicaManager | None,
-        controller_service: ControllerService | None,
+        controller_apis: ControllerApis | None,
         lifecycle: BrokerLifecycle | None,
     ) -> None:
         self.config = config
         self._replica_manager = replica_manager
-        self.controller_service = controller_service
+        self.controller_apis = controller_apis
         self.lifecycle = lifecycle
         #: set by the node once its broker side is up
         self.coordinator: TransactionCoordinator | None = None
@@ -105,15 +73,8 @@ class KafkaApis:
                     p.ApiKey.DESCRIBE_SINK: self.handle_describe_sink,
                 }
             )
-        if controller_service is not None:
-            self.handlers.update(
-                {
-                    p.ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
-                    p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
-                    p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
-                    p.ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
-                }
-            )
+        if controller_apis is not None:
+            self.handlers.update(controller_apis.handlers)
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -124,13 +85,8 @@ class KafkaApis:
     def image(self) -> MetadataImage:
         if self._replica_manager is not None:
             return self._replica_manager.image
-        assert self.controller_service is not None
-        return self.controller_service.controller.image
-
-    @property
-    def active_controller(self) -> Controller | None:
-        service = self.controller_service
-        return service.controller if service is not None and service.active else None
+        assert self.controller_apis is not None
+        return self.controller_apis.image
 
     async def handle(self, header: p.RequestHeader, body: Any) -> Any:
         """The response body, or None when no response is sent (Produce with acks=0)."""
@@ -220,74 +176,28 @@ class KafkaApis:
     async def handle_create_topics(
         self, header: p.RequestHeader, body: p.CreateTopicsRequest
     ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            if self.lifecycle is None:
-                return _not_controller_create(body)
+        controller = self.controller_apis
+        if controller is not None and (controller.active or self.lifecycle is None):
+            response = await controller.create_topics(body)
+        elif self.lifecycle is not None:
             response = await self.lifecycle.controller_request(p.ApiKey.CREATE_TOPICS, body)
-            await self._after_controller_change()
-            return response
-        results = []
-        for topic in body.topics:
-            partitions = (
-                topic.num_partitions if topic.num_partitions != -1 else self.config.num_partitions
-            )
-            rf = (
-                topic.replication_factor
-                if topic.replication_factor != -1
-                else self.config.default_replication_factor
-            )
-            try:
-                await asyncio.to_thread(
-                    controller.create_topic,
-                    topic.name,
-                    partitions,
-                    rf,
-                    [(c.name, c.value or "") for c in topic.configs],
-                    validate_only=body.validate_only,
-                )
-                results.append(
-                    p.CreatableTopicResult(
-                        name=topic.name, num_partitions=partitions, replication_factor=rf
-                    )
-                )
-            except ReplogError as err:
-                results.append(
-                    p.CreatableTopicResult(
-                        name=topic.name, error_code=_code(err), error_message=_message(err)
-                    )
-                )
+        else:
+            raise AssertionError("a node is a broker, a controller, or both")
         await self._after_controller_change()
-        return p.CreateTopicsResponse(topics=results)
+        return response
 
     async def handle_delete_topics(
         self, header: p.RequestHeader, body: p.DeleteTopicsRequest
     ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            if self.lifecycle is None:
-                return p.DeleteTopicsResponse(
-                    responses=[
-                        p.DeletableTopicResult(name=n, error_code=NotControllerError.code)
-                        for n in body.topic_names
-                    ]
-                )
+        controller = self.controller_apis
+        if controller is not None and (controller.active or self.lifecycle is None):
+            response = await controller.delete_topics(body)
+        elif self.lifecycle is not None:
             response = await self.lifecycle.controller_request(p.ApiKey.DELETE_TOPICS, body)
-            await self._after_controller_change()
-            return response
-        results = []
-        for name in body.topic_names:
-            try:
-                await asyncio.to_thread(controller.delete_topic, name)
-                results.append(p.DeletableTopicResult(name=name))
-            except ReplogError as err:
-                results.append(
-                    p.DeletableTopicResult(
-                        name=name, error_code=_code(err), error_message=_message(err)
-                    )
-                )
+        else:
+            raise AssertionError("a node is a broker, a controller, or both")
         await self._after_controller_change()
-        return p.DeleteTopicsResponse(responses=results)
+        return response
 
     # --- transactions --------------------------------------------------------------------------
 
@@ -350,7 +260,7 @@ class KafkaApis:
                 body.transactional_id, body.transaction_timeout_ms
             )
         except ReplogError as err:
-            return p.InitProducerIdResponse(error_code=_code(err))
+            return p.InitProducerIdResponse(error_code=error_code(err))
         return p.InitProducerIdResponse(producer_id=pid, producer_epoch=epoch)
 
     async def handle_add_partitions_to_txn(
@@ -365,7 +275,7 @@ class KafkaApis:
                 [(t.name, i) for t in body.topics for i in t.partitions],
             )
         except ReplogError as err:
-            code = _code(err)
+            code = error_code(err)
         return p.AddPartitionsToTxnResponse(
             results=[
                 p.AddPartitionsToTxnTopicResult(
@@ -385,7 +295,7 @@ class KafkaApis:
                 body.transactional_id, body.producer_id, body.producer_epoch, body.committed
             )
         except ReplogError as err:
-            return p.EndTxnResponse(error_code=_code(err))
+            return p.EndTxnResponse(error_code=error_code(err))
         return p.EndTxnResponse()
 
     async def handle_write_txn_markers(
@@ -410,7 +320,7 @@ class KafkaApis:
                             partitions=[
                                 p.WritableTxnMarkerPartitionResult(
                                     partition_index=i,
-                                    error_code=_code(results[(m.producer_id, t.name, i)]),
+                                    error_code=error_code(results[(m.producer_id, t.name, i)]),
                                 )
                                 for i in t.partition_indexes
                             ],
@@ -428,7 +338,7 @@ class KafkaApis:
         try:
             listings = self.txn_coordinator.listings(body.state_filters)
         except ReplogError as err:
-            return p.ListTransactionsResponse(error_code=_code(err))
+            return p.ListTransactionsResponse(error_code=error_code(err))
         return p.ListTransactionsResponse(
             transactions=[
                 p.TransactionListing(
@@ -458,7 +368,9 @@ class KafkaApis:
                 abort=body.abort,
             )
         except ReplogError as err:
-            return p.CommitSinkBatchResponse(error_code=_code(err), error_message=_message(err))
+            return p.CommitSinkBatchResponse(
+                error_code=error_code(err), error_message=error_message(err)
+            )
         return p.CommitSinkBatchResponse(
             committed=result.committed, last_committed_batch=result.last_committed_batch
         )
@@ -469,101 +381,8 @@ class KafkaApis:
         try:
             last = self.txn_coordinator.last_committed_batch(body.sink_id)
         except ReplogError as err:
-            return p.DescribeSinkResponse(error_code=_code(err))
+            return p.DescribeSinkResponse(error_code=error_code(err))
         return p.DescribeSinkResponse(last_committed_batch=last)
-
-    async def handle_allocate_producer_ids(
-        self, header: p.RequestHeader, body: p.AllocateProducerIdsRequest
-    ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return p.AllocateProducerIdsResponse(error_code=NotControllerError.code)
-        try:
-            block = await asyncio.to_thread(controller.allocate_producer_ids, 1000)
-        except ReplogError as err:
-            return p.AllocateProducerIdsResponse(error_code=_code(err))
-        return p.AllocateProducerIdsResponse(
-            producer_id_start=block.start, producer_id_len=len(block)
-        )
-
-    # --- controller APIs ---------------------------------------------------------------------
-
-    async def handle_broker_registration(
-        self, header: p.RequestHeader, body: p.BrokerRegistrationRequest
-    ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
-        listener = body.listeners[0]
-        try:
-            info = await asyncio.to_thread(
-                controller.register_broker,
-                body.broker_id,
-                listener.host,
-                listener.port,
-                body.rack,
-                str(body.incarnation_id),
-            )
-        except ReplogError as err:
-            return p.BrokerRegistrationResponse(error_code=_code(err))
-        return p.BrokerRegistrationResponse(broker_epoch=info.epoch)
-
-    async def handle_broker_heartbeat(
-        self, header: p.RequestHeader, body: p.BrokerHeartbeatRequest
-    ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return p.BrokerHeartbeatResponse(error_code=NotControllerError.code)
-        try:
-            info = await asyncio.to_thread(controller.heartbeat, body.broker_id, body.broker_epoch)
-        except ReplogError as err:
-            return p.BrokerHeartbeatResponse(
-                error_code=_code(err), controller_epoch=controller.epoch
-            )
-        return p.BrokerHeartbeatResponse(
-            is_caught_up=body.current_metadata_offset >= controller.image.version,
-            is_fenced=info.fenced,
-            metadata_version=controller.image.version,
-            controller_epoch=controller.epoch,
-        )
-
-    async def handle_alter_partition(
-        self, header: p.RequestHeader, body: p.AlterPartitionRequest
-    ) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return p.AlterPartitionResponse(error_code=NotControllerError.code)
-        topics = []
-        for t in body.topics:
-            parts = []
-            for part in t.partitions:
-                try:
-                    state = await asyncio.to_thread(
-                        controller.alter_partition,
-                        body.broker_id,
-                        t.topic_name,
-                        part.partition_index,
-                        part.leader_epoch,
-                        part.partition_epoch,
-                        part.new_isr,
-                    )
-                    parts.append(
-                        p.AlterPartitionResponsePartition(
-                            partition_index=part.partition_index,
-                            leader_id=state.leader,
-                            leader_epoch=state.leader_epoch,
-                            isr=list(state.isr),
-                            partition_epoch=state.partition_epoch,
-                        )
-                    )
-                except ReplogError as err:
-                    parts.append(
-                        p.AlterPartitionResponsePartition(
-                            partition_index=part.partition_index, error_code=_code(err)
-                        )
-                    )
-            topics.append(p.AlterPartitionResponseTopic(topic_name=t.topic_name, partitions=parts))
-        return p.AlterPartitionResponse(topics=topics)
 
     # --- produce and fetch -------------------------------------------------------------------
 
@@ -583,10 +402,10 @@ class KafkaApis:
                     partition_responses=[
                         p.ProduceResponsePartition(
                             index=part.index,
-                            error_code=_code(r.error),
+                            error_code=error_code(r.error),
                             base_offset=r.base_offset,
                             log_start_offset=r.log_start_offset,
-                            error_message=_message(r.error),
+                            error_message=error_message(r.error),
                         )
                         for part in topic.partition_data
                         for r in [results[(topic.name, part.index)]]
@@ -643,7 +462,7 @@ class KafkaApis:
         results = {
             key: p.FetchResponsePartition(
                 partition_index=key[1],
-                error_code=_code(d.error),
+                error_code=error_code(d.error),
                 high_watermark=d.high_watermark,
                 last_stable_offset=d.last_stable_offset,
                 log_start_offset=d.log_start_offset,
@@ -708,7 +527,7 @@ class KafkaApis:
                 except ReplogError as err:
                     parts.append(
                         p.ListOffsetsResponsePartition(
-                            partition_index=part.partition_index, error_code=_code(err)
+                            partition_index=part.partition_index, error_code=error_code(err)
                         )
                     )
             topics.append(p.ListOffsetsResponseTopic(name=t.name, partitions=parts))
@@ -771,7 +590,7 @@ class KafkaApis:
                 except ReplogError as err:
                     parts.append(
                         p.OffsetForLeaderPartitionResult(
-                            partition=part.partition, error_code=_code(err)
+                            partition=part.partition, error_code=error_code(err)
                         )
                     )
             topics.append(p.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))

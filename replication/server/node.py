@@ -29,6 +29,7 @@ from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCo
 from replication.errors import NotCoordinatorError
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
+from replication.server.controller_apis import ControllerApis
 from replication.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,12 @@ class Node:
             self.controller_service = ControllerService(
                 config, self.metadata_store, self.host, self.port
             )
-        self.apis = KafkaApis(config, self.replica_manager, self.controller_service, None)
+        controller_apis = (
+            ControllerApis(config, self.controller_service)
+            if self.controller_service is not None
+            else None
+        )
+        self.apis = KafkaApis(config, self.replica_manager, controller_apis, None)
         self.server = SocketServer(self.apis, self.host, self.port, config.socket_request_max_bytes)
 
     @property

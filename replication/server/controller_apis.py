@@ -1,0 +1,222 @@
+"""Request handlers of the controller's APIs, as Kafka's ControllerApis: broker registration
+and heartbeats, AlterPartition, producer id blocks, and topic creation and deletion.
+
+A standby controller answers NOT_CONTROLLER. On a node that is also a broker, KafkaApis
+routes these APIs here (:mod:`replication.server.apis`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.config import BrokerConfig
+from replication.controller.controller import Controller
+from replication.errors import NotControllerError
+from replication.metadata.image import MetadataImage
+from replication.server.responses import Handler, error_code, error_message
+
+
+class ControllerHandle(Protocol):
+    """The controller of this process, active or standing by (ControllerService)."""
+
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def active(self) -> bool: ...
+
+
+def _not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
+    return p.CreateTopicsResponse(
+        topics=[
+            p.CreatableTopicResult(
+                name=t.name,
+                error_code=NotControllerError.code,
+                error_message="this controller is a standby; send it to the active controller",
+            )
+            for t in body.topics
+        ]
+    )
+
+
+class ControllerApis:
+    def __init__(self, config: BrokerConfig, service: ControllerHandle) -> None:
+        self.config = config
+        self.service = service
+        self.handlers: dict[int, Handler] = {
+            p.ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
+            p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
+            p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
+            p.ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
+        }
+
+    @property
+    def active(self) -> bool:
+        return self.service.active
+
+    @property
+    def active_controller(self) -> Controller | None:
+        return self.service.controller if self.service.active else None
+
+    @property
+    def image(self) -> MetadataImage:
+        """The controller's metadata (a standby's is what it last read)."""
+        return self.service.controller.image
+
+    # --- topics ------------------------------------------------------------------------------
+
+    async def create_topics(self, body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
+        controller = self.active_controller
+        if controller is None:
+            return _not_controller_create(body)
+        results = []
+        for topic in body.topics:
+            partitions = (
+                topic.num_partitions if topic.num_partitions != -1 else self.config.num_partitions
+            )
+            rf = (
+                topic.replication_factor
+                if topic.replication_factor != -1
+                else self.config.default_replication_factor
+            )
+            try:
+                await asyncio.to_thread(
+                    controller.create_topic,
+                    topic.name,
+                    partitions,
+                    rf,
+                    [(c.name, c.value or "") for c in topic.configs],
+                    validate_only=body.validate_only,
+                )
+                results.append(
+                    p.CreatableTopicResult(
+                        name=topic.name, num_partitions=partitions, replication_factor=rf
+                    )
+                )
+            except ReplogError as err:
+                results.append(
+                    p.CreatableTopicResult(
+                        name=topic.name,
+                        error_code=error_code(err),
+                        error_message=error_message(err),
+                    )
+                )
+        return p.CreateTopicsResponse(topics=results)
+
+    async def delete_topics(self, body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
+        controller = self.active_controller
+        if controller is None:
+            return p.DeleteTopicsResponse(
+                responses=[
+                    p.DeletableTopicResult(name=n, error_code=NotControllerError.code)
+                    for n in body.topic_names
+                ]
+            )
+        results = []
+        for name in body.topic_names:
+            try:
+                await asyncio.to_thread(controller.delete_topic, name)
+                results.append(p.DeletableTopicResult(name=name))
+            except ReplogError as err:
+                results.append(
+                    p.DeletableTopicResult(
+                        name=name, error_code=error_code(err), error_message=error_message(err)
+                    )
+                )
+        return p.DeleteTopicsResponse(responses=results)
+
+    # --- producer ids, brokers, ISR ----------------------------------------------------------
+
+    async def handle_allocate_producer_ids(
+        self, header: p.RequestHeader, body: p.AllocateProducerIdsRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.AllocateProducerIdsResponse(error_code=NotControllerError.code)
+        try:
+            block = await asyncio.to_thread(controller.allocate_producer_ids, 1000)
+        except ReplogError as err:
+            return p.AllocateProducerIdsResponse(error_code=error_code(err))
+        return p.AllocateProducerIdsResponse(
+            producer_id_start=block.start, producer_id_len=len(block)
+        )
+
+    async def handle_broker_registration(
+        self, header: p.RequestHeader, body: p.BrokerRegistrationRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
+        listener = body.listeners[0]
+        try:
+            info = await asyncio.to_thread(
+                controller.register_broker,
+                body.broker_id,
+                listener.host,
+                listener.port,
+                body.rack,
+                str(body.incarnation_id),
+            )
+        except ReplogError as err:
+            return p.BrokerRegistrationResponse(error_code=error_code(err))
+        return p.BrokerRegistrationResponse(broker_epoch=info.epoch)
+
+    async def handle_broker_heartbeat(
+        self, header: p.RequestHeader, body: p.BrokerHeartbeatRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.BrokerHeartbeatResponse(error_code=NotControllerError.code)
+        try:
+            info = await asyncio.to_thread(controller.heartbeat, body.broker_id, body.broker_epoch)
+        except ReplogError as err:
+            return p.BrokerHeartbeatResponse(
+                error_code=error_code(err), controller_epoch=controller.epoch
+            )
+        return p.BrokerHeartbeatResponse(
+            is_caught_up=body.current_metadata_offset >= controller.image.version,
+            is_fenced=info.fenced,
+            metadata_version=controller.image.version,
+            controller_epoch=controller.epoch,
+        )
+
+    async def handle_alter_partition(
+        self, header: p.RequestHeader, body: p.AlterPartitionRequest
+    ) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return p.AlterPartitionResponse(error_code=NotControllerError.code)
+        topics = []
+        for t in body.topics:
+            parts = []
+            for part in t.partitions:
+                try:
+                    state = await asyncio.to_thread(
+                        controller.alter_partition,
+                        body.broker_id,
+                        t.topic_name,
+                        part.partition_index,
+                        part.leader_epoch,
+                        part.partition_epoch,
+                        part.new_isr,
+                    )
+                    parts.append(
+                        p.AlterPartitionResponsePartition(
+                            partition_index=part.partition_index,
+                            leader_id=state.leader,
+                            leader_epoch=state.leader_epoch,
+                            isr=list(state.isr),
+                            partition_epoch=state.partition_epoch,
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.AlterPartitionResponsePartition(
+                            partition_index=part.partition_index, error_code=error_code(err)
+                        )
+                    )
+            topics.append(p.AlterPartitionResponseTopic(topic_name=t.topic_name, partitions=parts))
+        return p.AlterPartitionResponse(topics=topics)
