@@ -28,7 +28,11 @@ from replication.errors import (
     UnsupportedVersionError,
 )
 from replication.metadata.image import MetadataImage
-from replication.server.controller_apis import ControllerApis
+from replication.server.controller_apis import (
+    ControllerApis,
+    not_controller_create,
+    not_controller_delete,
+)
 from replication.server.responses import Handler, error_code, error_message
 
 log = logging.getLogger(__name__)
@@ -181,8 +185,8 @@ class KafkaApis:
             response = await controller.create_topics(body)
         elif self.lifecycle is not None:
             response = await self.lifecycle.controller_request(p.ApiKey.CREATE_TOPICS, body)
-        else:
-            raise AssertionError("a node is a broker, a controller, or both")
+        else:  # a broker still starting: no way to the controller yet
+            response = not_controller_create(body)
         await self._after_controller_change()
         return response
 
@@ -194,8 +198,8 @@ class KafkaApis:
             response = await controller.delete_topics(body)
         elif self.lifecycle is not None:
             response = await self.lifecycle.controller_request(p.ApiKey.DELETE_TOPICS, body)
-        else:
-            raise AssertionError("a node is a broker, a controller, or both")
+        else:  # a broker still starting: no way to the controller yet
+            response = not_controller_delete(body)
         await self._after_controller_change()
         return response
 

@@ -29,7 +29,8 @@ class ControllerHandle(Protocol):
     def active(self) -> bool: ...
 
 
-def _not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
+def not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
+    """CreateTopics answered by a node that cannot reach the active controller."""
     return p.CreateTopicsResponse(
         topics=[
             p.CreatableTopicResult(
@@ -38,6 +39,16 @@ def _not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsRespons
                 error_message="this controller is a standby; send it to the active controller",
             )
             for t in body.topics
+        ]
+    )
+
+
+def not_controller_delete(body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
+    """DeleteTopics answered by a node that cannot reach the active controller."""
+    return p.DeleteTopicsResponse(
+        responses=[
+            p.DeletableTopicResult(name=n, error_code=NotControllerError.code)
+            for n in body.topic_names
         ]
     )
 
@@ -71,7 +82,7 @@ class ControllerApis:
     async def create_topics(self, body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
         controller = self.active_controller
         if controller is None:
-            return _not_controller_create(body)
+            return not_controller_create(body)
         results = []
         for topic in body.topics:
             partitions = (
@@ -109,12 +120,7 @@ class ControllerApis:
     async def delete_topics(self, body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
         controller = self.active_controller
         if controller is None:
-            return p.DeleteTopicsResponse(
-                responses=[
-                    p.DeletableTopicResult(name=n, error_code=NotControllerError.code)
-                    for n in body.topic_names
-                ]
-            )
+            return not_controller_delete(body)
         results = []
         for name in body.topic_names:
             try:
