@@ -15,6 +15,7 @@ After the run, :func:`read_all` reads whole partitions through their leaders.
 
 from __future__ import annotations
 
+import abc
 import logging
 import random
 import threading
@@ -47,7 +48,7 @@ CLIENT_SETTINGS = {
 }
 
 
-class Worker:
+class Worker(abc.ABC):
     """A thread running :meth:`run` until :meth:`stop`."""
 
     name = "worker"
@@ -75,8 +76,9 @@ class Worker:
             self.error = err
             log.exception("chaos worker %s failed", self.name)
 
+    @abc.abstractmethod
     def run(self) -> None:
-        raise NotImplementedError
+        """The workload's loop, until :attr:`stopping` is set."""
 
 
 class IdempotentWriter(Worker):
