@@ -3,8 +3,8 @@
 Every error a user or a peer can cause is a :class:`ReplogError`. Class attributes drive
 behaviour, as in aiokafka's errors: ``retriable`` (the same request may succeed later) and
 ``refresh_metadata`` (the client's view of leaders is stale). Classes that travel on the wire
-carry a Kafka error code; :func:`for_code` maps a code back to its class. The table is filled by
-subclassing, so the layers above (replication/) add their codes here without a second table.
+carry a Kafka error code; the table from code to class lives beside the wire errors, in
+:mod:`replication.errors` (``for_code``), built from every coded class of both modules.
 
 Subclasses inherit from a builtin where the meaning matches (``FileNotFoundError``,
 ``FileExistsError``, ``ValueError``), so callers that only know the builtin still work.
@@ -12,9 +12,7 @@ Subclasses inherit from a builtin where the meaning matches (``FileNotFoundError
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-_BY_CODE: dict[int, type[ReplogError]] = {}
+from typing import ClassVar
 
 
 class ReplogError(Exception):
@@ -32,33 +30,11 @@ class ReplogError(Exception):
             args = (" ".join(doc.split()) if doc else type(self).__name__,)
         super().__init__(*args)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        code = cls.__dict__.get("code")
-        if code is not None:
-            if code in _BY_CODE:
-                raise TypeError(f"error code {code} is taken by {_BY_CODE[code].__name__}")
-            _BY_CODE[code] = cls
-
 
 class UnknownServerError(ReplogError):
     """The peer failed in a way it could not name (Kafka's UNKNOWN_SERVER_ERROR, -1)."""
 
     code = -1
-
-
-def for_code(code: int) -> type[ReplogError] | None:
-    """The error class for a wire error code; None for 0 (no error)."""
-    if code == 0:
-        return None
-    return _BY_CODE.get(code, UnknownServerError)
-
-
-def raise_for_code(code: int, message: str = "") -> None:
-    """Raise the error for ``code`` unless it is 0."""
-    cls = for_code(code)
-    if cls is not None:
-        raise cls(message) if message else cls()
 
 
 # --- log and storage errors -------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Kafka's wire errors, and the client-side errors of the cluster layer.
 
-Every class here extends the one tree in :mod:`logstore.errors`: subclassing registers the
-class's ``code`` in the table behind :func:`logstore.errors.for_code`, so importing this module
-is what teaches ``for_code`` the codes below. Codes, ``retriable`` and ``refresh_metadata``
-follow Kafka's ``Errors`` enum (the Java exception hierarchy: ``InvalidMetadataException`` means
-retriable and refresh metadata).
+Every class here extends the one tree in :mod:`logstore.errors`. The wire error table
+(:func:`for_code`) is built at the end of this module from every class of both modules that has
+a ``code``, so whoever can call ``for_code`` has the whole table. Codes, ``retriable`` and
+``refresh_metadata`` follow Kafka's ``Errors`` enum (the Java exception hierarchy:
+``InvalidMetadataException`` means retriable and refresh metadata).
 
 Each docstring says what happened and what to do; it is the default message (on one line),
 so ``raise NotLeaderOrFollowerError()`` says something useful.
@@ -25,8 +25,6 @@ from logstore.errors import (
     RecordTooLargeError,
     ReplogError,
     UnknownServerError,
-    for_code,
-    raise_for_code,
 )
 
 __all__ = [
@@ -602,3 +600,40 @@ class CommitStateUnknownError(WireError):
     """
 
     # pyiceberg's CommitStateUnknownException: never clean up after this one.
+
+
+# --- the wire error table ---------------------------------------------------------------------
+
+
+def _coded_classes() -> dict[int, type[ReplogError]]:
+    """Code -> class for every error of this module and of :mod:`logstore.errors`."""
+    table: dict[int, type[ReplogError]] = {}
+    pending: list[type[ReplogError]] = [ReplogError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        code = cls.__dict__.get("code")
+        if code is None or cls.__module__ not in (__name__, "logstore.errors"):
+            continue
+        if code in table and table[code] is not cls:
+            raise TypeError(f"error code {code} is taken by {table[code].__name__}")
+        table[code] = cls
+    return table
+
+
+_BY_CODE: dict[int, type[ReplogError]] = _coded_classes()
+
+
+def for_code(code: int) -> type[ReplogError] | None:
+    """The error class for a wire error code; None for 0 (no error), UnknownServerError for a
+    code this replog does not know."""
+    if code == 0:
+        return None
+    return _BY_CODE.get(code, UnknownServerError)
+
+
+def raise_for_code(code: int, message: str = "") -> None:
+    """Raise the error for ``code`` unless it is 0."""
+    cls = for_code(code)
+    if cls is not None:
+        raise cls(message) if message else cls()

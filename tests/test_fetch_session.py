@@ -27,7 +27,6 @@ from replication.broker.fetch_metadata import (
     INVALID_SESSION_ID,
     FetchMetadata,
     PartitionFetchState,
-    TopicPartition,
     next_epoch,
 )
 from replication.broker.fetch_session import (
@@ -39,6 +38,7 @@ from replication.broker.fetch_session import (
     SessionlessFetchContext,
 )
 from replication.broker.fetch_session_handler import FetchRequestData, FetchSessionHandler
+from replication.common import TopicPartition
 from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from replication.protocol import (
     ApiKey,

@@ -23,6 +23,7 @@ import pytest
 from logstore.batch import Record, build, iter_batches
 from logstore.segment import base_offset_of
 from replication import protocol as p
+from replication.common import TopicPartition
 from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from tests.cluster import FAST_FAILOVER, BrokerProcess, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
@@ -32,7 +33,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 LEADER = 0
 FOLLOWER = 1
-TopicPartition = tuple[str, int]
 
 
 # --- a cluster whose broker 0 is reached by its peers through a proxy ----------------------------

@@ -27,7 +27,7 @@ fetch moves it on by :func:`next_epoch`, which wraps from int32 max back to 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
 
 __all__ = [
     "DEFAULT_EVICTION_MS",
@@ -37,12 +37,9 @@ __all__ = [
     "INVALID_SESSION_ID",
     "FetchMetadata",
     "PartitionFetchState",
-    "TopicPartition",
     "next_epoch",
 ]
 
-#: A partition as (topic, partition index).
-TopicPartition: TypeAlias = tuple[str, int]
 
 #: The session id of a fetch without a session (in requests and responses).
 INVALID_SESSION_ID: Final = 0

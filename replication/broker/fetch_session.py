@@ -41,9 +41,9 @@ from replication.broker.fetch_metadata import (
     INVALID_SESSION_ID,
     FetchMetadata,
     PartitionFetchState,
-    TopicPartition,
     next_epoch,
 )
+from replication.common import TopicPartition
 from replication.errors import (
     FetchSessionIdNotFoundError,
     InvalidFetchSessionEpochError,
@@ -126,7 +126,7 @@ class CachedPartition:
 
     @property
     def topic_partition(self) -> TopicPartition:
-        return (self.topic, self.partition)
+        return TopicPartition(self.topic, self.partition)
 
     @property
     def fetch_offset(self) -> int:

@@ -15,8 +15,8 @@ from replication.broker.fetch_metadata import (
     INVALID_SESSION_ID,
     FetchMetadata,
     PartitionFetchState,
-    TopicPartition,
 )
+from replication.common import TopicPartition
 from replication.errors import FetchSessionIdNotFoundError
 
 __all__ = ["FetchRequestData", "FetchSessionHandler"]

@@ -38,6 +38,7 @@ from logstore.config import LogConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, ObjectNotFoundError
 from logstore.log import AppendInfo, Log
 from replication.broker.producer_state import SNAPSHOT_NAME, ProducerStateManager
+from replication.common import TopicPartition
 from replication.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -107,8 +108,8 @@ class Partition:
         return f"Partition({where}, leader={state.leader}, epoch={state.leader_epoch})"
 
     @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.index
+    def key(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.index)
 
     @property
     def is_leader(self) -> bool:

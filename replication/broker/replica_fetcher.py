@@ -26,14 +26,13 @@ from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session_handler import FetchSessionHandler
 from replication.broker.partition import Partition
 from replication.broker.replica_manager import ReplicaManager
+from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
 from replication.metadata.image import MetadataImage
 from replication.protocol.rpc import AsyncConnection
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 class ReplicaFetcher:
@@ -181,7 +180,7 @@ class ReplicaFetcher:
         finally:
             self.request_sizes.append(conn.bytes_sent - sent_before)
         responded = [
-            ((t.topic, part.partition_index), part)
+            (TopicPartition(t.topic, part.partition_index), part)
             for t in response.responses
             for part in t.partitions
         ]

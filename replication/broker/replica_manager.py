@@ -23,6 +23,7 @@ from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.producer_state import AbortedTxn
 from replication.broker.purgatory import DelayedOperation, Purgatory
+from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.errors import (
     InvalidRequiredAcksError,
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-
-TopicPartition = tuple[str, int]
 
 
 class FetcherHooks(Protocol):
@@ -175,7 +174,7 @@ class ReplicaManager:
             for index, state in enumerate(topic.partitions):
                 if self.broker_id not in state.replicas:
                     continue
-                key = (topic.name, index)
+                key = TopicPartition(topic.name, index)
                 wanted.add(key)
                 partition = self.partitions.get(key)
                 if partition is None:
@@ -203,7 +202,7 @@ class ReplicaManager:
         log_config, policy = self.topic_log_config(topic)
         plog = Log.open(self.storage.child(f"{topic.name}/{index}"), log_config)
         partition = Partition(topic.name, index, plog, self.broker_id, policy, state)
-        self.partitions[(topic.name, index)] = partition
+        self.partitions[TopicPartition(topic.name, index)] = partition
         if partition.is_leader:
             partition.maybe_increment_high_watermark()
         log.info(
@@ -232,7 +231,7 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(partition.key)
 
     def get_partition(self, topic: str, index: int) -> Partition:
-        partition = self.partitions.get((topic, index))
+        partition = self.partitions.get(TopicPartition(topic, index))
         if partition is None:
             known = self.image.topic(topic)
             if known is not None and 0 <= index < len(known.partitions):
@@ -263,7 +262,7 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: list[tuple[Partition, int]] = []
         for topic, index, records in entries:
-            key = (topic, index)
+            key = TopicPartition(topic, index)
             try:
                 if acks not in (-1, 0, 1):
                     raise InvalidRequiredAcksError(f"acks={acks} is not one of -1 (all), 0, 1")
@@ -371,7 +370,7 @@ class ReplicaManager:
                 return result
 
     def _progress_mark(self, spec: FetchSpec, follower: bool) -> tuple[int, ...]:
-        partition = self.partitions.get((spec.topic, spec.partition))
+        partition = self.partitions.get(TopicPartition(spec.topic, spec.partition))
         if partition is None:
             return (-1,)
         plog = partition.log
@@ -384,7 +383,7 @@ class ReplicaManager:
         follower = replica_id >= 0
         plans: list[tuple[TopicPartition, Partition | None, FetchPartitionData, int]] = []
         for spec in specs:
-            key = (spec.topic, spec.partition)
+            key = TopicPartition(spec.topic, spec.partition)
             data = FetchPartitionData()
             try:
                 partition = self.get_partition(spec.topic, spec.partition)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from logstore.batch import HEADERS_TYPE
+from replication.common import TopicPartition
 
 __all__ = [
     "FETCH_SCHEMA",
@@ -35,16 +36,6 @@ __all__ = [
 
 #: One record header: a string key and a nullable bytes value, as Kafka's.
 Header = tuple[str, bytes | None]
-
-
-class TopicPartition(NamedTuple):
-    """A partition of a topic. A tuple, so ``("events", 0)`` compares equal to it."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class RecordMetadata(NamedTuple):

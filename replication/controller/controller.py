@@ -32,6 +32,7 @@ from replication.errors import (
     InvalidUpdateVersionError,
     NotControllerError,
     NotLeaderOrFollowerError,
+    ReplogError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
@@ -44,7 +45,12 @@ from replication.metadata.image import (
     PartitionState,
     TopicInfo,
 )
-from replication.metadata.store import ControllerClaim, MetadataStore
+from replication.metadata.store import (
+    PRUNE_INTERVAL_VERSIONS,
+    RETAINED_VERSIONS,
+    ControllerClaim,
+    MetadataStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +222,18 @@ class Controller:
             )
             raise
         self.image = image
+        if image.version % PRUNE_INTERVAL_VERSIONS == 0:
+            self._prune(image.version - RETAINED_VERSIONS)
         return image
+
+    def _prune(self, below: int) -> None:
+        """Delete metadata versions older than ``below`` (bounded store, bounded listings)."""
+        try:
+            pruned = self.store.prune(below)
+        except ReplogError as err:  # the next interval tries again; the commit stands
+            log.warning("could not prune metadata versions below %d: %s", below, err)
+            return
+        log.info("pruned %d metadata versions below %d", pruned, below)
 
     # --- brokers ------------------------------------------------------------------------------
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logstore.batch import Record, build, iter_batches
-from logstore.errors import ReplogError
+from logstore.errors import CorruptRecordError, KafkaStorageError, ReplogError
 from replication import protocol as p
 from replication.broker.partition import Partition
+from replication.common import TopicPartition
 from replication.errors import (
     BrokerUnreachableError,
     ConcurrentTransactionsError,
@@ -65,6 +66,28 @@ class TxnState(enum.StrEnum):
     COMPLETE_ABORT = "CompleteAbort"
 
 
+#: The format of the JSON values in the transaction log (``txn:`` and ``sink:`` records).
+#: Version 0 is a record written before the field existed; it reads as version 1.
+TXN_RECORD_FORMAT_VERSION = 1
+
+
+def _record_doc(value: bytes, where: str) -> dict[str, Any]:
+    """A transaction-log record's JSON value, refused if a newer replog wrote it."""
+    try:
+        doc = json.loads(value)
+    except ValueError as err:
+        raise CorruptRecordError(f"{where}: transaction log record is not JSON ({err})") from err
+    if not isinstance(doc, dict):
+        raise CorruptRecordError(f"{where}: transaction log record is not a JSON object")
+    version = doc.get("format_version", 0)
+    if version not in (0, TXN_RECORD_FORMAT_VERSION):
+        raise KafkaStorageError(
+            f"{where}: transaction log record format_version {version!r} is newer than this "
+            f"replog reads ({TXN_RECORD_FORMAT_VERSION}); upgrade replog on this broker"
+        )
+    return doc
+
+
 @dataclass(slots=True)
 class TransactionMetadata:
     transactional_id: str
@@ -72,12 +95,13 @@ class TransactionMetadata:
     producer_epoch: int
     timeout_ms: int
     state: TxnState = TxnState.EMPTY
-    partitions: set[tuple[str, int]] = field(default_factory=set)
+    partitions: set[TopicPartition] = field(default_factory=set)
     start_ms: int = -1
     update_ms: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format_version": TXN_RECORD_FORMAT_VERSION,
             "pid": self.producer_id,
             "epoch": self.producer_epoch,
             "timeout": self.timeout_ms,
@@ -95,7 +119,7 @@ class TransactionMetadata:
             int(doc["epoch"]),
             int(doc["timeout"]),
             TxnState(doc["state"]),
-            {(str(t), int(i)) for t, i in doc["partitions"]},
+            {TopicPartition(str(t), int(i)) for t, i in doc["partitions"]},
             int(doc["start"]),
             int(doc["update"]),
         )
@@ -225,7 +249,11 @@ class TransactionCoordinator:
             for m in txns
         ]
         records += [
-            Record(f"sink:{s}".encode(), json.dumps({"batch": b}).encode(), now)
+            Record(
+                f"sink:{s}".encode(),
+                json.dumps({"format_version": TXN_RECORD_FORMAT_VERSION, "batch": b}).encode(),
+                now,
+            )
             for s, b in (sinks or {}).items()
         ]
         if records:
@@ -306,7 +334,7 @@ class TransactionCoordinator:
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
-        partitions: Iterable[tuple[str, int]],
+        partitions: Iterable[TopicPartition],
     ) -> None:
         async with self._lock(transactional_id):
             meta = self._validate(transactional_id, producer_id, producer_epoch)
@@ -412,19 +440,21 @@ class TransactionCoordinator:
         self.txns[meta.transactional_id] = complete
 
     async def _send_markers(
-        self, producer_id: int, producer_epoch: int, commit: bool, partitions: set[tuple[str, int]]
+        self, producer_id: int, producer_epoch: int, commit: bool, partitions: set[TopicPartition]
     ) -> None:
         pending = set(partitions)
         delay = 0.05
         while pending:
             image = self.image()
-            by_leader: dict[int, list[tuple[str, int]]] = {}
+            by_leader: dict[int, list[TopicPartition]] = {}
             for topic, index in pending:
                 info = image.topic(topic)
                 if info is None or index >= len(info.partitions):
                     log.warning("marker for %s-%d dropped: the topic is gone", topic, index)
                     continue
-                by_leader.setdefault(info.partitions[index].leader, []).append((topic, index))
+                by_leader.setdefault(info.partitions[index].leader, []).append(
+                    TopicPartition(topic, index)
+                )
             pending = {tp for tps in by_leader.values() for tp in tps}
             for leader, tps in by_leader.items():
                 if leader < 0:
@@ -443,8 +473,8 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
-        tps: list[tuple[str, int]],
-    ) -> set[tuple[str, int]]:
+        tps: list[TopicPartition],
+    ) -> set[TopicPartition]:
         topics: dict[str, list[int]] = {}
         for topic, index in tps:
             topics.setdefault(topic, []).append(index)
@@ -472,14 +502,14 @@ class TransactionCoordinator:
         except BrokerUnreachableError as err:
             log.info("markers to broker %d failed, retrying: %s", leader, err)
             return set()
-        done: set[tuple[str, int]] = set()
+        done: set[TopicPartition] = set()
         for marker in response.markers:
             for t in marker.topics:
                 for part in t.partitions:
                     error = for_code(part.error_code)
                     if error is None or error is InvalidProducerEpochError:
                         # written, or superseded by a newer epoch's marker: done either way
-                        done.add((t.name, part.partition_index))
+                        done.add(TopicPartition(t.name, part.partition_index))
                     else:
                         log.info(
                             "marker for %s-%d: %s, retrying",
@@ -608,7 +638,7 @@ def _read_state(
                 if record.offset < offset or record.key is None or record.value is None:
                     continue
                 key = record.key.decode()
-                doc = json.loads(record.value)
+                doc = _record_doc(record.value, f"{partition.key} offset {record.offset}")
                 if key.startswith("txn:"):
                     txns[key[4:]] = TransactionMetadata.from_json(key[4:], doc)
                 elif key.startswith("sink:"):

@@ -10,6 +10,13 @@ then advances the metadata by creating version V+1. A stale controller (one that
 while paused) tries to create a version that its successor already created and fails with
 :class:`StaleControllerEpochError`: it can never write. There is no ZooKeeper and no extra
 server; each write is one conditional PUT, so this is used for metadata changes only.
+
+The active controller prunes old versions (:meth:`MetadataStore.prune`), so the directory every
+refresh lists stays bounded. Pruning frees version numbers a put-if-absent would accept again:
+a controller paused for longer than the retained history could re-create a pruned version and
+take it for a commit. So every write checks, after its PUT, that no controller has claimed a
+newer epoch (claims are numbered without gaps and never pruned: one per failover). Kafka's
+KRaft fences by the Raft log instead; object storage gives us put-if-absent and this check.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 
-from logstore.errors import ObjectExistsError, ObjectNotFoundError
+from logstore.errors import KafkaStorageError, ObjectExistsError, ObjectNotFoundError
 from logstore.storage import Storage
 from replication.errors import StaleControllerEpochError
 from replication.metadata.image import MetadataImage
@@ -30,6 +37,12 @@ CONTROLLER_DIR = "controller"
 #: how far back a reader looks past versions written by a deposed controller
 MAX_STALE_VERSIONS = 100
 METADATA_DIR = "metadata"
+#: versions kept by :meth:`MetadataStore.prune` (more than a reader may look back)
+RETAINED_VERSIONS = 2 * MAX_STALE_VERSIONS
+#: the controller prunes once every this many versions
+PRUNE_INTERVAL_VERSIONS = 100
+#: the claim document's format; version 0 is a claim written before it had the field
+CLAIM_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +54,24 @@ class ControllerClaim:
     claimed_ms: int = 0
     #: unique per controller process start, so a restarted controller knows its old claim
     incarnation: str = ""
+    format_version: int = CLAIM_FORMAT_VERSION
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self)).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ControllerClaim:
-        return cls(**json.loads(data))
+    def from_bytes(cls, data: bytes, where: str = "controller claim") -> ControllerClaim:
+        try:
+            doc = json.loads(data)
+            version = doc.pop("format_version", 0)
+            if version not in (0, CLAIM_FORMAT_VERSION):
+                raise KafkaStorageError(
+                    f"{where}: claim format_version {version!r} is newer than this replog reads "
+                    f"({CLAIM_FORMAT_VERSION}); upgrade replog on this node"
+                )
+            return cls(**doc)
+        except (ValueError, TypeError, AttributeError) as err:
+            raise KafkaStorageError(f"{where}: not a controller claim ({err})") from err
 
 
 def _name(directory: str, number: int) -> str:
@@ -73,7 +97,8 @@ class MetadataStore:
         epochs = _numbers(self.storage, CONTROLLER_DIR)
         if not epochs:
             return None
-        return ControllerClaim.from_bytes(self.storage.read(_name(CONTROLLER_DIR, epochs[-1])))
+        name = _name(CONTROLLER_DIR, epochs[-1])
+        return ControllerClaim.from_bytes(self.storage.read(name), f"{self.storage.url}/{name}")
 
     def claim(self, claim: ControllerClaim) -> None:
         """Create the claim of ``claim.epoch``; StaleControllerEpochError if someone has it."""
@@ -134,7 +159,6 @@ class MetadataStore:
         while True:
             try:
                 self.storage.put_if_absent(_name(METADATA_DIR, image.version), image.to_bytes())
-                return image
             except ObjectExistsError as err:
                 other = self.read(image.version)
                 if other.controller_epoch >= image.controller_epoch:
@@ -149,11 +173,27 @@ class MetadataStore:
                     other.controller_epoch,
                 )
                 image = dataclasses.replace(image, version=image.version + 1)
+                continue
+            # The PUT may have re-created a version pruned long ago: it only counts if no
+            # controller has claimed a newer epoch (see the module docstring).
+            successor = image.controller_epoch + 1
+            if image.controller_epoch and self.storage.exists(_name(CONTROLLER_DIR, successor)):
+                raise StaleControllerEpochError(
+                    f"controller epoch {successor} was claimed; this controller (epoch "
+                    f"{image.controller_epoch}) is stale and its metadata version "
+                    f"{image.version} does not count"
+                )
+            return image
 
-    def prune(self, keep: int = 100) -> int:
-        """Delete all but the newest ``keep`` metadata versions."""
-        versions = _numbers(self.storage, METADATA_DIR)
-        doomed = versions[:-keep] if keep else versions
+    def prune(self, below: int) -> int:
+        """Delete the metadata versions older than ``below``; returns how many went.
+
+        Only the active controller prunes, after a commit, keeping at least
+        :data:`RETAINED_VERSIONS` (what a reader may look back past a deposed controller's
+        versions). Claims are never pruned: there is one per failover, and :meth:`write`
+        relies on them.
+        """
+        doomed = [v for v in _numbers(self.storage, METADATA_DIR) if v < below]
         for version in doomed:
             self.storage.delete(_name(METADATA_DIR, version))
         return len(doomed)

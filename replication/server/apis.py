@@ -19,6 +19,7 @@ from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.replica_manager import FetchSpec, ReplicaManager
+from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
@@ -276,7 +277,7 @@ class KafkaApis:
                 body.transactional_id,
                 body.producer_id,
                 body.producer_epoch,
-                [(t.name, i) for t in body.topics for i in t.partitions],
+                [TopicPartition(t.name, i) for t in body.topics for i in t.partitions],
             )
         except ReplogError as err:
             code = error_code(err)
@@ -412,7 +413,7 @@ class KafkaApis:
                             error_message=error_message(r.error),
                         )
                         for part in topic.partition_data
-                        for r in [results[(topic.name, part.index)]]
+                        for r in [results[TopicPartition(topic.name, part.index)]]
                     ],
                 )
                 for topic in body.topic_data
@@ -422,7 +423,7 @@ class KafkaApis:
     async def handle_fetch(self, header: p.RequestHeader, body: p.FetchRequest) -> Any:
         requested = [
             (
-                (t.topic, part.partition),
+                TopicPartition(t.topic, part.partition),
                 PartitionFetchState(
                     fetch_offset=part.fetch_offset,
                     max_bytes=part.partition_max_bytes,
@@ -434,7 +435,9 @@ class KafkaApis:
             for t in body.topics
             for part in t.partitions
         ]
-        forgotten = [(f.topic, i) for f in body.forgotten_topics_data for i in f.partitions]
+        forgotten = [
+            TopicPartition(f.topic, i) for f in body.forgotten_topics_data for i in f.partitions
+        ]
         context = self.fetch_sessions.new_context(
             body.session_id,
             body.session_epoch,

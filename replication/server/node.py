@@ -16,17 +16,18 @@ import signal
 import sys
 from typing import Any
 
-from logstore.errors import ReplogError, raise_for_code
+from logstore.errors import ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.partition import Partition
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
+from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.controller.service import ControllerService
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
-from replication.errors import NotCoordinatorError
+from replication.errors import NotCoordinatorError, raise_for_code
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
@@ -119,7 +120,7 @@ class Node:
             results = await rm.append_records(
                 -1, config.request_timeout_ms, [(TRANSACTION_TOPIC, 0, records)]
             )
-            error = results[(TRANSACTION_TOPIC, 0)].error
+            error = results[TopicPartition(TRANSACTION_TOPIC, 0)].error
             if error is not None:
                 raise NotCoordinatorError(f"the transaction log refused a write: {error}")
 
