@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -94,11 +95,16 @@ def _leader_of(bootstrap: str, topic: str, partition: int) -> int:
 def run_demo(*, records: int, data: str | None, chaos: bool = True) -> int:
     console = Console()
     # the demo shows its own story: client retries during the failover are expected
-    logging.getLogger("replication").setLevel(logging.ERROR)
+    for name in ("replication", "datasource"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     root = Path(data or tempfile.mkdtemp(prefix="replog-demo-"))
     console.rule("[bold]replog demo")
-    console.print(f"data directory: [cyan]{root}[/cyan]")
+    console.print(
+        f"data directory: [cyan]{root}[/cyan]"
+        + (" (kept: you gave --data)" if data else " (a fresh temp dir, removed at the end)"),
+        soft_wrap=True,
+    )
     nodes: list[local_cluster.NodeProcess] = []
     spark = None
 
@@ -135,6 +141,17 @@ def run_demo(*, records: int, data: str | None, chaos: bool = True) -> int:
         if nodes:
             local_cluster.stop_nodes(nodes)
             (root / local_cluster.STATE_FILE).unlink(missing_ok=True)
+        if data is None:
+            shutil.rmtree(root, ignore_errors=True)
+            console.print(
+                f"removed the data directory {root} (--data DIR keeps the logs)", soft_wrap=True
+            )
+        else:
+            console.print(
+                f"the logs stay in {root}: `replog log dump {root}/broker-0/{OUT_TOPIC}/0 "
+                "--records` shows a partition's batches, transaction markers included",
+                soft_wrap=True,
+            )
 
 
 def _produce(console: Console, bootstrap: str, records: int) -> None:
@@ -321,6 +338,12 @@ def _print_report(console: Console, report: DemoReport) -> None:
     for p in range(PARTITIONS):
         offsets.add_row(str(p), str(report.in_offsets.get(p)), str(report.out_offsets.get(p)))
     console.print(offsets)
+    console.print(
+        f"{OUT_TOPIC}'s end offsets run ahead of its record count: every micro-batch the sink "
+        "committed also wrote a transaction marker (a control record, as in Kafka) on each "
+        "partition it wrote to. Markers take an offset each, and readers never see them.",
+        soft_wrap=True,
+    )
     verdict = "[green]OK: every record exactly once[/green]" if report.ok else "[red]FAILED[/red]"
     console.print(verdict)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from logstore.batch import RecordBatch, parse_header
-from logstore.errors import CorruptRecordError
+from logstore.errors import ConfigError, CorruptRecordError
 from logstore.segment import SUFFIX
 from logstore.storage import Storage
 
@@ -68,17 +68,39 @@ def dump_object(data: bytes, *, records: bool = False) -> Iterator[DumpLine]:
 
 
 def dump(url: str, *, records: bool = False) -> Iterator[DumpLine]:
-    """Dump one ``.seg`` object, or every segment object under a partition directory."""
-    if url.endswith(SUFFIX):
-        parent, _, name = url.rstrip("/").rpartition("/")
-        storage = Storage.from_url(parent or ".")
-        names = [name]
-    else:
-        storage = Storage.from_url(url)
-        names = [i.path for i in storage.list() if i.path.endswith(SUFFIX)]
+    """Dump one ``.seg`` object, or every segment object under a partition directory.
+
+    A path that is missing, an object that is not a segment (``checkpoint.json``, say) and a
+    directory without segment objects raise :class:`ConfigError` naming what to give instead.
+    """
+    storage, names = _segments(url)
     for name in names:
         yield DumpLine(f"Dumping {storage.url.rstrip('/')}/{name}")
         yield from dump_object(storage.read(name), records=records)
+
+
+_WHAT_TO_GIVE = (
+    f"give a segment object (*{SUFFIX}) or a partition directory, e.g. <log.dir>/events/0"
+)
+
+
+def _segments(url: str) -> tuple[Storage, list[str]]:
+    """The storage to read from and the segment objects in it that ``url`` names."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    container = Storage.from_url(parent or ".")
+    if url.endswith(SUFFIX):
+        if not container.exists(name):
+            raise ConfigError(f"{url}: no such segment object; {_WHAT_TO_GIVE}")
+        return container, [name]
+    storage = Storage.from_url(url)
+    names = [i.path for i in storage.list() if i.path.endswith(SUFFIX)]
+    if names:
+        return storage, names
+    if name and container.exists(name):
+        raise ConfigError(f"{url} is not a segment object; {_WHAT_TO_GIVE}")
+    if Storage.from_url(url).list():
+        raise ConfigError(f"{url} holds no segment objects (*{SUFFIX}); {_WHAT_TO_GIVE}")
+    raise ConfigError(f"{url}: no such path; {_WHAT_TO_GIVE}")
 
 
 def _show(value: bytes | None) -> str:

@@ -36,5 +36,9 @@ def test_demo_verifies_exactly_once(tmp_path: Path, chaos: str) -> None:
     if chaos == "--chaos":
         assert "chaos: SIGKILLed broker" in out
         assert "failover: broker" in out
+    # it says why the output's offsets run ahead of its records, and where its logs are
+    assert "transaction marker" in out
+    assert f"the logs stay in {tmp_path / 'demo'}" in out
+    assert (tmp_path / "demo" / "broker-0" / "events-enriched" / "0").is_dir()
     # the demo stops every process it started
     assert not (tmp_path / "demo" / "cluster.json").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,34 @@ def test_dump_reports_a_torn_tail(partition_dir: Path) -> None:
     result = CliRunner().invoke(app, ["log", "dump", str(segment)])
     assert result.exit_code == 2
     assert "corrupt at byte 0" in result.output
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("missing", "no such path"),
+        ("missing.seg", "no such segment object"),
+        ("events/0/checkpoint.json", "is not a segment object"),
+        ("events/0/notes.txt", "is not a segment object"),
+        ("empty-dir", "holds no segment objects"),
+    ],
+)
+def test_dump_of_what_is_not_a_segment_fails_and_says_what_to_give(
+    tmp_path: Path, target: str, says: str
+) -> None:
+    (tmp_path / "events" / "0").mkdir(parents=True)
+    (tmp_path / "events" / "0" / "checkpoint.json").write_text('{"format_version": 1}')
+    (tmp_path / "events" / "0" / "notes.txt").write_text("hello")
+    (tmp_path / "empty-dir" / "sub").mkdir(parents=True)
+    (tmp_path / "empty-dir" / "sub" / "x.json").write_text("{}")
+    result = subprocess.run(
+        [sys.executable, "-m", "replication.tools.cli", "log", "dump", str(tmp_path / target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert says in result.stderr
+    assert "give a segment object (*.seg) or a partition directory" in result.stderr

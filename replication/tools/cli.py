@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from logstore.errors import ReplogError
 
@@ -240,6 +241,14 @@ def demo(
     verification table. Exit status 0 only if nothing was lost or duplicated."""
     # The cluster's packages know no Spark: the demo is a Spark program of the datasource
     # side, run in this process's place (same interpreter, same signals, its exit status).
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise CommandError(
+            "replog demo runs a Spark pipeline, and pyspark is not installed here (a broker-only "
+            "install): install the Spark extra, `python3 -m pip install 'replog[spark]'` "
+            "(from a checkout: `python3 -m pip install -e '.[spark]'`), then run it again"
+        ) from None
     args = [sys.executable, "-m", "datasource.demo", "--records", str(records)]
     if data is not None:
         args += ["--data", data]
@@ -919,7 +928,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def _fail(message: str) -> None:
     text = " ".join(message.split())  # one line, whatever the message held
-    err_console.print(f"[red]error:[/red] {text}", highlight=False, soft_wrap=True, markup=True)
+    # the message is text, not markup: "replog[spark]" must print as written
+    err_console.print(
+        f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True, markup=True
+    )
     sys.exit(1)
 
 

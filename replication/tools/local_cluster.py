@@ -77,8 +77,10 @@ class ClusterLayout:
             doc = json.loads(self.state_path.read_text())
         except FileNotFoundError:
             raise ClusterError(
-                f"no cluster was started with data {self.data} (no {self.state_path}); "
-                "start one with `replog cluster up`"
+                f"no cluster was started with --data {self.data} (no {self.state_path}); a "
+                "cluster started with another --data is found by giving the same --data "
+                "(default: replog-data, in the current directory); start one with "
+                "`replog cluster up [--data DIR]`"
             ) from None
         return [NodeProcess(**n) for n in doc["nodes"]]
 
@@ -176,8 +178,9 @@ def cluster_up(
         running = []
     if running:
         raise ClusterError(
-            f"a cluster on {layout.data} is already running ({len(running)} processes); "
-            "stop it with `replog cluster down` first"
+            f"a cluster on --data {layout.data} is already running ({len(running)} "
+            f"processes); stop it with `replog cluster down --data {layout.data}` first, or "
+            "give another --data"
         )
     layout.run_dir.mkdir(parents=True, exist_ok=True)
     common = {"metadata.log.dir": layout.metadata_root, **(overrides or {})}
