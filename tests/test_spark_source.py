@@ -46,7 +46,7 @@ from datasource.partitions import (
 from datasource.reader import read_partition
 from datasource.schema import arrow_schema, spark_schema
 from datasource.source import ReplogDataSource
-from datasource.stream import ReplogStreamReader
+from datasource.stream import ReplogStreamReader, offsets_behind_latest
 from logstore.batch import Record, build
 from logstore.reader import SegmentObject, SegmentReader
 from replication import protocol as p
@@ -763,6 +763,18 @@ def test_max_offsets_per_trigger_bounds_every_batch(
     # reportLatestOffset: the progress shows how far the topic goes (the backlog).
     latest = data_batches(query)[0]["sources"][0]["latestOffset"]
     assert latest == f'{{"{topic}": {{"0": 5000, "1": 2000, "2": 2000}}}}'
+    # Kafka's lag metrics, from latestOffset and endOffset (a Python source cannot put them in
+    # the progress's metrics: see datasource.stream)
+    lags = [offsets_behind_latest(p["sources"][0]) for p in data_batches(query)]
+    first, last = lags[0], lags[-1]
+    assert float(first["avgOffsetsBehindLatest"]) * 3 == n - 1000
+    assert int(first["minOffsetsBehindLatest"]) <= int(first["maxOffsetsBehindLatest"])
+    assert int(first["maxOffsetsBehindLatest"]) > 0
+    assert last == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
 
 
 @pytest.mark.spark
