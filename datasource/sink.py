@@ -189,9 +189,25 @@ class TopicCheck:
         self._producer: Any = None
 
     def check(self, topic: str) -> None:
-        """Return once ``topic`` exists; UnknownTopicOrPartitionError naming it if it does not."""
+        """Return once ``topic`` exists; UnknownTopicOrPartitionError naming it if it does not.
+
+        Only a topic found missing fails: when the brokers cannot be asked right now (a
+        failover), the check passes with a warning and the producer waits and retries as it
+        always does, so the check fails nothing that worked without it.
+        """
+        from replication.errors import UnknownTopicOrPartitionError
+
         if topic in self.known:
             return
+        try:
+            self._check(topic)
+        except UnknownTopicOrPartitionError:
+            raise
+        except ReplogError as err:
+            log.warning("could not check that topic %r exists: %s", topic, err)
+        self.known.add(topic)
+
+    def _check(self, topic: str) -> None:
         if self._producer is None:
             from replication.client import Producer
 
@@ -204,7 +220,6 @@ class TopicCheck:
                 }
             )
         self._producer.partitions_for(topic)
-        self.known.add(topic)
 
     def close(self) -> None:
         producer, self._producer = self._producer, None
@@ -219,10 +234,15 @@ class TopicCheck:
 
 
 def check_topic_option(options: SinkOptions) -> None:
-    """On the driver, when the writer is made: option ``topic`` must exist."""
-    if options.topic is not None:
-        with TopicCheck(options) as topics:
-            topics.check(options.topic)
+    """On the driver, when the writer is made: option ``topic`` must exist.
+
+    Spark makes the writer again for every micro-batch and for every commit (see
+    :meth:`TopicCheck.check` for what fails it).
+    """
+    if options.topic is None:
+        return
+    with TopicCheck(options) as topics:
+        topics.check(options.topic)
 
 
 # --- the task side ---------------------------------------------------------------------------
