@@ -67,7 +67,8 @@ except ImportError as err:  # pragma: no cover - pyspark is a dependency of this
 
 
 class SinkError(ReplogError, ValueError):
-    """A write to replog cannot be done as asked (bad columns, options or save mode)."""
+    """A write to replog cannot be done as asked (bad columns or save mode; a bad option is an
+    :class:`~datasource.errors.InvalidOptionError`)."""
 
 
 #: A task hands the producer its whole partition at once, so bigger batches than the client's
@@ -291,8 +292,8 @@ def write_transaction(
             producer.close()
             topics.close()
         raise
-    producer.close()
-    topics.close()  # leaves the transaction open: the driver commits or aborts it
+    producer.close()  # leaves the transaction open: the driver commits or aborts it
+    topics.close()
     return ReplogCommitMessage(sink_id, batch_id, handle, rows)
 
 
