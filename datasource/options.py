@@ -1,9 +1,14 @@
-"""The source's options, parsed once into a frozen :class:`SourceOptions`.
+"""The options of a read and of a write, parsed once into frozen :class:`SourceOptions` and
+:class:`SinkOptions` by one parser.
 
-Names are the Kafka source's, without the ``kafka.`` prefix. Spark hands options over with
-lower-cased names and string values (``maxOffsetsPerTrigger`` arrives as
-``maxoffsetspertrigger``); names are matched without regard to case, and every error names the
-option as documented, the value given and what is allowed (:class:`InvalidOptionError`).
+Names are the Kafka connector's. Kafka client settings (``bootstrap.servers``,
+``isolation.level``, the producer's settings) may be written with Kafka's ``kafka.`` prefix or
+without it, on both sides. Spark hands options over with lower-cased names and string values
+(``maxOffsetsPerTrigger`` arrives as ``maxoffsetspertrigger``); names are matched without
+regard to case, an unknown option is refused with the list of known ones, and every error names
+the option as written, the value given and what is allowed (:class:`InvalidOptionError`).
+
+The source's options:
 
 ==================================  =============================================  =================
 option                              values                                         default
@@ -38,6 +43,19 @@ kafkaConsumer.pollTimeoutMs         ms a broker read may make no progress, > 0  
 
 Precedence as in Kafka: startingTimestamp over startingOffsetsByTimestamp over
 startingOffsets (and the same for the ending options).
+
+The sink's options:
+
+=====================  ==========================================================  ==========
+option                 values                                                      default
+=====================  ==========================================================  ==========
+bootstrap.servers      host:port[,host:port]                                       required
+topic                  the topic of every row (overrides a ``topic`` column)       none
+sink.id                the sink's identity for exactly-once commits                query id
+<producer setting>     a Producer setting (linger.ms, batch.size,                  client's
+                       compression.type, max.block.ms, ...); also as
+                       ``kafka.<name>`` or ``producer.<name>``; acks only ``all``
+=====================  ==========================================================  ==========
 """
 
 from __future__ import annotations
@@ -45,7 +63,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from datasource.errors import InvalidOptionError
@@ -62,17 +80,20 @@ from datasource.offsets import (
     parse_partition_map,
 )
 from logstore.errors import ConfigError
-from replication.client.config import parse_bootstrap
+from replication.client.config import ProducerConfig, load, parse_bootstrap
 from replication.client.types import TopicPartition
 
 __all__ = [
     "Assign",
     "ReadMode",
+    "SinkOptions",
     "SourceOptions",
     "Subscribe",
     "SubscribePattern",
     "Subscription",
+    "check_source_options",
     "parse_duration_ms",
+    "parse_sink_options",
     "parse_source_options",
 ]
 
@@ -105,10 +126,13 @@ KNOWN_OPTIONS: Final = (
     "fetchOffset.retryIntervalMs",
     "kafkaConsumer.pollTimeoutMs",
 )
-_CANONICAL: Final = {name.lower(): name for name in KNOWN_OPTIONS}
 STORAGE_PREFIX: Final = "storage."
-#: Options Spark itself may add to a read; they mean nothing to the source.
-_SPARK_OPTIONS: Final = frozenset({"path"})
+#: Kafka's prefix of the settings it hands to its clients (``kafka.bootstrap.servers``).
+KAFKA_PREFIX: Final = "kafka."
+#: The source's options that are Kafka client settings: also accepted with ``kafka.``.
+SOURCE_CLIENT_OPTIONS: Final = frozenset({"bootstrap.servers", "isolation.level"})
+#: Options Spark itself may add to a read or a write; they mean nothing to replog.
+_SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
 _DURATION_UNITS: Final = {
     "us": 0.001,
@@ -203,32 +227,59 @@ def parse_duration_ms(option: str, text: str) -> int:
 
 
 class _Options:
-    """The raw options by documented name, consumed as they are parsed."""
+    """The raw options by documented name, consumed as they are parsed.
 
-    def __init__(self, raw: Mapping[str, str]) -> None:
+    ``known`` are the documented names; those in ``client`` may also carry Kafka's ``kafka.``
+    prefix. ``prefixes`` maps a prefix (``storage.``) to the dict that collects the options
+    under it by their name after the prefix. Anything else is refused with the known names.
+    """
+
+    def __init__(
+        self,
+        raw: Mapping[str, str],
+        known: tuple[str, ...],
+        *,
+        client: frozenset[str] = frozenset(),
+        prefixes: tuple[str, ...] = (),
+        described: str = "",
+    ) -> None:
+        canonical = {name.lower(): name for name in known}
         self.values: dict[str, str] = {}
-        self.storage: dict[str, Any] = {}
+        #: the name each option was given under (``kafka.bootstrap.servers``), for errors
+        self.given: dict[str, str] = {}
+        self.prefixed: dict[str, dict[str, str]] = {prefix: {} for prefix in prefixes}
         unknown: list[str] = []
         for key, value in raw.items():
             lower = key.lower()
-            if lower.startswith(STORAGE_PREFIX) and len(lower) > len(STORAGE_PREFIX):
-                self.storage[key[len(STORAGE_PREFIX) :]] = _storage_value(value)
-            elif lower in _CANONICAL:
-                self.values[_CANONICAL[lower]] = str(value)
-            elif lower.startswith("kafka.") and lower[len("kafka.") :] in _CANONICAL:
-                name = _CANONICAL[lower[len("kafka.") :]]
-                raise InvalidOptionError(
-                    key, value, name, "replog's options drop the kafka. prefix"
-                )
+            bare = lower[len(KAFKA_PREFIX) :] if lower.startswith(KAFKA_PREFIX) else None
+            prefix = next(
+                (x for x in prefixes if lower.startswith(x) and len(lower) > len(x)), None
+            )
+            if lower in canonical or (bare in canonical and canonical[bare] in client):
+                name = canonical[lower if lower in canonical else bare]  # type: ignore[index]
+                if name in self.values:
+                    raise InvalidOptionError(
+                        key, str(value), f"{name} once", f"{self.given[name]} is given as well"
+                    )
+                self.values[name] = str(value)
+                self.given[name] = key
+            elif prefix is not None:
+                self.prefixed[prefix][key[len(prefix) :]] = str(value)
             elif lower not in _SPARK_OPTIONS:
                 unknown.append(key)
         if unknown:
+            prefixed = "".join(f", {x}<name>" for x in prefixes)
             raise InvalidOptionError(
                 unknown[0],
                 str(raw[unknown[0]]),
-                "one of " + ", ".join(KNOWN_OPTIONS) + ", or storage.<fsspec option>",
+                "one of " + ", ".join(known) + prefixed + described,
                 "unknown option",
             )
+
+    def label(self, name: str) -> str:
+        """The option's name as the user wrote it (with kafka. if given so)."""
+        given = self.given.get(name)
+        return name if given is None or not given.lower().startswith(KAFKA_PREFIX) else given
 
     def get(self, name: str) -> str | None:
         return self.values.get(name)
@@ -239,7 +290,7 @@ class _Options:
             return default
         text = value.strip().lower()
         if text not in allowed:
-            raise InvalidOptionError(name, value, " or ".join(allowed))
+            raise InvalidOptionError(self.label(name), value, " or ".join(allowed))
         return text
 
     def boolean(self, name: str, default: bool) -> bool:
@@ -254,7 +305,7 @@ class _Options:
         except ValueError:
             number = None
         if number is None or number < minimum:
-            raise InvalidOptionError(name, value, f"an integer >= {minimum}")
+            raise InvalidOptionError(self.label(name), value, f"an integer >= {minimum}")
         return number
 
     def json(self, name: str, example: str) -> Any:
@@ -262,7 +313,9 @@ class _Options:
         try:
             return json.loads(value)
         except ValueError as err:
-            raise InvalidOptionError(name, value, f"JSON like {example}", str(err)) from None
+            raise InvalidOptionError(
+                self.label(name), value, f"JSON like {example}", str(err)
+            ) from None
 
 
 def _storage_value(value: Any) -> Any:
@@ -392,9 +445,7 @@ def _offsets_spec(
     raise InvalidOptionError(offsets_name, value, allowed)
 
 
-def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    """Parse a read's options (as Spark hands them over); InvalidOptionError names a bad one."""
-    opts = _Options(raw)
+def _bootstrap_servers(opts: _Options) -> str:
     servers = opts.get("bootstrap.servers")
     if servers is None:
         raise InvalidOptionError("bootstrap.servers", None, "host:port[,host:port] of brokers")
@@ -402,8 +453,21 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         parse_bootstrap(servers)
     except ConfigError as err:
         raise InvalidOptionError(
-            "bootstrap.servers", servers, "host:port[,host:port] of brokers", str(err)
+            opts.label("bootstrap.servers"), servers, "host:port[,host:port] of brokers", str(err)
         ) from None
+    return servers
+
+
+def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Parse a read's options (as Spark hands them over); InvalidOptionError names a bad one."""
+    opts = _Options(
+        raw,
+        KNOWN_OPTIONS,
+        client=SOURCE_CLIENT_OPTIONS,
+        prefixes=(STORAGE_PREFIX,),
+        described=" (fsspec options); bootstrap.servers and isolation.level also as kafka.<name>",
+    )
+    servers = _bootstrap_servers(opts)
     subscription = _subscription(opts)
     strategy = opts.choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
     starting = _offsets_spec(
@@ -461,8 +525,101 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         include_headers=opts.boolean("includeHeaders", False),
         isolation_level=isolation,  # type: ignore[arg-type]
         read_mode=mode,  # type: ignore[arg-type]
-        storage_options=tuple(sorted(opts.storage.items())),
+        storage_options=tuple(
+            sorted((k, _storage_value(v)) for k, v in opts.prefixed[STORAGE_PREFIX].items())
+        ),
         fetch_offset_num_retries=3 if retries is None else retries,
         fetch_offset_retry_interval_ms=10 if interval is None else interval,
         poll_timeout_ms=120_000 if poll is None else poll,
+    )
+
+
+def check_source_options(raw: Mapping[str, str]) -> None:
+    """Refuse options that fit neither a batch nor a streaming read (for ``load()``).
+
+    Spark calls the data source's ``schema()`` at ``load()``, before it is known whether the
+    DataFrame will be read as a batch or a stream; an option that only one of the two refuses
+    (``endingOffsets`` on a stream, ``startingOffsets=latest`` on a batch) is refused when the
+    reader is made (at the first action, or when the query starts).
+    """
+    try:
+        parse_source_options(raw, streaming=True)
+    except InvalidOptionError:
+        parse_source_options(raw, streaming=False)
+
+
+# --- the sink ------------------------------------------------------------------------------------
+
+#: Producer settings the sink decides itself: exactly-once writes need them as they are.
+_SINK_OWNED: Final = frozenset({"transactional.id", "enable.idempotence", "bootstrap.servers"})
+#: The Producer's settings a sink may be given (``linger.ms``, ``batch.size``, ...).
+PRODUCER_OPTIONS: Final = tuple(
+    sorted(
+        f.metadata["key"]
+        for f in fields(ProducerConfig)
+        if "key" in f.metadata and f.metadata["key"] not in _SINK_OWNED
+    )
+)
+SINK_OPTIONS: Final = ("bootstrap.servers", "topic", "sink.id", *PRODUCER_OPTIONS)
+#: Kept from replog's first sink: ``producer.<name>`` is ``<name>``.
+PRODUCER_PREFIX: Final = "producer."
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Every option of a write, parsed and checked (see the module's table)."""
+
+    bootstrap_servers: str
+    #: the topic of every row; overrides a ``topic`` column, as in Kafka's sink
+    topic: str | None = None
+    #: the sink's identity for exactly-once commits (default: the streaming query's id)
+    sink_id: str | None = None
+    #: Producer settings by Kafka name (acks is always all)
+    producer: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
+    """Parse a write's options (as Spark hands them over); InvalidOptionError names a bad one."""
+    opts = _Options(
+        raw,
+        SINK_OPTIONS,
+        client=frozenset({"bootstrap.servers", *PRODUCER_OPTIONS}),
+        prefixes=(PRODUCER_PREFIX,),
+        described=" (producer settings also as kafka.<name>)",
+    )
+    servers = _bootstrap_servers(opts)
+    producer = {name: opts.values[name] for name in PRODUCER_OPTIONS if name in opts.values}
+    for key, value in opts.prefixed[PRODUCER_PREFIX].items():
+        name = key.lower()
+        if name not in PRODUCER_OPTIONS:
+            raise InvalidOptionError(
+                PRODUCER_PREFIX + key,
+                value,
+                "producer.<one of " + ", ".join(PRODUCER_OPTIONS) + ">",
+                "unknown producer setting",
+            )
+        if name in producer:
+            raise InvalidOptionError(
+                PRODUCER_PREFIX + key, value, f"{name} once", f"{name} is given as well"
+            )
+        producer[name] = value
+    acks = producer.get("acks")
+    if acks is not None and acks.strip().lower() not in ("all", "-1"):
+        raise InvalidOptionError(
+            opts.label("acks"), acks, "all", "the exactly-once sink always writes with acks=all"
+        )
+    for name, value in producer.items():
+        try:
+            load(ProducerConfig, {name: value, "bootstrap.servers": servers}, {})
+        except ConfigError as err:
+            given = opts.label(name) if name in opts.values else PRODUCER_PREFIX + name
+            raise InvalidOptionError(given, value, "a valid producer setting", str(err)) from None
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise InvalidOptionError("topic", topic, "a topic name")
+    return SinkOptions(
+        bootstrap_servers=servers,
+        topic=topic,
+        sink_id=opts.get("sink.id") or None,
+        producer=producer,
     )

@@ -20,7 +20,18 @@ uncommitted batch is ever visible to read_committed readers.
 * ``commit()`` runs in a fresh Python worker with a re-created writer: it relies only on the
   commit messages (which carry the sink id and the transactions) and the options.
 * Batch writes (``df.write``) are one "batch 0" of a sink id made for that write: all rows or
-  none. ``mode("overwrite")`` is refused: a log is append-only.
+  none. ``mode("overwrite")`` is refused: a log is append-only. Spark itself refuses the
+  default save mode (ErrorIfExists) for every Python data source, so ``.mode("append")`` is
+  needed (Spark's Kafka sink takes the default too).
+* Output modes, as Spark's Kafka sink: append, and complete (every micro-batch writes its whole
+  result table, once, in that batch's transactions). Spark refuses update for Python data
+  sources ("does not support Update mode"): it has no hook for a Python writer to take it.
+* Columns (:func:`check_schema`): as Spark's Kafka sink, plus ``timestamp`` (the record's
+  timestamp; null or absent: the time of the write). Option ``topic`` overrides a ``topic``
+  column, as in Kafka's sink.
+* A topic that does not exist fails the write in seconds, naming it (Kafka's producer would
+  wait max.block.ms, a minute, per task attempt): option ``topic`` is checked when the writer
+  is made on the driver, a ``topic`` column's topics when a task first meets them.
 """
 
 from __future__ import annotations
@@ -29,12 +40,13 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datasource.options import SinkOptions, parse_sink_options
 from logstore.errors import ConfigError, ReplogError
 
 if TYPE_CHECKING:
@@ -55,7 +67,8 @@ except ImportError as err:  # pragma: no cover - pyspark is a dependency of this
 
 
 class SinkError(ReplogError, ValueError):
-    """A write to replog cannot be done as asked (bad columns, options or save mode)."""
+    """A write to replog cannot be done as asked (bad columns or save mode; a bad option is an
+    :class:`~datasource.errors.InvalidOptionError`)."""
 
 
 #: A task hands the producer its whole partition at once, so bigger batches than the client's
@@ -64,46 +77,10 @@ class SinkError(ReplogError, ValueError):
 #: fewer, larger batches (measured: 2 tasks x 500k rows, RF=3, ~430k -> ~600k rows/s).
 BULK_PRODUCER_DEFAULTS = {"batch.size": str(4 * 1024 * 1024), "linger.ms": "20"}
 
-
-@dataclass(frozen=True)
-class SinkOptions:
-    """The sink's options, parsed once (Spark hands them over lower-cased, as strings)."""
-
-    bootstrap_servers: str
-    topic: str | None = None
-    sink_id: str | None = None
-    producer: Mapping[str, str] = field(default_factory=dict)
-
-    #: producer settings passed through (acks is always all: exactly-once needs it)
-    PRODUCER_KEYS = (
-        "linger.ms",
-        "batch.size",
-        "compression.type",
-        "max.request.size",
-        "request.timeout.ms",
-        "delivery.timeout.ms",
-        "transaction.timeout.ms",
-        "client.id",
-    )
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        opts = {k.lower(): v for k, v in options.items()}
-        servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
-        if not servers:
-            raise SinkError(
-                "option bootstrap.servers is required: .option('bootstrap.servers', 'HOST:PORT')"
-            )
-        if "acks" in opts and opts["acks"] not in ("all", "-1"):
-            raise SinkError(
-                f"option acks={opts['acks']!r} is not allowed: the exactly-once sink always "
-                "writes with acks=all"
-            )
-        producer = {k: opts[k] for k in cls.PRODUCER_KEYS if k in opts}
-        producer.update(
-            {k[len("producer.") :]: v for k, v in opts.items() if k.startswith("producer.")}
-        )
-        return cls(servers, opts.get("topic") or None, opts.get("sink.id") or None, producer)
+#: How long a write waits for a topic it does not find to appear (a topic created a moment
+#: ago reaches every broker's metadata well within it) before it fails naming the topic;
+#: option max.block.ms, if given, instead.
+TOPIC_WAIT_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -120,13 +97,15 @@ class ReplogCommitMessage(WriterCommitMessage):
 
 
 def check_schema(schema: StructType, options: SinkOptions) -> None:
-    """Columns as Spark's Kafka sink: value (required), key, topic, partition, headers."""
+    """Columns as Spark's Kafka sink: value (required), key, topic, partition, headers; and
+    timestamp (the record's timestamp)."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
         IntegerType,
         StringType,
         StructType,
+        TimestampType,
     )
 
     fields = {f.name.lower(): f.dataType for f in schema.fields}
@@ -150,6 +129,11 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
         raise SinkError(
             f"column 'partition' has type {fields['partition'].simpleString()}; it must be int"
         )
+    if "timestamp" in fields and not isinstance(fields["timestamp"], TimestampType):
+        raise SinkError(
+            f"column 'timestamp' has type {fields['timestamp'].simpleString()}; it must be "
+            "timestamp, e.g. CAST(x AS TIMESTAMP) or timestamp_millis(ms)"
+        )
     if "headers" in fields:
         headers = fields["headers"]
         ok = (
@@ -171,22 +155,95 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
 def _tables_by_topic(
     batch: pa.RecordBatch, default_topic: str | None
 ) -> Iterator[tuple[str, pa.Table]]:
+    """The batch's rows by topic: all to option ``topic`` if it is set (it overrides a
+    ``topic`` column, as in Kafka's sink), else by the ``topic`` column."""
     table = pa.Table.from_batches([batch])
     names = {n.lower(): n for n in table.column_names}
     columns = {
-        k: table.column(names[k]) for k in ("value", "key", "partition", "headers") if k in names
+        k: table.column(names[k])
+        for k in ("value", "key", "timestamp", "partition", "headers")
+        if k in names
     }
     data = pa.table(columns)
-    if default_topic is not None and "topic" not in names:
+    if default_topic is not None:
         yield default_topic, data
         return
     topics = table.column(names["topic"])
-    if default_topic is not None:
-        topics = pc.fill_null(topics, default_topic)
     if topics.null_count:
         raise SinkError("a row has a null 'topic' and option topic is not set")
     for topic in pc.unique(topics).to_pylist():
         yield topic, data.filter(pc.equal(topics, topic))
+
+
+class TopicCheck:
+    """Fails in seconds, naming the topic, when a topic to write to does not exist.
+
+    A producer told of an unknown topic waits max.block.ms (a minute) for it to appear, so a
+    misspelt topic would fail each task attempt only after a minute. This asks with a producer
+    of its own (so a broker with auto.create.topics.enable still creates the topic, as on a
+    first produce) that waits :data:`TOPIC_WAIT_MS`.
+    """
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.known: set[str] = set()
+        self._producer: Any = None
+
+    def check(self, topic: str) -> None:
+        """Return once ``topic`` exists; UnknownTopicOrPartitionError naming it if it does not.
+
+        Only a topic found missing fails: when the brokers cannot be asked right now (a
+        failover), the check passes with a warning and the producer waits and retries as it
+        always does, so the check fails nothing that worked without it.
+        """
+        from replication.errors import UnknownTopicOrPartitionError
+
+        if topic in self.known:
+            return
+        try:
+            self._check(topic)
+        except UnknownTopicOrPartitionError:
+            raise
+        except ReplogError as err:
+            log.warning("could not check that topic %r exists: %s", topic, err)
+        self.known.add(topic)
+
+    def _check(self, topic: str) -> None:
+        if self._producer is None:
+            from replication.client import Producer
+
+            wait = self.options.producer.get("max.block.ms", str(TOPIC_WAIT_MS))
+            self._producer = Producer(
+                {
+                    "bootstrap.servers": self.options.bootstrap_servers,
+                    "max.block.ms": wait,
+                    "enable.idempotence": "false",
+                }
+            )
+        self._producer.partitions_for(topic)
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()
+
+    def __enter__(self) -> TopicCheck:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_topic_option(options: SinkOptions) -> None:
+    """On the driver, when the writer is made: option ``topic`` must exist.
+
+    Spark makes the writer again for every micro-batch and for every commit (see
+    :meth:`TopicCheck.check` for what fails it).
+    """
+    if options.topic is None:
+        return
+    with TopicCheck(options) as topics:
+        topics.check(options.topic)
 
 
 # --- the task side ---------------------------------------------------------------------------
@@ -215,11 +272,15 @@ def write_transaction(
         }
     )
     rows = 0
+    # option topic was checked on the driver; a topic column's topics are checked here
+    topics = TopicCheck(options)
     try:
         producer.init_transactions()  # fences an earlier attempt of this task
         producer.begin_transaction()
         for batch in batches:
             for topic, table in _tables_by_topic(batch, options.topic):
+                if options.topic is None:
+                    topics.check(topic)
                 producer.send_arrow(topic, table)
                 rows += table.num_rows
         producer.flush()
@@ -229,8 +290,10 @@ def write_transaction(
             producer.abort_transaction()
         finally:
             producer.close()
+            topics.close()
         raise
     producer.close()  # leaves the transaction open: the driver commits or aborts it
+    topics.close()
     return ReplogCommitMessage(sink_id, batch_id, handle, rows)
 
 
@@ -254,13 +317,11 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):
     """Exactly-once micro-batches (see the module docstring)."""
 
     def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
-        if overwrite:
-            raise SinkError(
-                "replog is append-only: outputMode complete/overwrite cannot replace a log; "
-                "use outputMode('append') or 'update'"
-            )
-        self.options = SinkOptions.parse(options)
+        # overwrite is outputMode("complete"): as Kafka's sink, each micro-batch writes its
+        # whole result table (exactly once, like any batch); a log cannot be truncated
+        self.options = parse_sink_options(options)
         check_schema(schema, self.options)
+        check_topic_option(self.options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
         context = _task_context()
@@ -317,10 +378,13 @@ class ReplogBatchWriter(DataSourceArrowWriter):
     def __init__(self, schema: StructType, options: Mapping[str, str], overwrite: bool) -> None:
         if overwrite:
             raise SinkError(
-                "replog is append-only: mode('overwrite') cannot replace a log; use mode('append')"
+                "replog is append-only: mode('overwrite') cannot replace a log; use "
+                "mode('append') (Spark refuses the default mode, errorifexists, for Python data "
+                "sources)"
             )
-        self.options = SinkOptions.parse(options)
+        self.options = parse_sink_options(options)
         check_schema(schema, self.options)
+        check_topic_option(self.options)
         # made on the driver and shipped to every task: one id for this whole write
         self.write_id = self.options.sink_id or f"write-{uuid.uuid4().hex}"
 
@@ -360,5 +424,6 @@ __all__ = [
     "ReplogStreamWriter",
     "SinkError",
     "SinkOptions",
+    "TopicCheck",
     "check_schema",
 ]

@@ -16,8 +16,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from datasource.batch import ReplogBatchReader
-from datasource.errors import InvalidOptionError
-from datasource.options import parse_source_options
+from datasource.options import check_source_options, parse_source_options
 from datasource.schema import spark_schema
 from datasource.stream import ReplogStreamReader
 
@@ -27,8 +26,9 @@ __all__ = ["ReplogDataSource"]
 class ReplogDataSource(DataSource):
     """Spark's ``format("replog")``: read replog topics as Spark's Kafka source reads Kafka.
 
-    Options are the Kafka source's without the ``kafka.`` prefix (see
-    :mod:`datasource.options`); the schema is the Kafka source's (see :mod:`datasource.schema`).
+    Options are the Kafka source's (``bootstrap.servers`` and ``isolation.level`` with or
+    without Kafka's ``kafka.`` prefix; see :mod:`datasource.options`); the schema is the Kafka
+    source's (see :mod:`datasource.schema`).
     Executors read segment objects straight from the replicas' storage, or through the
     brokers when they cannot reach it (``read.mode``).
 
@@ -54,9 +54,11 @@ class ReplogDataSource(DataSource):
         return "replog"
 
     def schema(self) -> StructType:
+        # Spark calls this on the driver at load(), for reads only: every option is checked
+        # here, so a bad one fails load() as with Spark's Kafka source (those only a batch or
+        # only a stream refuses fail when the reader is made: see check_source_options)
+        check_source_options(self.options)
         value = self.options.get("includeheaders", "false")
-        if str(value).strip().lower() not in ("true", "false"):
-            raise InvalidOptionError("includeHeaders", str(value), "true or false")
         return spark_schema(str(value).strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:

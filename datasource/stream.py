@@ -19,10 +19,19 @@ Admission control, as Spark's Kafka source:
 
 latestOffset never passes the high watermark (the LSO with read_committed). New partitions and,
 with subscribePattern, new topics join at the next micro-batch, from their earliest offset.
+
+Lag: Spark's Kafka source reports minOffsetsBehindLatest, maxOffsetsBehindLatest and
+avgOffsetsBehindLatest in its progress's ``metrics``. Spark asks a source for those through the
+JVM interface ReportsSourceMetrics, which Spark's Python stream readers
+(PythonMicroBatchStream, pyspark 4.2) do not implement and for which the Python API has no
+hook, so a Python source's ``metrics`` stay empty. reportLatestOffset does reach the progress
+(``latestOffset`` beside ``endOffset``), and :func:`offsets_behind_latest` computes Kafka's three
+numbers from them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -45,7 +54,7 @@ from datasource.planner import Planner
 from datasource.reader import read_partition
 from replication.client import TopicPartition
 
-__all__ = ["ReplogStreamReader"]
+__all__ = ["ReplogStreamReader", "offsets_behind_latest"]
 
 log = logging.getLogger(__name__)
 
@@ -193,3 +202,40 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planner, self._planner = self._planner, None
         if planner is not None:
             planner.close()
+
+
+def offsets_behind_latest(source: Any) -> dict[str, str]:
+    """Kafka's lag metrics of one micro-batch, from the query progress's source entry.
+
+    ``source`` is ``query.lastProgress["sources"][i]`` (or the progress event's source, in a
+    StreamingQueryListener); the answer is what Spark's Kafka source puts in its ``metrics``::
+
+        {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "120",
+         "avgOffsetsBehindLatest": "40.0"}
+
+    per partition, the latest offset the source saw minus the batch's end offset (a partition
+    the batch did not reach counts from 0, as in Kafka). Empty when the progress has no latest
+    offset (a batch planned before the source first saw the topic).
+
+    Examples
+    --------
+    >>> lag = offsets_behind_latest(query.lastProgress["sources"][0])  # doctest: +SKIP
+    """
+
+    def offsets(name: str) -> dict[TopicPartition, int]:
+        value = source[name]
+        if value is None:
+            return {}
+        return SourceOffset.from_json(
+            json.loads(value) if isinstance(value, str) else value
+        ).offsets
+
+    latest, end = offsets("latestOffset"), offsets("endOffset")
+    behind = [offset - end.get(tp, 0) for tp, offset in latest.items()]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": str(min(behind)),
+        "maxOffsetsBehindLatest": str(max(behind)),
+        "avgOffsetsBehindLatest": str(sum(behind) / len(behind)),
+    }

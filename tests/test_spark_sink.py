@@ -11,7 +11,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from datasource.options import parse_sink_options
+from datasource.sink import TOPIC_WAIT_MS, ReplogBatchWriter, write_transaction
+from replication.client import (
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    NewTopic,
+    Producer,
+    TopicPartition,
+)
+from replication.errors import UnknownTopicOrPartitionError
 from tests.cluster import BrokerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -35,21 +45,25 @@ def produce_ids(bootstrap: str, topic: str, ids: range) -> None:
             future.result()
 
 
-def committed_values(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
+def committed_records(bootstrap: str, topic: str, partitions: int = 2) -> list[ConsumerRecord]:
     consumer = Consumer(
         bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
     )
-    out: list[bytes] = []
+    out: list[ConsumerRecord] = []
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         ends = consumer.end_offsets(tps)
         while any(consumer.position(tp) < ends[tp] for tp in tps):
-            out.extend(r.value or b"" for r in consumer.poll(timeout_ms=1000))
+            out.extend(consumer.poll(timeout_ms=1000))
     finally:
         consumer.close()
     return out
+
+
+def committed_values(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
+    return [r.value or b"" for r in committed_records(bootstrap, topic, partitions)]
 
 
 def pipeline(spark: Any, bootstrap: str, source: str, sink: str, checkpoint: Path) -> Any:
@@ -122,7 +136,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(
     assert doubled_ids(committed_values(broker.bootstrap, sink)) == Counter(range(1000))
 
 
-def test_batch_write_is_atomic_and_overwrite_is_refused(spark: Any, broker: BrokerProcess) -> None:
+def test_batch_write_is_atomic_and_needs_mode_append(spark: Any, broker: BrokerProcess) -> None:
     sink = topic_name("batch")
     create(broker.bootstrap, sink)
     rows = spark.range(0, 500, 1, 4).selectExpr(
@@ -133,10 +147,22 @@ def test_batch_write_is_atomic_and_overwrite_is_refused(spark: Any, broker: Brok
     ).mode("append").save()
     values = committed_values(broker.bootstrap, sink)
     assert sorted(int(v) for v in values) == [i * 3 for i in range(500)]
-    with pytest.raises(Exception, match="append-only"):
-        rows.write.format("replog").option("bootstrap.servers", broker.bootstrap).option(
-            "topic", sink
-        ).mode("overwrite").save()
+
+    def writer() -> Any:
+        return rows.write.format("replog").option("bootstrap.servers", broker.bootstrap)
+
+    with pytest.raises(Exception, match="append-only") as overwrite:
+        writer().option("topic", sink).mode("overwrite").save()
+    assert "mode('append')" in str(overwrite.value)
+    assert "update" not in str(overwrite.value)
+    # Spark itself refuses its default mode (errorifexists) for any Python data source, before
+    # replog is asked; its message names Append, which is what replog takes
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE") as default:
+        writer().option("topic", sink).save()
+    assert "Append" in str(default.value)
+    assert sorted(int(v) for v in committed_values(broker.bootstrap, sink)) == [
+        i * 3 for i in range(500)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -163,3 +189,156 @@ def test_unknown_topic_is_a_named_error(spark: Any, broker: BrokerProcess) -> No
         df.write.format("replog").option("bootstrap.servers", broker.bootstrap).option(
             "topic", "does-not-exist"
         ).mode("append").save()
+
+
+def test_unknown_sink_option_is_refused_with_the_known_ones(
+    spark: Any, broker: BrokerProcess
+) -> None:
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+    with pytest.raises(Exception, match="option lingerms='5' is not valid: unknown option") as e:
+        df.write.format("replog").option("bootstrap.servers", broker.bootstrap).option(
+            "topic", "whatever"
+        ).option("lingerms", "5").mode("append").save()
+    assert "linger.ms" in str(e.value)
+
+
+def test_topic_option_overrides_the_topic_column(spark: Any, broker: BrokerProcess) -> None:
+    sink, other = topic_name("sink"), topic_name("other")
+    create(broker.bootstrap, sink, other)
+    rows = spark.range(0, 50, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS value", f"'{other}' AS topic", "CAST(NULL AS STRING) AS key"
+    )
+    # kafka.bootstrap.servers, as Kafka's sink is configured
+    rows.write.format("replog").option("kafka.bootstrap.servers", broker.bootstrap).option(
+        "topic", sink
+    ).mode("append").save()
+    assert sorted(int(v) for v in committed_values(broker.bootstrap, sink)) == list(range(50))
+    assert committed_values(broker.bootstrap, other) == []
+
+
+def test_timestamp_column_sets_the_record_timestamp(spark: Any, broker: BrokerProcess) -> None:
+    sink = topic_name("ts")
+    create(broker.bootstrap, sink)
+    t0 = 1_700_000_000_000
+    rows = spark.range(0, 20, 1, 2).selectExpr(
+        "CAST(id AS STRING) AS value",
+        f"timestamp_millis({t0} + id * 1000) AS timestamp",
+    )
+    rows.write.format("replog").option("bootstrap.servers", broker.bootstrap).option(
+        "topic", sink
+    ).mode("append").save()
+    records = committed_records(broker.bootstrap, sink)
+    assert {int(r.value or b""): (r.timestamp, r.timestamp_type) for r in records} == {
+        i: (t0 + i * 1000, 0) for i in range(20)
+    }
+    # the source's timestamp column reads them back the same
+    read = (
+        spark.read.format("replog")
+        .option("bootstrap.servers", broker.bootstrap)
+        .option("subscribe", sink)
+        .load()
+        .selectExpr("CAST(CAST(value AS STRING) AS INT) AS i", "unix_millis(timestamp) AS ms")
+        .collect()
+    )
+    assert {r["i"]: r["ms"] for r in read} == {i: t0 + i * 1000 for i in range(20)}
+    with pytest.raises(Exception, match="column 'timestamp' has type bigint"):
+        rows.selectExpr("value", "unix_millis(timestamp) AS timestamp").write.format(
+            "replog"
+        ).option("bootstrap.servers", broker.bootstrap).option("topic", sink).mode("append").save()
+
+
+def counts_by_key(spark: Any, bootstrap: str, source: str) -> Any:
+    """Records per id % 3 of the source, read 300 records per micro-batch."""
+    from pyspark.sql import functions as F
+
+    ids = (
+        spark.readStream.format("replog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "300")
+        .load()
+        .select(F.get_json_object(F.col("value").cast("string"), "$.id").cast("long").alias("id"))
+    )
+    counts = ids.groupBy((F.col("id") % 3).alias("k")).agg(F.count("*").alias("n"))
+    return counts.select(F.to_json(F.struct("k", "n")).alias("value"))
+
+
+def test_complete_mode_writes_every_micro_batch_result_once(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 2, 1)])
+    produce_ids(broker.bootstrap, source, range(900))
+    query = (
+        counts_by_key(spark, broker.bootstrap, source)
+        .writeStream.format("replog")
+        .outputMode("complete")
+        .option("bootstrap.servers", broker.bootstrap)
+        .option("topic", sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(240)
+    assert query.exception() is None
+    results = Counter(
+        (doc["k"], doc["n"]) for doc in map(json.loads, committed_values(broker.bootstrap, sink))
+    )
+    # batch b (300 ids of the one source partition) leaves 100 * (b + 1) per key: each batch's
+    # whole result table, written once
+    assert results == Counter({(k, 100 * (b + 1)): 1 for k in range(3) for b in range(3)})
+
+
+def test_update_mode_is_refused_by_spark(spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    create(broker.bootstrap, source, sink)
+    query = (
+        counts_by_key(spark, broker.bootstrap, source)
+        .writeStream.format("replog")
+        .outputMode("update")
+        .option("bootstrap.servers", broker.bootstrap)
+        .option("topic", sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        # Spark's own check: a Python data source's writer has no update mode
+        with pytest.raises(Exception, match="does not support Update mode"):
+            query.awaitTermination(240)
+    finally:
+        query.stop()
+
+
+def test_a_missing_topic_fails_when_the_writer_is_made(broker: BrokerProcess) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    schema = StructType([StructField("value", StringType())])
+    missing = topic_name("missing")
+    raw = {"bootstrap.servers": broker.bootstrap, "topic": missing}
+    # on the driver, before any task runs; within TOPIC_WAIT_MS, not the producer's minute
+    with pytest.raises(UnknownTopicOrPartitionError, match=missing) as caught:
+        ReplogBatchWriter(schema, raw, False)
+    assert f"after {TOPIC_WAIT_MS} ms" in str(caught.value)
+    present = topic_name("present")
+    create(broker.bootstrap, present)
+    ReplogBatchWriter(schema, {**raw, "topic": present}, False)
+
+
+def test_a_missing_topic_in_the_topic_column_fails_the_task_naming_it(
+    broker: BrokerProcess,
+) -> None:
+    present, missing = topic_name("present"), topic_name("missing")
+    create(broker.bootstrap, present)
+    options = parse_sink_options({"bootstrap.servers": broker.bootstrap})
+    batch = pa.record_batch(
+        {"value": pa.array([b"a", b"b"]), "topic": pa.array([present, missing])}
+    )
+    with pytest.raises(UnknownTopicOrPartitionError, match=missing) as caught:
+        write_transaction(options, f"sink-{uuid.uuid4().hex}", 0, 0, iter([batch]))
+    # within TOPIC_WAIT_MS, not the producer's max.block.ms (a minute per task attempt)
+    assert f"after {TOPIC_WAIT_MS} ms" in str(caught.value)
+    # the task's transaction was aborted: nothing of the row for the present topic shows
+    assert committed_values(broker.bootstrap, present) == []

@@ -46,7 +46,7 @@ from datasource.partitions import (
 from datasource.reader import read_partition
 from datasource.schema import arrow_schema, spark_schema
 from datasource.source import ReplogDataSource
-from datasource.stream import ReplogStreamReader
+from datasource.stream import ReplogStreamReader, offsets_behind_latest
 from logstore.batch import Record, build
 from logstore.reader import SegmentObject, SegmentReader
 from replication import protocol as p
@@ -248,7 +248,27 @@ BAD_OPTIONS = [
     ({"assign": '{"a": "0"}'}, True, "assign", "list of partitions"),
     ({"subscribepattern": "(unclosed"}, True, "subscribePattern", "regular expression"),
     ({"subscribe": "a", "kafka.group.id": "g"}, True, "kafka.group.id", "unknown option"),
-    ({"subscribe": "a", "kafka.isolation.level": "x"}, True, "kafka.isolation.level", "prefix"),
+    # Kafka's kafka. prefix: client settings take it (and errors name them as written) ...
+    (
+        {"subscribe": "a", "kafka.isolation.level": "x"},
+        True,
+        "kafka.isolation.level",
+        "read_committed or read_uncommitted",
+    ),
+    # ... once
+    (
+        {"subscribe": "a", "kafka.bootstrap.servers": "h:2"},
+        True,
+        "kafka.bootstrap.servers",
+        "bootstrap.servers is given as well",
+    ),
+    # ... source options do not (nor do they in Kafka's source)
+    (
+        {"subscribe": "a", "kafka.startingoffsets": "earliest"},
+        True,
+        "kafka.startingoffsets",
+        "one of",
+    ),
 ]
 
 
@@ -399,9 +419,47 @@ def test_arrow_schema_is_exactly_what_spark_expects() -> None:
         expected = to_arrow_schema(spark_schema(headers), timezone="UTC")
         assert arrow_schema(headers).equals(expected)
     assert ReplogDataSource.name() == "replog"
-    assert ReplogDataSource({"includeheaders": "true"}).schema() == spark_schema(True)
+    given = {"bootstrap.servers": "h:1", "subscribe": "a"}
+    assert ReplogDataSource({**given, "includeheaders": "true"}).schema() == spark_schema(True)
     with pytest.raises(InvalidOptionError, match="includeHeaders"):
-        ReplogDataSource({"includeheaders": "yes please"}).schema()
+        ReplogDataSource({**given, "includeheaders": "yes please"}).schema()
+
+
+@pytest.mark.unit
+def test_kafka_prefix_names_the_same_client_settings_on_the_source() -> None:
+    # As Spark's Kafka source is configured: kafka.bootstrap.servers, kafka.isolation.level.
+    opts = parse_source_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:9092",
+            "subscribe": "a",
+            "kafka.isolation.level": "read_uncommitted",
+        },
+        streaming=True,
+    )
+    assert opts.bootstrap_servers == "127.0.0.1:9092"
+    assert not opts.read_committed
+    with pytest.raises(InvalidOptionError, match=r"option kafka\.bootstrap\.servers='nohost'"):
+        parse_source_options(
+            {"kafka.bootstrap.servers": "nohost", "subscribe": "a"}, streaming=True
+        )
+
+
+@pytest.mark.unit
+def test_schema_at_load_checks_every_option_either_kind_of_read_accepts() -> None:
+    # Spark calls schema() at load(), before it knows whether a batch or a stream reads.
+    base = {"bootstrap.servers": "h:1", "subscribe": "a"}
+    for bad, option in [
+        ({"maxoffsetspertrigger": "lots"}, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "assign"),
+        ({"kafka.group.id": "g"}, "kafka.group.id"),
+        ({"endingoffsets": '{"a": {"0": -2}}'}, "endingOffsets"),
+    ]:
+        with pytest.raises(InvalidOptionError) as caught:
+            ReplogDataSource({**base, **bad}).schema()
+        assert caught.value.option == option
+    # valid for one kind of read: the reader refuses it when made
+    ReplogDataSource({**base, "endingoffsets": "latest"}).schema()
+    ReplogDataSource({**base, "startingoffsets": "latest"}).schema()
 
 
 # --- batch reads ------------------------------------------------------------------------------
@@ -470,12 +528,31 @@ def test_batch_read_of_a_million_rows_and_offset_and_time_ranges(
 
 @pytest.mark.spark
 @pytest.mark.cluster
-def test_bad_option_surfaces_through_spark_with_its_name(spark: Any, broker: BrokerProcess) -> None:
+def test_bad_option_fails_load_with_its_name(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
     topic = topic_name()
     create_topic(broker.bootstrap, topic, 1)
-    df = batch_df(spark, options(broker.bootstrap, topic, startingOffsets="newest"))
+    # at load(), as Spark's Kafka source: batch and streaming reads alike
     with pytest.raises(Exception, match="option startingOffsets='newest' is not valid"):
-        df.count()
+        batch_df(spark, options(broker.bootstrap, topic, startingOffsets="newest"))
+    with pytest.raises(Exception, match="option maxOffsetsPerTrigger='lots' is not valid"):
+        stream_df(spark, options(broker.bootstrap, topic, maxOffsetsPerTrigger="lots"))
+    # an option only a stream refuses: load() cannot know, so the query fails when it starts
+    ending = stream_df(spark, options(broker.bootstrap, topic, endingOffsets="latest"))
+    query = (
+        ending.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="option endingOffsets='latest' is not valid"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    # kafka.bootstrap.servers, as Kafka's source is configured
+    prefixed = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic}
+    assert batch_df(spark, prefixed).count() == 0
     # spark.dataSource.register works too (format("replog") resolves without it).
     spark.dataSource.register(ReplogDataSource)
     assert batch_df(spark, options(broker.bootstrap, topic)).count() == 0
@@ -686,6 +763,18 @@ def test_max_offsets_per_trigger_bounds_every_batch(
     # reportLatestOffset: the progress shows how far the topic goes (the backlog).
     latest = data_batches(query)[0]["sources"][0]["latestOffset"]
     assert latest == f'{{"{topic}": {{"0": 5000, "1": 2000, "2": 2000}}}}'
+    # Kafka's lag metrics, from latestOffset and endOffset (a Python source cannot put them in
+    # the progress's metrics: see datasource.stream)
+    lags = [offsets_behind_latest(p["sources"][0]) for p in data_batches(query)]
+    first, last = lags[0], lags[-1]
+    assert float(first["avgOffsetsBehindLatest"]) * 3 == n - 1000
+    assert int(first["minOffsetsBehindLatest"]) <= int(first["maxOffsetsBehindLatest"])
+    assert int(first["maxOffsetsBehindLatest"]) > 0
+    assert last == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
 
 
 @pytest.mark.spark
