@@ -187,6 +187,57 @@ class BrokerConfig:
             minimum=1,
         ),
     )
+    offsets_topic_num_partitions: int = field(
+        default=10,
+        metadata=k(
+            "offsets.topic.num.partitions",
+            "partitions of __consumer_offsets (fixed once the topic exists); Kafka's default is "
+            "50, replog's 10: every partition is a log of objects on storage",
+            minimum=1,
+        ),
+    )
+    offsets_topic_replication_factor: int = field(
+        default=3,
+        metadata=k(
+            "offsets.topic.replication.factor",
+            "replication factor of __consumer_offsets (at most the live brokers when created)",
+            minimum=1,
+        ),
+    )
+    offsets_retention_minutes: int = field(
+        default=10_080,
+        metadata=k(
+            "offsets.retention.minutes",
+            "an empty group's committed offsets are deleted after this long",
+            minimum=1,
+        ),
+    )
+    group_initial_rebalance_delay_ms: int = field(
+        default=3_000,
+        metadata=k(
+            "group.initial.rebalance.delay.ms",
+            "how long a new group waits for more members before its first assignment",
+            minimum=0,
+        ),
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6_000,
+        metadata=k(
+            "group.min.session.timeout.ms",
+            "smallest session.timeout.ms a member may ask",
+            minimum=1,
+        ),
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000,
+        metadata=k(
+            "group.max.session.timeout.ms", "largest session.timeout.ms a member may ask", minimum=1
+        ),
+    )
+    group_max_size: int = field(
+        default=1_000_000,
+        metadata=k("group.max.size", "most members a consumer group may have", minimum=1),
+    )
     log: LogConfig = field(default_factory=LogConfig)
 
     @property

@@ -41,14 +41,20 @@ __all__ = [
     "CorruptRecordError",
     "DuplicateBrokerRegistrationError",
     "DuplicateSequenceNumberError",
+    "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "FetchSessionIdNotFoundError",
     "FrameTooLargeError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "GroupNotEmptyError",
     "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
     "IneligibleReplicaError",
     "InvalidFetchSessionEpochError",
     "InvalidFieldError",
     "InvalidFrameLengthError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
@@ -56,12 +62,14 @@ __all__ = [
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
+    "InvalidSessionTimeoutError",
     "InvalidTopicError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
     "InvalidUpdateVersionError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
+    "MemberIdRequiredError",
     "NetworkError",
     "NotControllerError",
     "NotCoordinatorError",
@@ -73,6 +81,7 @@ __all__ = [
     "OutOfOrderSequenceNumberError",
     "ProducerFencedError",
     "ProtocolError",
+    "RebalanceInProgressError",
     "RecordTooLargeError",
     "ReplicaNotAvailableError",
     "ReplogError",
@@ -82,6 +91,7 @@ __all__ = [
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
     "UnknownLeaderEpochError",
+    "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
@@ -264,6 +274,97 @@ class IllegalGenerationError(WireError):
     """
 
     code = 22
+
+
+class InconsistentGroupProtocolError(WireError):
+    """The member's protocol type, or every protocol it offers, differs from the group's.
+
+    Join with the group's protocol type (``consumer`` for consumers) and a protocol (assignor)
+    the other members support, or use another group id.
+    """
+
+    code = 23
+
+
+class InvalidGroupIdError(WireError, ValueError):
+    """The group id is empty or null.
+
+    Give a non-empty ``group.id``.
+    """
+
+    code = 24
+
+
+class UnknownMemberIdError(WireError):
+    """The coordinator does not know this member id: its session expired, or it left.
+
+    Rejoin the group with an empty member id.
+    """
+
+    code = 25
+
+
+class InvalidSessionTimeoutError(WireError, ValueError):
+    """The session timeout is outside the broker's group.min/max.session.timeout.ms.
+
+    Set ``session.timeout.ms`` within the broker's bounds.
+    """
+
+    code = 26
+
+
+class RebalanceInProgressError(WireError):
+    """The group is rebalancing.
+
+    Rejoin the group (its next generation) and retry with the new generation id.
+    """
+
+    code = 27
+
+
+class GroupNotEmptyError(WireError):
+    """The group still has members.
+
+    Stop (or close) its consumers first, then delete it or reset its offsets.
+    """
+
+    code = 68
+
+
+class GroupIdNotFoundError(WireError):
+    """No group has this id on its coordinator.
+
+    Check the group id (``replog consumer-groups list``).
+    """
+
+    code = 69
+
+
+class MemberIdRequiredError(WireError):
+    """The member joined without a member id; the response carries the one assigned to it.
+
+    Join again with that member id (clients do this by themselves).
+    """
+
+    code = 79
+
+
+class GroupMaxSizeReachedError(WireError):
+    """The group has group.max.size members already.
+
+    Use fewer consumers, or raise the broker's group.max.size.
+    """
+
+    code = 81
+
+
+class FencedInstanceIdError(WireError):
+    """Another member joined with this group.instance.id after this one: this one is fenced.
+
+    Give every consumer its own ``group.instance.id``; a zombie with the same id stops here.
+    """
+
+    code = 82
 
 
 class UnsupportedVersionError(WireError):

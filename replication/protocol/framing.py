@@ -63,6 +63,26 @@ from replication.protocol.fetch import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
+from replication.protocol.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from replication.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -135,6 +155,15 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ),
     ApiKey.COMMIT_SINK_BATCH: _Api(CommitSinkBatchRequest, CommitSinkBatchResponse, 0, 0),
     ApiKey.DESCRIBE_SINK: _Api(DescribeSinkRequest, DescribeSinkResponse, 0, 0),
+    ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, 0, 0),
+    ApiKey.OFFSET_FETCH: _Api(OffsetFetchRequest, OffsetFetchResponse, 0, 0),
+    ApiKey.JOIN_GROUP: _Api(JoinGroupRequest, JoinGroupResponse, 0, 0),
+    ApiKey.HEARTBEAT: _Api(HeartbeatRequest, HeartbeatResponse, 0, 0),
+    ApiKey.LEAVE_GROUP: _Api(LeaveGroupRequest, LeaveGroupResponse, 0, 0),
+    ApiKey.SYNC_GROUP: _Api(SyncGroupRequest, SyncGroupResponse, 0, 0),
+    ApiKey.DESCRIBE_GROUPS: _Api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 0),
+    ApiKey.LIST_GROUPS: _Api(ListGroupsRequest, ListGroupsResponse, 0, 0),
+    ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 0),
 }
 
 #: The (min, max) version replog speaks for each API.

@@ -24,6 +24,7 @@ from replication.config import BrokerConfig
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     CoordinatorNotAvailableError,
+    InvalidRequestError,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
@@ -34,6 +35,7 @@ from replication.server.controller_apis import (
     not_controller_create,
     not_controller_delete,
 )
+from replication.server.group_apis import GroupApis
 from replication.server.responses import Handler, error_code, error_message
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class KafkaApis:
         self.lifecycle = lifecycle
         #: set by the node once its broker side is up
         self.coordinator: TransactionCoordinator | None = None
+        self.group_apis: GroupApis | None = None
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         self.handlers: dict[int, Handler] = {
             p.ApiKey.API_VERSIONS: self.handle_api_versions,
@@ -216,36 +219,57 @@ class KafkaApis:
         info = self.image.topic(TRANSACTION_TOPIC)
         if info is None:
             live = len([b for b in self.image.brokers if not b.fenced])
-            rf = max(1, min(3, live))
-            await self.handle_create_topics(
-                p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
-                p.CreateTopicsRequest(
-                    topics=[
-                        p.CreatableTopic(
-                            name=TRANSACTION_TOPIC,
-                            num_partitions=1,
-                            replication_factor=rf,
-                            configs=[
-                                p.CreatableTopicConfig(
-                                    name="min.insync.replicas", value=str(min(2, rf))
-                                ),
-                                # Kafka compacts this topic; replog has no compaction, so it
-                                # keeps it whole: a sink's last committed batch must outlive
-                                # any retention, or a replay after its record aged out would
-                                # be committed a second time.
-                                p.CreatableTopicConfig(name="retention.ms", value="-1"),
-                                p.CreatableTopicConfig(name="retention.bytes", value="-1"),
-                            ],
-                        )
-                    ]
-                ),
-            )
+            await self.create_internal_topic(TRANSACTION_TOPIC, 1, max(1, min(3, live)))
             info = self.image.topic(TRANSACTION_TOPIC)
         return info.partitions[0].leader if info is not None else -1
+
+    def serve_groups(self, group_apis: GroupApis) -> None:
+        """Serve the consumer group APIs (the node calls this once its broker side is up)."""
+        self.group_apis = group_apis
+        self.handlers.update(group_apis.handlers)
+
+    async def create_internal_topic(
+        self, name: str, partitions: int, replication_factor: int
+    ) -> None:
+        """Create an internal topic (min ISR 2 where it can be; kept whole: no retention)."""
+        await self.handle_create_topics(
+            p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
+            p.CreateTopicsRequest(
+                topics=[
+                    p.CreatableTopic(
+                        name=name,
+                        num_partitions=partitions,
+                        replication_factor=replication_factor,
+                        configs=[
+                            p.CreatableTopicConfig(
+                                name="min.insync.replicas", value=str(min(2, replication_factor))
+                            ),
+                            # Kafka compacts its internal topics; replog has no compaction, so
+                            # it keeps them whole (a sink's last committed batch, a group's
+                            # offsets must outlive any retention).
+                            p.CreatableTopicConfig(name="retention.ms", value="-1"),
+                            p.CreatableTopicConfig(name="retention.bytes", value="-1"),
+                        ],
+                    )
+                ]
+            ),
+        )
 
     async def handle_find_coordinator(
         self, header: p.RequestHeader, body: p.FindCoordinatorRequest
     ) -> Any:
+        if body.key_type == p.GROUP_KEY_TYPE:
+            if self.group_apis is None:
+                return p.FindCoordinatorResponse(
+                    error_code=CoordinatorNotAvailableError.code,
+                    error_message="this broker is starting; retry",
+                )
+            return await self.group_apis.find_coordinator(body.key)
+        if body.key_type != p.TRANSACTION_KEY_TYPE:
+            return p.FindCoordinatorResponse(
+                error_code=InvalidRequestError.code,
+                error_message=f"key_type {body.key_type} is neither 0 (group) nor 1 (transaction)",
+            )
         leader = await self._transaction_partition_leader()
         broker = self.image.broker(leader) if leader >= 0 else None
         if broker is None:

@@ -26,11 +26,13 @@ from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.controller.service import ControllerService
+from replication.coordinator.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import NotCoordinatorError, raise_for_code
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
+from replication.server.group_apis import GroupApis
 from replication.server.socket_server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,9 @@ class Node:
         self.lifecycle: BrokerLifecycle | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.coordinator: TransactionCoordinator | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self._txn_timeouts: asyncio.Task[None] | None = None
+        self._group_ticks: asyncio.Task[None] | None = None
         if "broker" in roles:
             storage = Storage.from_url(config.log_dir, **config.storage_options(config.log_dir))
             self.replica_manager = ReplicaManager(config, storage)
@@ -104,6 +108,15 @@ class Node:
         rm.send_alter_partition = send_alter_partition
         self.coordinator = self._transaction_coordinator(rm, lifecycle)
         self.apis.coordinator = self.coordinator
+        self.group_coordinator = self._group_coordinator(rm)
+        self.apis.serve_groups(
+            GroupApis(
+                self.config,
+                self.group_coordinator,
+                lambda: rm.image,
+                self.apis.create_internal_topic,
+            )
+        )
         # Answer Metadata from what is on storage right away; partition roles wait for this
         # process's registration (ReplicaManager.apply_image).
         await lifecycle.refresh_metadata()
@@ -158,6 +171,52 @@ class Node:
         )
         return coordinator
 
+    def _group_coordinator(self, rm: ReplicaManager) -> GroupCoordinator:
+        config = self.config
+
+        async def append(index: int, records: bytes) -> None:
+            results = await rm.append_records(
+                -1, config.request_timeout_ms, [(OFFSETS_TOPIC, index, records)]
+            )
+            error = results[TopicPartition(OFFSETS_TOPIC, index)].error
+            if error is not None:
+                raise error
+
+        coordinator = GroupCoordinator(
+            config.broker_id,
+            GroupConfig(
+                num_partitions=config.offsets_topic_num_partitions,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                max_size=config.group_max_size,
+                offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            ),
+            lambda: rm.image,
+            append,
+        )
+
+        def on_role_change(partition: Partition) -> None:
+            if partition.topic != OFFSETS_TOPIC:
+                return
+            if partition.is_leader:
+                asyncio.get_running_loop().create_task(coordinator.load(partition))
+            else:
+                coordinator.unload(partition.index)
+
+        rm.on_role_change.append(on_role_change)
+        self._group_ticks = asyncio.get_running_loop().create_task(self._tick_groups(coordinator))
+        return coordinator
+
+    @staticmethod
+    async def _tick_groups(coordinator: GroupCoordinator) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            try:
+                await coordinator.tick()
+            except ReplogError as err:
+                log.warning("group coordinator: %s", err)
+
     @staticmethod
     async def _abort_timed_out(coordinator: TransactionCoordinator) -> None:
         while True:
@@ -168,8 +227,12 @@ class Node:
                 log.warning("aborting timed-out transactions failed: %s", err)
 
     async def stop(self) -> None:
-        if self._txn_timeouts is not None:
-            self._txn_timeouts.cancel()
+        for task in (self._txn_timeouts, self._group_ticks):
+            if task is not None:
+                task.cancel()
+        if self.group_coordinator is not None:
+            for index in list(self.group_coordinator.partitions):
+                self.group_coordinator.unload(index)
         if self.coordinator is not None:
             await self.coordinator.stop()
         await self.server.stop()

@@ -1,0 +1,320 @@
+"""Messages of the consumer group APIs, as Kafka's classic group protocol: JoinGroup (11),
+SyncGroup (14), Heartbeat (12), LeaveGroup (13), OffsetCommit (8), OffsetFetch (9),
+ListGroups (16), DescribeGroups (15), DeleteGroups (42).
+
+Field names and order are Kafka's (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v3,
+OffsetCommit v7, OffsetFetch v7, ListGroups v3, DescribeGroups v4, DeleteGroups v1: the last
+versions before flexible encodings). FindCoordinator (10) with ``key_type`` 0 finds a group's
+coordinator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from replication.protocol.codec import (
+    BOOL,
+    BYTES,
+    INT16,
+    INT32,
+    INT64,
+    NULLABLE_STRING,
+    STRING,
+    Array,
+    message,
+    wire,
+)
+
+#: FindCoordinator key types
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+
+#: OffsetCommit's generation and member of a commit from outside the group (``assign()``)
+NO_GENERATION = -1
+NO_MEMBER_ID = ""
+
+# --- JoinGroup (11) ---------------------------------------------------------------------------
+
+
+@message
+class JoinGroupRequestProtocol:
+    name: str = field(metadata=wire(STRING))
+    metadata: bytes = field(default=b"", metadata=wire(BYTES))
+
+
+@message
+class JoinGroupRequest:
+    group_id: str = field(metadata=wire(STRING))
+    session_timeout_ms: int = field(default=45000, metadata=wire(INT32))
+    rebalance_timeout_ms: int = field(default=300000, metadata=wire(INT32))
+    member_id: str = field(default="", metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    protocol_type: str = field(default="consumer", metadata=wire(STRING))
+    protocols: list[JoinGroupRequestProtocol] = field(
+        default_factory=list, metadata=wire(Array(JoinGroupRequestProtocol))
+    )
+
+
+@message
+class JoinGroupResponseMember:
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    metadata: bytes = field(default=b"", metadata=wire(BYTES))
+
+
+@message
+class JoinGroupResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    generation_id: int = field(default=-1, metadata=wire(INT32))
+    protocol_name: str = field(default="", metadata=wire(STRING))
+    leader: str = field(default="", metadata=wire(STRING))
+    member_id: str = field(default="", metadata=wire(STRING))
+    #: every member's metadata, for the leader only (empty for the others)
+    members: list[JoinGroupResponseMember] = field(
+        default_factory=list, metadata=wire(Array(JoinGroupResponseMember))
+    )
+
+
+# --- SyncGroup (14) ---------------------------------------------------------------------------
+
+
+@message
+class SyncGroupRequestAssignment:
+    member_id: str = field(metadata=wire(STRING))
+    assignment: bytes = field(default=b"", metadata=wire(BYTES))
+
+
+@message
+class SyncGroupRequest:
+    group_id: str = field(metadata=wire(STRING))
+    generation_id: int = field(metadata=wire(INT32))
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    #: the leader's assignment of every member; empty from the others
+    assignments: list[SyncGroupRequestAssignment] = field(
+        default_factory=list, metadata=wire(Array(SyncGroupRequestAssignment))
+    )
+
+
+@message
+class SyncGroupResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    assignment: bytes = field(default=b"", metadata=wire(BYTES))
+
+
+# --- Heartbeat (12), LeaveGroup (13) ----------------------------------------------------------
+
+
+@message
+class HeartbeatRequest:
+    group_id: str = field(metadata=wire(STRING))
+    generation_id: int = field(metadata=wire(INT32))
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+
+
+@message
+class HeartbeatResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class MemberIdentity:
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+
+
+@message
+class LeaveGroupRequest:
+    group_id: str = field(metadata=wire(STRING))
+    members: list[MemberIdentity] = field(
+        default_factory=list, metadata=wire(Array(MemberIdentity))
+    )
+
+
+@message
+class MemberResponse:
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class LeaveGroupResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    members: list[MemberResponse] = field(
+        default_factory=list, metadata=wire(Array(MemberResponse))
+    )
+
+
+# --- OffsetCommit (8), OffsetFetch (9) --------------------------------------------------------
+
+
+@message
+class OffsetCommitRequestPartition:
+    partition_index: int = field(metadata=wire(INT32))
+    committed_offset: int = field(metadata=wire(INT64))
+    committed_leader_epoch: int = field(default=-1, metadata=wire(INT32))
+    committed_metadata: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+
+
+@message
+class OffsetCommitRequestTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[OffsetCommitRequestPartition] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitRequestPartition))
+    )
+
+
+@message
+class OffsetCommitRequest:
+    group_id: str = field(metadata=wire(STRING))
+    generation_id: int = field(default=NO_GENERATION, metadata=wire(INT32))
+    member_id: str = field(default=NO_MEMBER_ID, metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    topics: list[OffsetCommitRequestTopic] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitRequestTopic))
+    )
+
+
+@message
+class OffsetCommitResponsePartition:
+    partition_index: int = field(metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class OffsetCommitResponseTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[OffsetCommitResponsePartition] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitResponsePartition))
+    )
+
+
+@message
+class OffsetCommitResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    topics: list[OffsetCommitResponseTopic] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitResponseTopic))
+    )
+
+
+@message
+class OffsetFetchRequestTopic:
+    name: str = field(metadata=wire(STRING))
+    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class OffsetFetchRequest:
+    group_id: str = field(metadata=wire(STRING))
+    #: null: every partition the group has an offset for
+    topics: list[OffsetFetchRequestTopic] | None = field(
+        default=None, metadata=wire(Array(OffsetFetchRequestTopic, nullable=True))
+    )
+    require_stable: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class OffsetFetchResponsePartition:
+    partition_index: int = field(metadata=wire(INT32))
+    committed_offset: int = field(default=-1, metadata=wire(INT64))
+    committed_leader_epoch: int = field(default=-1, metadata=wire(INT32))
+    metadata: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class OffsetFetchResponseTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[OffsetFetchResponsePartition] = field(
+        default_factory=list, metadata=wire(Array(OffsetFetchResponsePartition))
+    )
+
+
+@message
+class OffsetFetchResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    topics: list[OffsetFetchResponseTopic] = field(
+        default_factory=list, metadata=wire(Array(OffsetFetchResponseTopic))
+    )
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+# --- ListGroups (16), DescribeGroups (15), DeleteGroups (42) ----------------------------------
+
+
+@message
+class ListGroupsRequest:
+    pass
+
+
+@message
+class ListedGroup:
+    group_id: str = field(metadata=wire(STRING))
+    protocol_type: str = field(default="", metadata=wire(STRING))
+
+
+@message
+class ListGroupsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    groups: list[ListedGroup] = field(default_factory=list, metadata=wire(Array(ListedGroup)))
+
+
+@message
+class DescribeGroupsRequest:
+    groups: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    include_authorized_operations: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class DescribedGroupMember:
+    member_id: str = field(metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    client_id: str = field(default="", metadata=wire(STRING))
+    client_host: str = field(default="", metadata=wire(STRING))
+    member_metadata: bytes = field(default=b"", metadata=wire(BYTES))
+    member_assignment: bytes = field(default=b"", metadata=wire(BYTES))
+
+
+@message
+class DescribedGroup:
+    error_code: int = field(default=0, metadata=wire(INT16))
+    group_id: str = field(default="", metadata=wire(STRING))
+    group_state: str = field(default="", metadata=wire(STRING))
+    protocol_type: str = field(default="", metadata=wire(STRING))
+    protocol_data: str = field(default="", metadata=wire(STRING))
+    members: list[DescribedGroupMember] = field(
+        default_factory=list, metadata=wire(Array(DescribedGroupMember))
+    )
+    authorized_operations: int = field(default=-2147483648, metadata=wire(INT32))
+
+
+@message
+class DescribeGroupsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    groups: list[DescribedGroup] = field(default_factory=list, metadata=wire(Array(DescribedGroup)))
+
+
+@message
+class DeleteGroupsRequest:
+    groups_names: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+
+
+@message
+class DeletableGroupResult:
+    group_id: str = field(metadata=wire(STRING))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class DeleteGroupsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    results: list[DeletableGroupResult] = field(
+        default_factory=list, metadata=wire(Array(DeletableGroupResult))
+    )
