@@ -27,6 +27,7 @@ from replication.client import Admin, PartitionInfo, TopicDescription, TopicPart
 from replication.client import OffsetSpec as ListOffsetsSpec
 from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.errors import (
     LeaderNotAvailableError,
     ReplogError,
@@ -112,17 +113,17 @@ class ClusterView:
             cluster.close()
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call``, retried fetchOffset.numRetries times after retriable errors."""
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except ReplogError as err:
-                if not err.retriable or attempt >= self.options.fetch_offset_num_retries:
-                    raise
-                attempt += 1
-                log.warning("%s failed (attempt %d, retrying): %s", what, attempt, err)
-                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+        """``call``, retried fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart,
+        after retriable errors (the client's own retries come first), as Spark's Kafka source."""
+        interval = self.options.fetch_offset_retry_interval_ms
+        policy = RetryPolicy(
+            timeout_ms=None,
+            backoff_ms=interval,
+            backoff_max_ms=interval,
+            max_retries=self.options.fetch_offset_num_retries,
+            jitter=0.0,
+        )
+        return call_with_retries(what, call, policy)
 
     # --- topics ---------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from replication.client.config import AdminConfig, load
 from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import ClientClosedError
 from replication.client.offsets import OffsetLookup
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
@@ -185,7 +186,7 @@ class Admin:
                 raise NotControllerError()
             return response
 
-        response = self._retrying(send)
+        response = self._retrying(f"creating topics {', '.join(t.name for t in topics)}", send)
         errors = [
             _error(r.error_code, r.error_message, f"cannot create topic {r.name!r}")
             for r in response.topics
@@ -214,7 +215,7 @@ class Admin:
                 raise NotControllerError()
             return response
 
-        response = self._retrying(send)
+        response = self._retrying(f"deleting topics {', '.join(topic_names)}", send)
         errors = [
             _error(r.error_code, r.error_message, f"cannot delete topic {r.name!r}")
             for r in response.responses
@@ -515,8 +516,9 @@ class Admin:
         self._check_open()
         cluster = self._cluster
         if topics is None:
-            return self._retrying(lambda: cluster.refresh(all_topics=True))
-        return self._retrying(lambda: cluster.refresh(topics))
+            return self._retrying("listing topics", lambda: cluster.refresh(all_topics=True))
+        what = f"describing topics {', '.join(topics)}" if topics else "describing the cluster"
+        return self._retrying(what, lambda: cluster.refresh(topics))
 
     def _send_to_controller(self, api_key: int, build: Callable[[int], Any], version: int) -> Any:
         self._check_open()
@@ -530,30 +532,27 @@ class Admin:
             return conn.send(api_key, use, build(use))
         return cluster.any_connection_send(api_key, build, version)
 
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """Run ``call``, retrying retriable errors (refreshing metadata) until the API timeout.
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying retriable errors (refreshing metadata) until
+        default.api.timeout.ms. A broker that cannot be reached before any other ever was is
+        reported at once."""
 
-        A broker that cannot be reached before any other ever was is reported at once.
-        """
-        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except ReplogError as err:
-                if not err.retriable or not self._cluster.bootstrapped:
-                    raise
-                attempt += 1
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-                log.warning("admin request failed (attempt %d, retrying): %s", attempt, err)
-                if err.refresh_metadata or isinstance(err, NotControllerError):
-                    try:
-                        self._cluster.refresh()
-                    except ReplogError as refresh_error:
-                        log.debug("metadata refresh failed: %s", refresh_error)
-                time.sleep(min(self.config.backoff_s(attempt), remaining))
+        def on_retry(err: ReplogError, attempt: int) -> None:
+            if err.refresh_metadata or isinstance(err, NotControllerError):
+                try:
+                    self._cluster.refresh()
+                except ReplogError as refresh_error:
+                    log.debug("metadata refresh failed: %s", refresh_error)
+
+        return call_with_retries(
+            what,
+            call,
+            RetryPolicy.of(
+                self.config, self.config.default_api_timeout_ms, "default.api.timeout.ms"
+            ),
+            retriable=self._cluster.retriable,
+            on_retry=on_retry,
+        )
 
     @staticmethod
     def _raise_first(errors: list[ReplogError]) -> None:

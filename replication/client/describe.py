@@ -19,13 +19,13 @@ follower that is fetching can show a small lag that is already gone).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from replication.client.admin import Admin
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import TopicDescription, TopicPartition
 from replication.errors import ReplogError, UnknownTopicOrPartitionError, for_code
 from replication.protocol import (
@@ -243,14 +243,12 @@ def describe_topic_waiting(
     the metadata reaches it; a Kafka client waits for it the same way (max.block.ms). After
     ``wait_ms`` the UnknownTopicOrPartitionError is raised.
     """
-    deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        try:
-            return admin.describe_topic(name)
-        except UnknownTopicOrPartitionError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(0.1)
+    return call_with_retries(
+        f"describing topic {name!r}",
+        lambda: admin.describe_topic(name),
+        RetryPolicy(timeout_ms=wait_ms, backoff_ms=100, backoff_max_ms=100, jitter=0.0),
+        retriable=lambda err: isinstance(err, UnknownTopicOrPartitionError),
+    )
 
 
 def describe_topic_status(admin: Admin, name: str, *, timeout_ms: int | None = None) -> TopicStatus:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from replication.client.cluster import Cluster
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import TopicPartition
 from replication.errors import (
     LeaderNotAvailableError,
@@ -101,29 +102,26 @@ class OffsetLookup:
 
         ``specs`` maps partitions to LATEST_TIMESTAMP, EARLIEST_TIMESTAMP or a time in ms.
         """
-        deadline = time.monotonic() + timeout_ms / 1000
         results: dict[TopicPartition, tuple[int, int]] = {}
         pending = dict(specs)
-        attempt = 0
-        while True:
+
+        def attempt() -> dict[TopicPartition, tuple[int, int]]:
+            nonlocal pending
             self.ensure_metadata(pending)
             got, errors = self.list_once(pending, isolation_level)
             results.update(got)
             pending = {tp: pending[tp] for tp in errors}
-            if not pending:
-                return results
-            self.check_unknown(pending)
-            now = time.monotonic()
-            if now >= deadline:
-                tp, error = next(iter(errors.items()))
-                if type(error).__init__ is not ReplogError.__init__:
-                    raise error
-                raise type(error)(
-                    f"offsets of {len(pending)} partition(s) not found within {timeout_ms} ms; "
-                    f"{tp}: {error}"
-                ) from error
-            attempt += 1
-            time.sleep(min(self.cluster.config.backoff_s(attempt), deadline - now))
+            if pending:
+                raise next(iter(errors.values()))  # each names its partition
+            return results
+
+        return call_with_retries(
+            f"listing offsets of {len(specs)} partition(s)",
+            attempt,
+            RetryPolicy.of(self.cluster.config, timeout_ms, "timeout_ms"),
+            retriable=self.cluster.retriable,
+            on_retry=lambda error, attempt: self.check_unknown(pending),
+        )
 
     def list_once(
         self, specs: Mapping[TopicPartition, int], isolation_level: int

@@ -40,6 +40,7 @@ from replication.client.errors import (
 )
 from replication.client.futures import failed_future
 from replication.client.partitioner import KeyHashCache, partitions_for_keys
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.sender import Sender
 from replication.client.transactions import TransactionManager, TxnState
 from replication.client.types import (
@@ -50,7 +51,6 @@ from replication.client.types import (
     TransactionHandle,
 )
 from replication.errors import (
-    BrokerUnreachableError,
     RecordTooLargeError,
     ReplogError,
     UnknownTopicOrPartitionError,
@@ -460,43 +460,35 @@ class Producer:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
         cluster = self._cluster
         cluster.add_interest([topic])
-        max_block = self.config.max_block_ms
-        deadline = time.monotonic() + max_block / 1000
-        attempt = 0
-        last: ReplogError | None = None
-        while True:
-            attempt += 1
-            try:
-                cluster.refresh([topic], allow_auto_topic_creation=True)
-            except BrokerUnreachableError as err:
-                if not cluster.bootstrapped:
-                    return err  # never reached any broker: say so at once
-                last = err
-            except ReplogError as failure:
-                if not failure.retriable:
-                    return failure
-                last = failure
+
+        def attempt() -> int:
+            cluster.refresh([topic], allow_auto_topic_creation=True)
             snapshot = cluster.snapshot
             count = snapshot.partition_counts.get(topic)
             if count is not None:
                 return count
             meta = snapshot.topics.get(topic)
+            why = ""
             if meta is not None and meta.error_code:
                 cls = for_code(meta.error_code) or UnknownTopicOrPartitionError
-                topic_error = cls(f"topic {topic!r}: {cls()}")
                 if not cls.retriable:
-                    return topic_error
-                last = topic_error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if isinstance(last, BrokerUnreachableError):
-                    return last
-                return UnknownTopicOrPartitionError(
-                    f"topic {topic!r} not present in metadata after {max_block} ms "
-                    "(max.block.ms): create it (`replog topics create`) or check its name"
-                    + (f"; last error: {last}" if last is not None else "")
-                )
-            time.sleep(min(self.config.backoff_s(attempt), remaining))
+                    raise cls(f"topic {topic!r}: {cls()}")
+                if cls is not UnknownTopicOrPartitionError:
+                    why = f" ({cls.__name__}: {cls()})"
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} not present in metadata{why}: create it "
+                "(`replog topics create`) or check its name"
+            )
+
+        try:
+            return call_with_retries(
+                f"waiting for the metadata of topic {topic!r}",
+                attempt,
+                RetryPolicy.of(self.config, self.config.max_block_ms, "max.block.ms"),
+                retriable=cluster.retriable,
+            )
+        except ReplogError as err:
+            return err
 
     @staticmethod
     def _no_such_partition(topic: str, partition: int, count: int) -> ReplogError:

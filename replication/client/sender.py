@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +33,9 @@ from replication.client.accumulator import Drained, ProducerBatch, RecordAccumul
 from replication.client.cluster import Cluster, MetadataSnapshot
 from replication.client.config import ProducerConfig
 from replication.client.errors import ClientClosedError, DeliveryTimeoutError
+from replication.client.retry import RetryPolicy, exhausted
 from replication.client.transactions import FENCED_ERRORS, TransactionManager
 from replication.errors import (
-    BrokerUnreachableError,
     DuplicateSequenceNumberError,
     NetworkError,
     RecordTooLargeError,
@@ -89,6 +90,8 @@ class Sender:
         self._txn = txn
         self._on_crash = on_crash
         self._compression = Compression[config.compression_type.upper()]
+        #: the waits between a batch's attempts (its deadline is delivery.timeout.ms)
+        self._backoff = RetryPolicy.of(config, config.delivery_timeout_ms, "delivery.timeout.ms")
         self._free_slots: dict[int, list[int]] = {}
         self._force_close = False
         self._io = ThreadPoolExecutor(
@@ -234,10 +237,8 @@ class Sender:
                 )
             else:
                 error = DeliveryTimeoutError(f"{text}: the partition had no reachable leader")
-        elif isinstance(last, BrokerUnreachableError):
-            error = BrokerUnreachableError(last.host, last.port, f"{last.reason}; {text}")
-        elif isinstance(last, ReplogError) and type(last).__init__ is ReplogError.__init__:
-            error = type(last)(f"{text}: {last}")
+        elif isinstance(last, ReplogError):
+            error = exhausted(last, text)  # the last error's class, saying how long it tried
         else:
             error = DeliveryTimeoutError(f"{text}: last error: {last}")
         error.__cause__ = last
@@ -367,7 +368,7 @@ class Sender:
             failed.append((batch, self._expired_error(batch, error)))
             return
         batch.attempts += 1
-        delay = self.config.backoff_s(batch.attempts)
+        delay = self._backoff.backoff_s(batch.attempts, random.random())
         batch.retry_at = now + delay
         log.warning(
             "produce to %s failed (attempt %d, retrying in %d ms): %s",
