@@ -149,6 +149,7 @@ def call_with_retries(
     retriable: Callable[[BaseException], bool] = is_retriable,
     on_retry: Callable[[ReplogError, int], None] | None = None,
     deadline: float | None = None,
+    log_level: int = logging.WARNING,
     clock: Clock = SYSTEM_CLOCK,
 ) -> T:
     """``call()``, tried again after retriable errors until the policy's deadline.
@@ -158,7 +159,8 @@ def call_with_retries(
     checked (refresh metadata, find a coordinator again); an error it raises ends the loop.
     ``deadline`` (``clock.monotonic()`` time) replaces the policy's timeout, for callers that
     share one deadline between several calls. The first attempt always runs; no attempt
-    starts after the deadline.
+    starts after the deadline. Each retry is logged at ``log_level`` (WARNING, with the
+    attempt; DEBUG for expected waits such as a new topic's metadata reaching a broker).
 
     Raises the first non-retriable error as it is, and at the deadline (or after
     ``max_retries``) :func:`exhausted` of the last error, e.g. ``NotEnoughReplicasError:
@@ -191,7 +193,8 @@ def call_with_retries(
             delay = policy.backoff_s(attempt, clock.random())
             if remaining is not None:
                 delay = min(delay, remaining)
-            log.warning(
+            log.log(
+                log_level,
                 "%s failed (attempt %d, retrying in %d ms): %s",
                 what,
                 attempt,

@@ -26,6 +26,7 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionInfo",
     "RecordMetadata",
+    "ReplicaLog",
     "SinkCommitResult",
     "TopicDescription",
     "TopicPartition",
@@ -248,3 +249,23 @@ class TransactionListing:
     def is_open(self) -> bool:
         """True while the transaction is Ongoing or being completed (Prepare*)."""
         return self.state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+@dataclass(frozen=True)
+class ReplicaLog:
+    """One replica's log as the broker holding it reports it (DescribeLogDirs)."""
+
+    broker_id: int
+    #: The broker's storage root (``log.dir``, a URL): the replica's segment objects are under
+    #: ``<log_dir>/<topic>/<partition>/``.
+    log_dir: str
+    log_start_offset: int
+    #: The next offset this replica will write (in memory: may run ahead of the durable end).
+    log_end_offset: int
+    #: The end of what is in this replica's segment objects (a follower's fetch offset).
+    durable_end_offset: int
+    #: This replica's high watermark (a follower learns the leader's with each fetch).
+    high_watermark: int
+    leader_epoch: int
+    is_leader: bool
+    size_bytes: int
