@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 
 from datasource.options import Assign, SourceOptions, Subscribe
-from logstore.reader import AbortedTransaction
+from logstore.reader import AbortedTxnRange
 from replication.client import (
     Admin,
     PartitionInfo,
@@ -185,9 +185,7 @@ class ClusterView:
 
     # --- aborted transactions -------------------------------------------------------------
 
-    def aborted_transactions(
-        self, tp: TopicPartition, start: int
-    ) -> tuple[AbortedTransaction, ...]:
+    def aborted_transactions(self, tp: TopicPartition, start: int) -> tuple[AbortedTxnRange, ...]:
         """The aborted transactions with records at or after ``start`` (below the LSO), as a
         read_committed Fetch at ``start`` reports them: (producer id, first offset)."""
         return self._retrying(

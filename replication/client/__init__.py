@@ -41,7 +41,6 @@ from replication.client.errors import (
 from replication.client.producer import Producer
 from replication.client.types import (
     FETCH_SCHEMA,
-    BatchMetadata,
     BrokerInfo,
     ClusterDescription,
     ConsumerRecord,
@@ -49,6 +48,7 @@ from replication.client.types import (
     NewTopic,
     OffsetAndTimestamp,
     PartitionInfo,
+    RecordBatchMetadata,
     RecordMetadata,
     ReplicaLog,
     SinkCommitResult,
@@ -62,7 +62,6 @@ __all__ = [
     "FETCH_SCHEMA",
     "Admin",
     "AdminConfig",
-    "BatchMetadata",
     "BrokerInfo",
     "ClientClosedError",
     "ClusterDescription",
@@ -79,6 +78,7 @@ __all__ = [
     "PartitionNotAssignedError",
     "Producer",
     "ProducerConfig",
+    "RecordBatchMetadata",
     "RecordMetadata",
     "ReplicaLog",
     "SinkCommitResult",

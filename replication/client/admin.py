@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal, TypeVar
 
-from logstore.reader import AbortedTransaction
+from logstore.reader import AbortedTxnRange
 from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
 from replication.client.coordinator import CallState, CoordinatorClient
@@ -416,7 +416,7 @@ class Admin:
         start_offset: int,
         *,
         timeout_ms: int | None = None,
-    ) -> tuple[AbortedTransaction, ...]:
+    ) -> tuple[AbortedTxnRange, ...]:
         """The aborted transactions of ``partition`` with records at or after ``start_offset``
         (and below its LSO), as its leader lists them in the answer to a read_committed Fetch
         at ``start_offset`` (Kafka's FetchResponse ``aborted_transactions``): (producer id,
@@ -453,7 +453,7 @@ class Admin:
         )
         cluster = self._cluster
 
-        def attempt() -> tuple[AbortedTransaction, ...]:
+        def attempt() -> tuple[AbortedTxnRange, ...]:
             self._offsets.ensure_metadata([tp])
             leader = cluster.snapshot.leader(tp.topic, tp.partition)
             if leader is None:
@@ -735,7 +735,7 @@ def _replica_logs(
     return out
 
 
-def _aborted_in(tp: TopicPartition, response: FetchResponse) -> tuple[AbortedTransaction, ...]:
+def _aborted_in(tp: TopicPartition, response: FetchResponse) -> tuple[AbortedTxnRange, ...]:
     """The aborted transactions of ``tp`` in a Fetch response; its error (by class) if any."""
     if response.error_code:
         cls = for_code(response.error_code) or ReplogError
@@ -748,6 +748,7 @@ def _aborted_in(tp: TopicPartition, response: FetchResponse) -> tuple[AbortedTra
                 cls = for_code(p.error_code) or ReplogError
                 raise cls(f"fetch of {tp} failed: {cls()}")
             return tuple(
-                (int(a.producer_id), int(a.first_offset)) for a in (p.aborted_transactions or ())
+                AbortedTxnRange(int(a.producer_id), int(a.first_offset))
+                for a in (p.aborted_transactions or ())
             )
     raise NetworkError(f"the leader of {tp} did not answer for it")

@@ -44,8 +44,8 @@ from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.sender import Sender
 from replication.client.transactions import TransactionManager, TxnState
 from replication.client.types import (
-    BatchMetadata,
     Header,
+    RecordBatchMetadata,
     RecordMetadata,
     TopicPartition,
     TransactionHandle,
@@ -238,8 +238,8 @@ class Producer:
 
     def send_arrow(
         self, topic: str, table: pa.Table | pa.RecordBatch, partition: int | None = None
-    ) -> list[Future[BatchMetadata]]:
-        """Queue a whole Arrow table; one future per batch, giving its :class:`BatchMetadata`.
+    ) -> list[Future[RecordBatchMetadata]]:
+        """Queue a whole Arrow table; one future per batch, giving its :class:`RecordBatchMetadata`.
 
         Columns: ``value`` (binary or string, required), and optionally ``key``, ``timestamp``
         (int64 ms or a timestamp type; null or absent: now), ``headers`` (list of struct<key
@@ -271,7 +271,7 @@ class Producer:
                 f"a row is {biggest} bytes, larger than max.request.size="
                 f"{self.config.max_request_size}; raise max.request.size or send smaller rows"
             )
-        futures: list[Future[BatchMetadata]] = []
+        futures: list[Future[RecordBatchMetadata]] = []
         for p, indices in self._group(parts):
             chunk_data = data if indices is None else data.take(indices)
             chunk_sizes = sizes if indices is None else sizes.take(indices)
@@ -626,7 +626,7 @@ class Producer:
 
     def _append_table(
         self, tp: TopicPartition, piece: pa.RecordBatch, nbytes: int
-    ) -> Future[BatchMetadata]:
+    ) -> Future[RecordBatchMetadata]:
         acc = self._acc
         with acc.lock:
             if not acc.wait_for_space(nbytes, acc.clock() + self.config.max_block_ms / 1000):

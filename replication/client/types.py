@@ -16,7 +16,6 @@ from logstore.batch import HEADERS_TYPE
 
 __all__ = [
     "FETCH_SCHEMA",
-    "BatchMetadata",
     "BrokerInfo",
     "ClusterDescription",
     "ConsumerRecord",
@@ -25,6 +24,7 @@ __all__ = [
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
+    "RecordBatchMetadata",
     "RecordMetadata",
     "ReplicaLog",
     "SinkCommitResult",
@@ -65,7 +65,7 @@ class RecordMetadata(NamedTuple):
         return TopicPartition(self.topic, self.partition)
 
 
-class BatchMetadata(NamedTuple):
+class RecordBatchMetadata(NamedTuple):
     """Where a batch sent by :meth:`Producer.send_arrow` was written.
 
     Record ``i`` of the batch has offset ``base_offset + i``; ``base_offset`` is -1 with acks=0.
