@@ -3,6 +3,7 @@ that do not exist, against a real broker."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 
@@ -102,12 +103,25 @@ def test_aborted_transactions_of_a_missing_partition(admin: Admin) -> None:
     assert "aborted transactions" in str(info.value)
 
 
-def test_consumer_poll_names_a_topic_that_does_not_exist(broker: BrokerProcess) -> None:
-    with Consumer(bootstrap_servers=broker.bootstrap, default_api_timeout_ms=2_000) as consumer:
+#: Far above the grace for missing partitions: the error must come from the grace (5 s).
+LONG_API_TIMEOUT_MS = 600_000
+
+
+def test_consumer_poll_names_a_topic_that_does_not_exist(
+    broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap, default_api_timeout_ms=LONG_API_TIMEOUT_MS
+    ) as consumer:
         consumer.assign([TopicPartition("missing-topic", 0)])
-        with pytest.raises(UnknownTopicOrPartitionError, match="'missing-topic'") as info:
-            wait_until(lambda: consumer.poll(200) and False, timeout=30)
-        assert "does not exist" in str(info.value)
+        with (
+            caplog.at_level(logging.WARNING, logger="replication.client.offsets"),
+            pytest.raises(UnknownTopicOrPartitionError, match="topic 'missing-topic'") as info,
+        ):
+            wait_until(lambda: consumer.poll(200) and False, timeout=60)
+    assert "does not exist" in str(info.value)
+    # said when first missed, not only when raised
+    assert "missing-topic-0 is not in the cluster metadata" in caplog.text
 
 
 def test_consumer_poll_names_a_partition_past_the_topic_count(
@@ -115,8 +129,34 @@ def test_consumer_poll_names_a_partition_past_the_topic_count(
 ) -> None:
     name = _topic("count")
     admin.create_topic(name, 2, 1)
-    with Consumer(bootstrap_servers=broker.bootstrap, default_api_timeout_ms=2_000) as consumer:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap, default_api_timeout_ms=LONG_API_TIMEOUT_MS
+    ) as consumer:
         consumer.assign([TopicPartition(name, 0), TopicPartition(name, 5)])
-        with pytest.raises(UnknownTopicOrPartitionError, match=f"{name}-5|{name}.*5") as info:
-            wait_until(lambda: consumer.poll(200) and False, timeout=30)
-        assert "has 2 partitions" in str(info.value)
+        with pytest.raises(UnknownTopicOrPartitionError, match=f"{name}-5 does not exist") as info:
+            wait_until(lambda: consumer.poll(200) and False, timeout=60)
+        assert f"topic {name!r} has 2 partitions" in str(info.value)
+        # the partition that exists is still readable
+        consumer.assign([TopicPartition(name, 0)])
+        assert consumer.poll(200) == []
+
+
+def test_consumer_waits_for_a_topic_created_after_assign(
+    broker: BrokerProcess, admin: Admin
+) -> None:
+    """A topic created while the consumer already polls (within the grace) is read."""
+    name = _topic("late")
+    with Consumer(
+        bootstrap_servers=broker.bootstrap,
+        auto_offset_reset="earliest",
+        default_api_timeout_ms=LONG_API_TIMEOUT_MS,
+    ) as consumer:
+        tp = TopicPartition(name, 0)
+        consumer.assign([tp])
+        assert consumer.poll(100) == []  # missed once: the grace starts
+        admin.create_topic(name, 1, 1)
+        assert consumer.position(tp) == 0  # found within the grace
+        with Producer(bootstrap_servers=broker.bootstrap) as producer:
+            producer.send(name, b"hello", partition=0).result(timeout=30)
+        records = wait_until(lambda: consumer.poll(200), timeout=60)
+        assert [r.value for r in records] == [b"hello"]
