@@ -6,6 +6,11 @@ refresh metadata and retry). Per-topic errors are raised as their named classes
 UnknownTopicOrPartitionError, ...) carrying the broker's message; when several topics fail, the
 first failure is raised after every topic was tried, and the others are logged.
 
+Replica logs (:meth:`Admin.describe_log_dirs`) are asked of the brokers holding them, and a
+partition's aborted transactions (:meth:`Admin.aborted_transactions`) of its leader, as a
+read_committed Fetch that asks for no records: what a reader of segment objects (the Spark
+source's executors) needs to read straight from storage.
+
 Transactions and sinks go to the transaction coordinator (found with FindCoordinator; retried
 as Kafka's clients retry, see :mod:`replication.client.coordinator`). A sink commit either
 raises CommitFailedError (it did not happen: the caller may clean up, e.g. abort) or
