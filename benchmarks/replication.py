@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from logstore.batch import Record, build
 from replication import protocol as p
 from replication.client import Admin, Consumer, Producer, RecordMetadata, TopicPartition
-from replication.client.describe import describe_log_dirs, describe_topic_waiting
+from replication.client.describe import describe_topic_waiting
 from replication.tools.perf import ProducePerfResult, produce_perf
 from tests.cluster import FAST_FAILOVER, BrokerProcess, Cluster, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
@@ -282,7 +282,7 @@ def catch_up(cluster: Cluster, admin: Admin, args: argparse.Namespace) -> dict[s
     follower = next(b for b in part.replicas if b != leader)
 
     def log_of(broker: int) -> Any:
-        answer = describe_log_dirs(admin, [tp], brokers=[broker])[broker]
+        answer = admin.describe_log_dirs([tp], brokers=[broker])[broker]
         if isinstance(answer, Exception) or tp not in answer:
             return None
         return answer[tp]

@@ -1,49 +1,34 @@
 """The driver's questions to the cluster: partitions, offsets, replica logs, aborted transactions.
 
-:class:`ClusterView` answers them with replog's client: the :class:`~replication.client.Admin`
-for topics and offsets (it retries and refreshes metadata itself), and a
-:class:`~replication.client.cluster.Cluster` for the two requests the client has no call for:
+:class:`ClusterView` answers them with replog's client :class:`~replication.client.Admin` (it
+retries and refreshes metadata itself):
 
-- DescribeLogDirs, sent to every broker holding a replica: each answers its storage root
-  (``log.dir``) and, per replica, log start, LEO, durable end and HW. Executors read segment
-  objects from the roots of replicas whose durable end covers a range.
-- Fetch at read_committed with ``max_bytes=0``: the leader answers the aborted transactions of
-  ``[fetch offset, LSO)`` and no records. A direct read drops their records as Kafka's
-  consumer does.
+- :meth:`~replication.client.Admin.describe_log_dirs`, asked of every broker holding a
+  replica: each answers its storage root (``log.dir``) and, per replica, log start, LEO,
+  durable end and HW. Executors read segment objects from the roots of replicas whose durable
+  end covers a range.
+- :meth:`~replication.client.Admin.aborted_transactions`: the leader's aborted transactions of
+  ``[start, LSO)``. A direct read drops their records as Kafka's consumer does.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from datasource.options import Assign, SourceOptions, Subscribe
-from logstore.reader import AbortedTransaction
-from replication.client import Admin, PartitionInfo, TopicDescription, TopicPartition
+from logstore.reader import AbortedTxnRange
+from replication.client import (
+    Admin,
+    PartitionInfo,
+    ReplicaLog,
+    TopicDescription,
+    TopicPartition,
+)
 from replication.client import OffsetSpec as ListOffsetsSpec
-from replication.client.cluster import Cluster
-from replication.client.config import AdminConfig, load
-from replication.errors import (
-    LeaderNotAvailableError,
-    ReplogError,
-    UnknownTopicOrPartitionError,
-    for_code,
-)
-from replication.protocol import (
-    READ_COMMITTED,
-    ApiKey,
-    DescribableLogDirTopic,
-    DescribeLogDirsRequest,
-    DescribeLogDirsResponse,
-    FetchRequest,
-    FetchRequestPartition,
-    FetchRequestTopic,
-    FetchResponse,
-)
+from replication.client.retry import RetryPolicy, call_with_retries
+from replication.errors import ReplogError, UnknownTopicOrPartitionError
 
 __all__ = ["ClusterView", "ReplicaLog"]
 
@@ -52,20 +37,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _CLIENT_ID: Final = "replog-spark-source"
-_FINAL_EPOCH: Final = -1  # a fetch without a session (KIP-227)
-
-
-@dataclass(frozen=True)
-class ReplicaLog:
-    """One replica's log as its broker describes it (DescribeLogDirs)."""
-
-    broker_id: int
-    log_dir: str
-    log_start_offset: int
-    log_end_offset: int
-    durable_end_offset: int
-    high_watermark: int
-    is_leader: bool
+#: How long the leader is asked for a range's aborted transactions (retries included).
+_ABORTED_TIMEOUT_MS: Final = 30_000
 
 
 class ClusterView:
@@ -78,7 +51,6 @@ class ClusterView:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._admin: Admin | None = None
-        self._cluster: Cluster | None = None
         #: the partitions' leaders and ISRs, from the last :meth:`topic_partitions`
         self.partitions: dict[TopicPartition, PartitionInfo] = {}
         self._missing_warned: set[str] = set()
@@ -97,32 +69,23 @@ class ClusterView:
             self._admin = Admin(self._config())
         return self._admin
 
-    @property
-    def cluster(self) -> Cluster:
-        if self._cluster is None:
-            self._cluster = Cluster(load(AdminConfig, self._config(), {}))
-        return self._cluster
-
     def close(self) -> None:
         admin, self._admin = self._admin, None
-        cluster, self._cluster = self._cluster, None
         if admin is not None:
             admin.close()
-        if cluster is not None:
-            cluster.close()
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call``, retried fetchOffset.numRetries times after retriable errors."""
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except ReplogError as err:
-                if not err.retriable or attempt >= self.options.fetch_offset_num_retries:
-                    raise
-                attempt += 1
-                log.warning("%s failed (attempt %d, retrying): %s", what, attempt, err)
-                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
+        """``call``, retried fetchOffset.numRetries times, fetchOffset.retryIntervalMs apart,
+        after retriable errors (the client's own retries come first), as Spark's Kafka source."""
+        interval = self.options.fetch_offset_retry_interval_ms
+        policy = RetryPolicy(
+            timeout_ms=None,
+            backoff_ms=interval,
+            backoff_max_ms=interval,
+            max_retries=self.options.fetch_offset_num_retries,
+            jitter=0.0,
+        )
+        return call_with_retries(what, call, policy)
 
     # --- topics ---------------------------------------------------------------------------
 
@@ -192,148 +155,40 @@ class ClusterView:
         wanted = sorted(set(tps))
         if not wanted:
             return {}
-        cluster = self.cluster
-        try:
-            cluster.refresh({tp.topic for tp in wanted})
-        except ReplogError as err:
-            log.info("metadata refresh for DescribeLogDirs failed: %s", err)
-            return {}
-        by_topic: dict[str, list[int]] = {}
-        for tp in wanted:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = DescribeLogDirsRequest(
-            topics=[DescribableLogDirTopic(topic=t, partitions=ps) for t, ps in by_topic.items()]
-        )
-        replicas = {r for tp in wanted for r in self._replicas_of(tp)}
-        brokers = sorted(replicas & set(cluster.snapshot.brokers))
-
-        def ask(broker_id: int) -> DescribeLogDirsResponse | None:
+        infos = dict(self.partitions)
+        missing = sorted({tp.topic for tp in wanted if tp not in infos})
+        if missing:  # who holds the replicas of partitions not seen yet
             try:
-                response: DescribeLogDirsResponse = cluster.connection(broker_id).send(
-                    ApiKey.DESCRIBE_LOG_DIRS, 0, request
-                )
+                described = self._describe(missing)
             except ReplogError as err:
-                log.info("broker %d did not describe its log dirs: %s", broker_id, err)
-                return None
-            return response
-
+                log.info("describing %s for their replicas failed: %s", missing, err)
+                return {}
+            for d in described:
+                infos.update({TopicPartition(d.name, p.partition): p for p in d.partitions})
+        brokers = sorted({r for tp in wanted if tp in infos for r in infos[tp].replicas})
         out: dict[TopicPartition, list[ReplicaLog]] = {tp: [] for tp in wanted}
         if not brokers:
             return out
-        with ThreadPoolExecutor(max_workers=len(brokers)) as pool:
-            answers = list(zip(brokers, pool.map(ask, brokers), strict=True))
-        for broker_id, response in answers:
-            if response is None or response.error_code:
+        try:
+            answers = self.admin.describe_log_dirs(wanted, brokers=brokers)
+        except ReplogError as err:
+            log.info("DescribeLogDirs failed: %s", err)
+            return {}
+        for broker_id, answer in sorted(answers.items()):
+            if isinstance(answer, ReplogError):
+                log.info("broker %d did not describe its log dirs: %s", broker_id, answer)
                 continue
-            for result in response.results:
-                if result.error_code:
-                    continue
-                for topic in result.topics:
-                    for p in topic.partitions:
-                        tp = TopicPartition(topic.name, p.partition_index)
-                        if tp not in out:
-                            continue
-                        out[tp].append(
-                            ReplicaLog(
-                                broker_id=broker_id,
-                                log_dir=result.log_dir,
-                                log_start_offset=int(p.log_start_offset),
-                                log_end_offset=int(p.log_end_offset),
-                                durable_end_offset=int(p.durable_end_offset),
-                                high_watermark=int(p.high_watermark),
-                                is_leader=bool(p.is_leader),
-                            )
-                        )
+            for tp, replica in answer.items():
+                if tp in out:
+                    out[tp].append(replica)
         return out
-
-    def _replicas_of(self, tp: TopicPartition) -> tuple[int, ...]:
-        info = self.partitions.get(tp)
-        if info is not None:
-            return info.replicas
-        meta = self.cluster.snapshot.topics.get(tp.topic)
-        part = meta.partitions.get(tp.partition) if meta is not None else None
-        return part.replicas if part is not None else ()
 
     # --- aborted transactions -------------------------------------------------------------
 
-    def aborted_transactions(
-        self, tp: TopicPartition, start: int
-    ) -> tuple[AbortedTransaction, ...]:
+    def aborted_transactions(self, tp: TopicPartition, start: int) -> tuple[AbortedTxnRange, ...]:
         """The aborted transactions with records at or after ``start`` (below the LSO), as a
         read_committed Fetch at ``start`` reports them: (producer id, first offset)."""
-        request = FetchRequest(
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=0,  # no records: only the partition's state and aborted transactions
-            isolation_level=READ_COMMITTED,
-            session_id=0,
-            session_epoch=_FINAL_EPOCH,
-            topics=[
-                FetchRequestTopic(
-                    topic=tp.topic,
-                    partitions=[
-                        FetchRequestPartition(
-                            partition=tp.partition, fetch_offset=start, partition_max_bytes=0
-                        )
-                    ],
-                )
-            ],
-        )
         return self._retrying(
             f"asking the leader of {tp} for aborted transactions",
-            lambda: self._fetch_aborted(tp, request),
+            lambda: self.admin.aborted_transactions(tp, start, timeout_ms=_ABORTED_TIMEOUT_MS),
         )
-
-    def _fetch_aborted(
-        self, tp: TopicPartition, request: FetchRequest
-    ) -> tuple[AbortedTransaction, ...]:
-        cluster = self.cluster
-        deadline = time.monotonic() + 30
-        attempt = 0
-        while True:
-            leader = cluster.snapshot.leader(tp.topic, tp.partition)
-            error: ReplogError
-            if leader is None:
-                error = LeaderNotAvailableError(f"{tp} has no known leader")
-            else:
-                try:
-                    response: FetchResponse = cluster.connection(leader).send(
-                        ApiKey.FETCH, 0, request
-                    )
-                    result = self._aborted_from(tp, response)
-                    if isinstance(result, tuple):
-                        return result
-                    error = result
-                except ReplogError as err:
-                    if not err.retriable:
-                        raise
-                    error = err
-            if not error.retriable or time.monotonic() >= deadline:
-                raise error
-            attempt += 1
-            log.info("aborted transactions of %s: %s (retrying)", tp, error)
-            try:
-                cluster.refresh({tp.topic})
-            except ReplogError as err:
-                log.debug("metadata refresh failed: %s", err)
-            time.sleep(min(0.05 * attempt, 1.0))
-
-    @staticmethod
-    def _aborted_from(
-        tp: TopicPartition, response: FetchResponse
-    ) -> tuple[AbortedTransaction, ...] | ReplogError:
-        if response.error_code:
-            cls = for_code(response.error_code) or ReplogError
-            return cls(f"fetch of {tp} failed: {cls()}")
-        for t in response.responses:
-            for p in t.partitions:
-                if t.topic != tp.topic or p.partition_index != tp.partition:
-                    continue
-                if p.error_code:
-                    cls = for_code(p.error_code) or ReplogError
-                    return cls(f"fetch of {tp} failed: {cls()}")
-                return tuple(
-                    (int(a.producer_id), int(a.first_offset))
-                    for a in (p.aborted_transactions or ())
-                )
-        return LeaderNotAvailableError(f"the leader did not answer for {tp}")

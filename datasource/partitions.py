@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from pyspark.sql.datasource import InputPartition
 
-from logstore.reader import AbortedTransaction, SegmentObject
+from logstore.reader import AbortedTxnRange, SegmentObject
 
 __all__ = [
     "TARGET_PARTITION_BYTES",
@@ -100,7 +100,7 @@ class OffsetRangePartition(InputPartition):
     #: segment objects holding the range, as the planner listed them (a hint)
     objects: tuple[SegmentObject, ...] = ()
     #: read_committed: (producer id, first offset) of aborted transactions from ``start`` on
-    aborted: tuple[AbortedTransaction, ...] = ()
+    aborted: tuple[AbortedTxnRange, ...] = ()
 
     def __repr__(self) -> str:
         return f"OffsetRangePartition({self.topic}-{self.partition} [{self.start}, {self.end}))"

@@ -45,7 +45,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,7 +73,7 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "LOCAL_CHUNK_BYTES",
     "READ_SCHEMA",
-    "AbortedTransaction",
+    "AbortedTxnRange",
     "RangeRetainedError",
     "ReadChunk",
     "ReplicaRangeError",
@@ -104,8 +104,18 @@ _LAST_OFFSET_DELTA: Final = struct.Struct(">i")
 _LAST_OFFSET_DELTA_OFFSET: Final = struct.calcsize(">qiibIh")
 _MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
 
-#: (producer id, first offset) of an aborted transaction, as a read_committed Fetch reports it.
-AbortedTransaction = tuple[int, int]
+
+class AbortedTxnRange(NamedTuple):
+    """An aborted transaction as a read_committed Fetch reports it: its producer's records
+    from ``first_offset`` up to that producer's ABORT marker are dropped.
+
+    Not the wire struct (``replication.protocol.fetch.AbortedTransaction``): a plain pair, so
+    Spark input partitions that carry them pickle small.
+    """
+
+    producer_id: int
+    first_offset: int
+
 
 #: What :meth:`SegmentReader.read_arrow` yields: the record columns of
 #: :data:`logstore.batch.RECORD_SCHEMA`, plus each record's offset and timestamp type.
@@ -175,7 +185,7 @@ class _AbortedFilter:
     marker. Without an ABORT marker in the range, the producer stays aborted to its end.
     """
 
-    def __init__(self, aborted: Iterable[AbortedTransaction]) -> None:
+    def __init__(self, aborted: Iterable[AbortedTxnRange]) -> None:
         self._queue = [(int(first), int(pid)) for pid, first in aborted]
         heapq.heapify(self._queue)
         self._aborted: set[int] = set()
@@ -473,7 +483,7 @@ class SegmentReader:
         *,
         objects: Sequence[SegmentObject] | None = None,
         read_committed: bool = False,
-        aborted_transactions: Iterable[AbortedTransaction] = (),
+        aborted_transactions: Iterable[AbortedTxnRange] = (),
     ) -> Iterator[ReadChunk]:
         """The records with offsets in ``[start, end)``, batch by batch, with progress.
 
@@ -496,7 +506,7 @@ class SegmentReader:
         *,
         objects: Sequence[SegmentObject] | None = None,
         read_committed: bool = False,
-        aborted_transactions: Iterable[AbortedTransaction] = (),
+        aborted_transactions: Iterable[AbortedTxnRange] = (),
     ) -> Iterator[pa.RecordBatch]:
         """Like :meth:`read`, only the record batches (:data:`READ_SCHEMA`)."""
         for chunk in self.read(

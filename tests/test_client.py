@@ -30,7 +30,6 @@ from replication import protocol as p
 from replication.client import (
     FETCH_SCHEMA,
     Admin,
-    BatchMetadata,
     ClientClosedError,
     Consumer,
     ConsumerConfig,
@@ -39,6 +38,7 @@ from replication.client import (
     PartitionNotAssignedError,
     Producer,
     ProducerConfig,
+    RecordBatchMetadata,
     RecordMetadata,
     TopicPartition,
 )
@@ -820,7 +820,7 @@ def test_producer_acks_zero_expects_no_response(scripted: ScriptedBroker) -> Non
         futures = [producer.send("t", b"v", partition=0, timestamp=3) for _ in range(5)]
         assert [f.result(timeout=10) for f in futures] == [RecordMetadata("t", 0, -1, 3)] * 5
         batch = producer.send_arrow("t", pa.table({"value": [b"a", b"b"]}), partition=1)
-        assert [f.result(timeout=10) for f in batch] == [BatchMetadata("t", 1, -1, 2)]
+        assert [f.result(timeout=10) for f in batch] == [RecordBatchMetadata("t", 1, -1, 2)]
     acks = {b.acks for h, b in scripted.requests if h.api_key == p.ApiKey.PRODUCE}
     assert acks == {0}
 

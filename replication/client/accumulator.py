@@ -31,7 +31,7 @@ from logstore.batch import (
     build,
 )
 from replication.client.futures import ProduceFuture, complete_all, fail_all
-from replication.client.types import BatchMetadata, Header, RecordMetadata, TopicPartition
+from replication.client.types import Header, RecordBatchMetadata, RecordMetadata, TopicPartition
 
 __all__ = [
     "RECORD_OVERHEAD",
@@ -170,7 +170,9 @@ class ProducerBatch:
         """Complete every future: record i has offset base_offset + i (-1 stays -1)."""
         topic, partition = self.tp
         if self.future is not None:
-            self.future.set_result(BatchMetadata(topic, partition, base_offset, self.record_count))
+            self.future.set_result(
+                RecordBatchMetadata(topic, partition, base_offset, self.record_count)
+            )
             return
         timestamps = self.timestamps
         futures = self.futures

@@ -6,6 +6,11 @@ refresh metadata and retry). Per-topic errors are raised as their named classes
 UnknownTopicOrPartitionError, ...) carrying the broker's message; when several topics fail, the
 first failure is raised after every topic was tried, and the others are logged.
 
+Replica logs (:meth:`Admin.describe_log_dirs`) are asked of the brokers holding them, and a
+partition's aborted transactions (:meth:`Admin.aborted_transactions`) of its leader, as a
+read_committed Fetch that asks for no records: what a reader of segment objects (the Spark
+source's executors) needs to read straight from storage.
+
 Transactions and sinks go to the transaction coordinator (found with FindCoordinator; retried
 as Kafka's clients retry, see :mod:`replication.client.coordinator`). A sink commit either
 raises CommitFailedError (it did not happen: the caller may clean up, e.g. abort) or
@@ -18,18 +23,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Literal, TypeVar
 
+from logstore.reader import AbortedTxnRange
 from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
 from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import ClientClosedError
 from replication.client.offsets import OffsetLookup
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
     NewTopic,
     PartitionInfo,
+    ReplicaLog,
     SinkCommitResult,
     TopicDescription,
     TopicPartition,
@@ -39,6 +48,7 @@ from replication.client.types import (
 from replication.errors import (
     CommitFailedError,
     CommitStateUnknownError,
+    NetworkError,
     NotControllerError,
     ReplogError,
     UnknownTopicOrPartitionError,
@@ -58,8 +68,15 @@ from replication.protocol import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribableLogDirTopic,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     DescribeSinkRequest,
     DescribeSinkResponse,
+    FetchRequest,
+    FetchRequestPartition,
+    FetchRequestTopic,
+    FetchResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
     MetadataResponse,
@@ -86,6 +103,9 @@ TRANSACTION_STATES = (
 )
 _COMMITTED_STATES = frozenset({"PrepareCommit", "CompleteCommit"})
 _ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort"})
+_DESCRIBE_LOG_DIRS_VERSION: Final = 0
+#: A Fetch without a session (KIP-227's FINAL_EPOCH).
+_NO_SESSION_EPOCH: Final = -1
 
 
 def _error(code: int, message: str | None, what: str) -> ReplogError:
@@ -185,7 +205,7 @@ class Admin:
                 raise NotControllerError()
             return response
 
-        response = self._retrying(send)
+        response = self._retrying(f"creating topics {', '.join(t.name for t in topics)}", send)
         errors = [
             _error(r.error_code, r.error_message, f"cannot create topic {r.name!r}")
             for r in response.topics
@@ -214,7 +234,7 @@ class Admin:
                 raise NotControllerError()
             return response
 
-        response = self._retrying(send)
+        response = self._retrying(f"deleting topics {', '.join(topic_names)}", send)
         errors = [
             _error(r.error_code, r.error_message, f"cannot delete topic {r.name!r}")
             for r in response.responses
@@ -330,6 +350,138 @@ class Admin:
             self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
         )
         return {tp: offset for tp, (offset, _) in found.items()}
+
+    # --- replica logs and aborted transactions ------------------------------------------------
+
+    def describe_log_dirs(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        *,
+        brokers: Iterable[int] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[int, dict[TopicPartition, ReplicaLog] | ReplogError]:
+        """Ask brokers (default: every broker in the metadata) for the logs of their replicas
+        (Kafka's describeLogDirs): per broker id, its replicas' :class:`ReplicaLog` (storage
+        root, log start, LEO, durable end, HW) or the error that kept it from answering.
+
+        Only a replica's own broker knows its log's offsets, so each broker is asked (in
+        parallel). ``partitions`` limits the answer to those partitions (None: every replica a
+        broker holds). A broker that is down does not fail the call: its entry is its error
+        (BrokerUnreachableError; BrokerNotAvailableError if it is not in the metadata).
+
+        Examples
+        --------
+        >>> logs = admin.describe_log_dirs([("events", 0)])  # doctest: +SKIP
+        >>> logs[1][TopicPartition("events", 0)].durable_end_offset  # doctest: +SKIP
+        42
+        """
+        self._check_open()
+        cluster = self._cluster
+        if brokers is None:
+            ids = sorted(b.node_id for b in self.describe_cluster().brokers)
+        else:
+            ids = sorted(set(brokers))
+            if not cluster.bootstrapped or not set(ids) <= set(cluster.snapshot.brokers):
+                self.describe_cluster()  # a broker may have (re)joined since the last refresh
+        by_topic: dict[str, set[int]] = {}
+        for topic, index in partitions or ():
+            by_topic.setdefault(topic, set()).add(int(index))
+        request = DescribeLogDirsRequest(
+            topics=None
+            if partitions is None
+            else [
+                DescribableLogDirTopic(topic=t, partitions=sorted(ps))
+                for t, ps in sorted(by_topic.items())
+            ]
+        )
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+
+        def ask(broker: int) -> dict[TopicPartition, ReplicaLog] | ReplogError:
+            try:
+                conn = cluster.connection(broker)
+                version = conn.max_version(ApiKey.DESCRIBE_LOG_DIRS, _DESCRIBE_LOG_DIRS_VERSION)
+                response: DescribeLogDirsResponse = conn.send(
+                    ApiKey.DESCRIBE_LOG_DIRS, version, request, timeout_ms=timeout
+                )
+            except ReplogError as err:
+                log.debug("DescribeLogDirs to broker %d failed: %s", broker, err)
+                return err
+            return _replica_logs(broker, response)
+
+        if not ids:
+            return {}
+        with ThreadPoolExecutor(
+            max_workers=len(ids), thread_name_prefix="describe-log-dirs"
+        ) as pool:
+            return dict(zip(ids, pool.map(ask, ids), strict=True))
+
+    def aborted_transactions(
+        self,
+        partition: TopicPartition | tuple[str, int],
+        start_offset: int,
+        *,
+        timeout_ms: int | None = None,
+    ) -> tuple[AbortedTxnRange, ...]:
+        """The aborted transactions of ``partition`` with records at or after ``start_offset``
+        (and below its LSO), as its leader lists them in the answer to a read_committed Fetch
+        at ``start_offset`` (Kafka's FetchResponse ``aborted_transactions``): (producer id,
+        first offset) pairs, by first offset.
+
+        A reader of the partition's segment objects drops the records of these transactions,
+        as Kafka's read_committed consumer does. Asks for no records (max_bytes 0). Retries
+        retriable errors (no leader, leadership moved) until ``timeout_ms`` (default
+        default.api.timeout.ms); UnknownTopicOrPartitionError if the partition does not exist.
+        """
+        self._check_open()
+        tp = TopicPartition(*partition)
+        if start_offset < 0:
+            raise ValueError(f"start_offset must be >= 0, got {start_offset}")
+        request = FetchRequest(
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=0,  # no records: only the partition's state and aborted transactions
+            isolation_level=READ_COMMITTED,
+            session_id=0,
+            session_epoch=_NO_SESSION_EPOCH,
+            topics=[
+                FetchRequestTopic(
+                    topic=tp.topic,
+                    partitions=[
+                        FetchRequestPartition(
+                            partition=tp.partition,
+                            fetch_offset=start_offset,
+                            partition_max_bytes=0,
+                        )
+                    ],
+                )
+            ],
+        )
+        cluster = self._cluster
+
+        def attempt() -> tuple[AbortedTxnRange, ...]:
+            self._offsets.ensure_metadata([tp])
+            leader = cluster.snapshot.leader(tp.topic, tp.partition)
+            if leader is None:
+                raise self._offsets.no_leader_error(tp)
+            response: FetchResponse = cluster.connection(leader).send(ApiKey.FETCH, 0, request)
+            return _aborted_in(tp, response)
+
+        def on_retry(err: ReplogError, attempt: int) -> None:
+            cluster.request_update()
+            self._offsets.check_unknown([tp])
+
+        ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return call_with_retries(
+            f"asking the leader of {tp} for aborted transactions",
+            attempt,
+            RetryPolicy.of(
+                self.config,
+                ms,
+                "timeout_ms" if timeout_ms is not None else "default.api.timeout.ms",
+            ),
+            retriable=cluster.retriable,
+            on_retry=on_retry,
+        )
 
     # --- transactions and Spark sinks ------------------------------------------------------
 
@@ -515,8 +667,9 @@ class Admin:
         self._check_open()
         cluster = self._cluster
         if topics is None:
-            return self._retrying(lambda: cluster.refresh(all_topics=True))
-        return self._retrying(lambda: cluster.refresh(topics))
+            return self._retrying("listing topics", lambda: cluster.refresh(all_topics=True))
+        what = f"describing topics {', '.join(topics)}" if topics else "describing the cluster"
+        return self._retrying(what, lambda: cluster.refresh(topics))
 
     def _send_to_controller(self, api_key: int, build: Callable[[int], Any], version: int) -> Any:
         self._check_open()
@@ -530,30 +683,27 @@ class Admin:
             return conn.send(api_key, use, build(use))
         return cluster.any_connection_send(api_key, build, version)
 
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """Run ``call``, retrying retriable errors (refreshing metadata) until the API timeout.
+    def _retrying(self, what: str, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying retriable errors (refreshing metadata) until
+        default.api.timeout.ms. A broker that cannot be reached before any other ever was is
+        reported at once."""
 
-        A broker that cannot be reached before any other ever was is reported at once.
-        """
-        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
-        attempt = 0
-        while True:
-            try:
-                return call()
-            except ReplogError as err:
-                if not err.retriable or not self._cluster.bootstrapped:
-                    raise
-                attempt += 1
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-                log.warning("admin request failed (attempt %d, retrying): %s", attempt, err)
-                if err.refresh_metadata or isinstance(err, NotControllerError):
-                    try:
-                        self._cluster.refresh()
-                    except ReplogError as refresh_error:
-                        log.debug("metadata refresh failed: %s", refresh_error)
-                time.sleep(min(self.config.backoff_s(attempt), remaining))
+        def on_retry(err: ReplogError, attempt: int) -> None:
+            if err.refresh_metadata or isinstance(err, NotControllerError):
+                try:
+                    self._cluster.refresh()
+                except ReplogError as refresh_error:
+                    log.debug("metadata refresh failed: %s", refresh_error)
+
+        return call_with_retries(
+            what,
+            call,
+            RetryPolicy.of(
+                self.config, self.config.default_api_timeout_ms, "default.api.timeout.ms"
+            ),
+            retriable=self._cluster.retriable,
+            on_retry=on_retry,
+        )
 
     @staticmethod
     def _raise_first(errors: list[ReplogError]) -> None:
@@ -562,3 +712,48 @@ class Admin:
         for extra in errors[1:]:
             log.error("%s", extra)
         raise errors[0]
+
+
+def _replica_logs(
+    broker: int, response: DescribeLogDirsResponse
+) -> dict[TopicPartition, ReplicaLog] | ReplogError:
+    codes = [response.error_code, *(r.error_code for r in response.results)]
+    code = next((c for c in codes if c), 0)
+    if code:
+        cls = for_code(code) or ReplogError
+        return cls(f"broker {broker} could not describe its log dirs: {cls()}")
+    out: dict[TopicPartition, ReplicaLog] = {}
+    for result in response.results:
+        for topic in result.topics:
+            for p in topic.partitions:
+                out[TopicPartition(topic.name, int(p.partition_index))] = ReplicaLog(
+                    broker_id=broker,
+                    log_dir=result.log_dir,
+                    log_start_offset=int(p.log_start_offset),
+                    log_end_offset=int(p.log_end_offset),
+                    durable_end_offset=int(p.durable_end_offset),
+                    high_watermark=int(p.high_watermark),
+                    leader_epoch=int(p.leader_epoch),
+                    is_leader=bool(p.is_leader),
+                    size_bytes=int(p.partition_size),
+                )
+    return out
+
+
+def _aborted_in(tp: TopicPartition, response: FetchResponse) -> tuple[AbortedTxnRange, ...]:
+    """The aborted transactions of ``tp`` in a Fetch response; its error (by class) if any."""
+    if response.error_code:
+        cls = for_code(response.error_code) or ReplogError
+        raise cls(f"fetch of {tp} failed: {cls()}")
+    for t in response.responses:
+        for p in t.partitions:
+            if t.topic != tp.topic or p.partition_index != tp.partition:
+                continue
+            if p.error_code:
+                cls = for_code(p.error_code) or ReplogError
+                raise cls(f"fetch of {tp} failed: {cls()}")
+            return tuple(
+                AbortedTxnRange(int(a.producer_id), int(a.first_offset))
+                for a in (p.aborted_transactions or ())
+            )
+    raise NetworkError(f"the leader of {tp} did not answer for it")

@@ -117,6 +117,14 @@ class Cluster:
         """True once any broker answered a Metadata request."""
         return self._bootstrapped
 
+    def retriable(self, error: BaseException) -> bool:
+        """Whether a request that failed with ``error`` is worth retrying: retriable errors,
+        except BrokerUnreachableError before any broker was ever reached (bootstrap.servers is
+        likely wrong: callers say so at once instead of retrying until their timeout)."""
+        if isinstance(error, BrokerUnreachableError) and not self._bootstrapped:
+            return False
+        return isinstance(error, ReplogError) and error.retriable
+
     # --- connections ------------------------------------------------------------------------
 
     def connection(self, node_id: int, slot: int = 0) -> BrokerConnection:

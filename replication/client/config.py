@@ -126,11 +126,6 @@ class ClientConfig:
     def bootstrap(self) -> list[tuple[str, int]]:
         return parse_bootstrap(self.bootstrap_servers)
 
-    def backoff_s(self, attempt: int) -> float:
-        """Exponential backoff before retry ``attempt`` (1-based), in seconds."""
-        ms: int = self.retry_backoff_ms * 2 ** min(max(attempt - 1, 0), 30)
-        return min(ms, max(self.retry_backoff_max_ms, self.retry_backoff_ms)) / 1000
-
     @classmethod
     def _prepare(cls, values: dict[str, Any]) -> None:
         """Normalise values that have aliases before type conversion (e.g. acks=all)."""

@@ -11,9 +11,13 @@ out of range) gets one from ListOffsets per auto.offset.reset (earliest, latest,
 NoOffsetForPartitionError). OFFSET_OUT_OF_RANGE resets the same way, or raises
 OffsetOutOfRangeError naming the partition and the log's range.
 
-An assigned partition that does not exist (not in fresh metadata) makes poll() and the offset
-calls raise UnknownTopicOrPartitionError once default.api.timeout.ms has passed since it was
-first missed (a topic being created shows up within that time).
+An assigned partition that does not exist (its topic is not in fresh metadata, or the topic
+has fewer partitions) is logged when first missed, and makes poll() and the offset calls raise
+UnknownTopicOrPartitionError naming the topic once it has been missing for 5 s
+(:data:`~replication.client.offsets.MISSING_PARTITION_GRACE_MS`; default.api.timeout.ms if
+that is shorter). Not default.api.timeout.ms, as Kafka's consumer waits for a topic its brokers
+may create on first use: replog creates no topic on first use, so the wait only covers a topic
+created a moment ago reaching the metadata of the broker asked (one heartbeat, 500 ms).
 """
 
 from __future__ import annotations
@@ -304,6 +308,19 @@ class Consumer:
 
         Returns at once when records are buffered; otherwise fetches, waiting up to
         ``timeout_ms`` for records, and returns an empty list if none came.
+
+        Raises UnknownTopicOrPartitionError, naming the topic, for an assigned partition that
+        does not exist (its topic does not, or has fewer partitions), once it has been missing
+        from the metadata for 5 s (see the module docstring); OffsetOutOfRangeError or
+        NoOffsetForPartitionError per auto.offset.reset.
+
+        Examples
+        --------
+        >>> consumer.assign([TopicPartition("no-such-topic", 0)])  # doctest: +SKIP
+        >>> while True:  # doctest: +SKIP
+        ...     consumer.poll(500)
+        Traceback (most recent call last):
+        UnknownTopicOrPartitionError: no-such-topic-0 does not exist: topic 'no-such-topic' ...
         """
         limit = self.config.max_poll_records if max_records is None else max_records
         out: list[ConsumerRecord] = []

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from replication.client.cluster import Cluster
 from replication.client.connection import BrokerConnection
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.errors import (
     BrokerNotAvailableError,
     BrokerUnreachableError,
@@ -133,10 +134,12 @@ class CoordinatorClient:
         out; pass the same one to calls that retry the same operation.
         """
         state = CallState() if state is None else state
-        timeout_ms = self.cluster.config.request_timeout_ms
-        while True:
-            if state.attempts and state.last_error is not None and time.monotonic() >= deadline:
-                raise state.last_error  # the backoff ran into the deadline: no new attempt
+        if state.attempts and state.last_error is not None and time.monotonic() >= deadline:
+            raise state.last_error  # an earlier call ran into this deadline: no new attempt
+        config = self.cluster.config
+        timeout_ms = config.request_timeout_ms
+
+        def attempt() -> Any:
             state.attempts += 1
             try:
                 conn = self._find()
@@ -148,26 +151,19 @@ class CoordinatorClient:
                 if code:
                     cls = for_code(code) or ReplogError
                     raise cls(f"{what}: {message or cls()}")
-                return response
             except ReplogError as err:
                 state.last_error = err
                 if isinstance(err, _MAYBE_DONE):
                     state.maybe_done = True
                 if isinstance(err, _FIND_AGAIN):
                     self.forget()
-                if not err.retriable:
-                    raise
-                if isinstance(err, BrokerUnreachableError) and not self.cluster.bootstrapped:
-                    raise
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise
-                delay = min(self.cluster.config.backoff_s(state.attempts), remaining)
-                log.warning(
-                    "%s failed (attempt %d, retrying in %d ms): %s",
-                    what,
-                    state.attempts,
-                    round(delay * 1000),
-                    err,
-                )
-                time.sleep(delay)
+                raise
+            return response
+
+        return call_with_retries(
+            what,
+            attempt,
+            RetryPolicy.of(config, None),
+            retriable=self.cluster.retriable,
+            deadline=deadline,
+        )

@@ -2,8 +2,8 @@
 
 Metadata tells who leads a partition, its replicas and ISR; only the broker holding a replica
 knows that replica's log start, log end offset (LEO), durable end and high watermark. So
-:func:`describe_topic_status` asks every broker at once (one DescribeLogDirs each, in
-parallel) and joins the answers to the metadata::
+:func:`describe_topic_status` asks every broker at once (:meth:`Admin.describe_log_dirs`: one
+DescribeLogDirs each, in parallel) and joins the answers to the metadata::
 
     with Admin(bootstrap_servers="127.0.0.1:9092") as admin:
         status = describe_topic_status(admin, "events")
@@ -19,55 +19,25 @@ follower that is fetching can show a small lag that is already gone).
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from replication.client.admin import Admin
-from replication.client.types import TopicDescription, TopicPartition
-from replication.errors import ReplogError, UnknownTopicOrPartitionError, for_code
-from replication.protocol import (
-    ApiKey,
-    DescribableLogDirTopic,
-    DescribeLogDirsRequest,
-    DescribeLogDirsResponse,
-)
+from replication.client.retry import RetryPolicy, call_with_retries
+from replication.client.types import ReplicaLog, TopicDescription, TopicPartition
+from replication.errors import ReplogError, UnknownTopicOrPartitionError
 
 __all__ = [
     "PartitionStatus",
-    "ReplicaLog",
     "ReplicaStatus",
     "TopicStatus",
-    "describe_log_dirs",
     "describe_topic_status",
     "describe_topic_waiting",
 ]
 
-log = logging.getLogger(__name__)
-
-_DESCRIBE_LOG_DIRS_VERSION = 0
 #: How long a just-created topic may stay unknown to the broker asked: brokers learn new
 #: metadata with their next heartbeat (broker.heartbeat.interval.ms, 500 by default).
 TOPIC_PROPAGATION_MS = 1_000
-
-
-@dataclass(frozen=True)
-class ReplicaLog:
-    """One replica's log as the broker holding it reports it."""
-
-    broker: int
-    log_start_offset: int
-    #: The next offset this replica will write (in memory: may run ahead of the durable end).
-    log_end_offset: int
-    #: The end of what is in this replica's segment objects (a follower's fetch offset).
-    durable_end_offset: int
-    #: This replica's high watermark (a follower learns the leader's with each fetch).
-    high_watermark: int
-    leader_epoch: int
-    is_leader: bool
-    size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -159,81 +129,6 @@ def _replica_json(r: ReplicaStatus) -> dict[str, Any]:
     }
 
 
-def describe_log_dirs(
-    admin: Admin,
-    partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
-    *,
-    brokers: Iterable[int] | None = None,
-    timeout_ms: int | None = None,
-) -> dict[int, dict[TopicPartition, ReplicaLog] | ReplogError]:
-    """Ask brokers (default: every broker in the metadata) for the logs of their replicas.
-
-    ``partitions`` limits the answer to those partitions (None: every replica a broker holds).
-    Returns, per broker id, its replicas' logs or the error that kept it from answering.
-    """
-    cluster = admin._cluster  # the admin's metadata and connection pool (same package)
-    if brokers is None:
-        ids = sorted(b.node_id for b in admin.describe_cluster().brokers)
-    else:
-        ids = sorted(set(brokers))
-        if not cluster.bootstrapped or not set(ids) <= set(cluster.snapshot.brokers):
-            admin.describe_cluster()  # a broker may have (re)joined since the last refresh
-    by_topic: dict[str, set[int]] = {}
-    for topic, index in partitions or ():
-        by_topic.setdefault(topic, set()).add(int(index))
-    request = DescribeLogDirsRequest(
-        topics=None
-        if partitions is None
-        else [
-            DescribableLogDirTopic(topic=t, partitions=sorted(ps))
-            for t, ps in sorted(by_topic.items())
-        ]
-    )
-    timeout = admin.config.request_timeout_ms if timeout_ms is None else timeout_ms
-
-    def ask(broker: int) -> dict[TopicPartition, ReplicaLog] | ReplogError:
-        try:
-            conn = cluster.connection(broker)
-            version = conn.max_version(ApiKey.DESCRIBE_LOG_DIRS, _DESCRIBE_LOG_DIRS_VERSION)
-            response: DescribeLogDirsResponse = conn.send(
-                ApiKey.DESCRIBE_LOG_DIRS, version, request, timeout_ms=timeout
-            )
-        except ReplogError as err:
-            log.debug("DescribeLogDirs to broker %d failed: %s", broker, err)
-            return err
-        return _logs_of(broker, response)
-
-    if not ids:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="describe-log-dirs") as pool:
-        return dict(zip(ids, pool.map(ask, ids), strict=True))
-
-
-def _logs_of(
-    broker: int, response: DescribeLogDirsResponse
-) -> dict[TopicPartition, ReplicaLog] | ReplogError:
-    codes = [response.error_code, *(r.error_code for r in response.results)]
-    code = next((c for c in codes if c), 0)
-    if code:
-        cls = for_code(code) or ReplogError
-        return cls(f"broker {broker} could not describe its log dirs: {cls()}")
-    out: dict[TopicPartition, ReplicaLog] = {}
-    for result in response.results:
-        for topic in result.topics:
-            for p in topic.partitions:
-                out[TopicPartition(topic.name, int(p.partition_index))] = ReplicaLog(
-                    broker=broker,
-                    log_start_offset=int(p.log_start_offset),
-                    log_end_offset=int(p.log_end_offset),
-                    durable_end_offset=int(p.durable_end_offset),
-                    high_watermark=int(p.high_watermark),
-                    leader_epoch=int(p.leader_epoch),
-                    is_leader=bool(p.is_leader),
-                    size_bytes=int(p.partition_size),
-                )
-    return out
-
-
 def describe_topic_waiting(
     admin: Admin, name: str, wait_ms: int = TOPIC_PROPAGATION_MS
 ) -> TopicDescription:
@@ -243,14 +138,13 @@ def describe_topic_waiting(
     the metadata reaches it; a Kafka client waits for it the same way (max.block.ms). After
     ``wait_ms`` the UnknownTopicOrPartitionError is raised.
     """
-    deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        try:
-            return admin.describe_topic(name)
-        except UnknownTopicOrPartitionError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(0.1)
+    return call_with_retries(
+        f"describing topic {name!r}",
+        lambda: admin.describe_topic(name),
+        RetryPolicy(timeout_ms=wait_ms, backoff_ms=100, backoff_max_ms=100, jitter=0.0),
+        retriable=lambda err: isinstance(err, UnknownTopicOrPartitionError),
+        log_level=logging.DEBUG,
+    )
 
 
 def describe_topic_status(admin: Admin, name: str, *, timeout_ms: int | None = None) -> TopicStatus:
@@ -263,8 +157,7 @@ def describe_topic_status(admin: Admin, name: str, *, timeout_ms: int | None = N
     cluster = admin.describe_cluster()
     live = {b.node_id for b in cluster.brokers}
     holders = sorted({b for p in topic.partitions for b in p.replicas})
-    answers = describe_log_dirs(
-        admin,
+    answers = admin.describe_log_dirs(
         [TopicPartition(name, p.partition) for p in topic.partitions],
         brokers=[b for b in holders if b in live],
         timeout_ms=timeout_ms,

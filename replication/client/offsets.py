@@ -2,16 +2,28 @@
 
 :class:`OffsetLookup` sends one ListOffsets per leader broker, retries retriable errors
 (refreshing metadata) until a timeout, and reports a partition missing from fresh metadata as
-UnknownTopicOrPartitionError once it has been missing for default.api.timeout.ms (a topic just
-created shows up well within that).
+UnknownTopicOrPartitionError once it has been missing for :data:`MISSING_PARTITION_GRACE_MS`
+(or default.api.timeout.ms, if that is shorter).
+
+Why not wait default.api.timeout.ms, as Kafka's blocking calls do: Kafka's brokers may create
+a topic on first use (auto.create.topics.enable), so its clients wait for it to appear. replog
+creates no topic on first use, so a partition missing from the metadata either does not exist
+(a typo, a partition number past the topic's count, a deleted topic) or was created a moment
+ago and the broker asked has not heard of it yet: brokers learn new metadata with their next
+heartbeat (broker.heartbeat.interval.ms, 500 ms by default). A few heartbeats cover that, also
+on a loaded machine; past them, the caller hears that the partition does not exist, instead of
+getting nothing for a minute.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from replication.client.cluster import Cluster
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import TopicPartition
 from replication.errors import (
     LeaderNotAvailableError,
@@ -28,7 +40,13 @@ from replication.protocol import (
     ListOffsetsResponse,
 )
 
-__all__ = ["OffsetLookup"]
+__all__ = ["MISSING_PARTITION_GRACE_MS", "OffsetLookup"]
+
+log = logging.getLogger(__name__)
+
+#: How long a partition may be missing from fresh metadata before it is reported as not
+#: existing (see the module docstring): ten heartbeats of a broker at the default interval.
+MISSING_PARTITION_GRACE_MS: Final = 5_000
 
 
 class OffsetLookup:
@@ -63,27 +81,43 @@ class OffsetLookup:
             cluster.request_update()
         cluster.maybe_refresh()
 
+    @property
+    def missing_limit_ms(self) -> int:
+        """How long a partition may be missing from the metadata before it is reported."""
+        return min(self.default_api_timeout_ms, MISSING_PARTITION_GRACE_MS)
+
     def check_unknown(self, tps: Iterable[TopicPartition]) -> None:
-        """UnknownTopicOrPartitionError for a partition missing from metadata for too long."""
+        """UnknownTopicOrPartitionError, naming the topic, for a partition missing from the
+        metadata for longer than :attr:`missing_limit_ms` (logged when first missed)."""
         snapshot = self.cluster.snapshot
         now = time.monotonic()
-        limit = self.default_api_timeout_ms / 1000
+        limit_ms = self.missing_limit_ms
         for tp in tps:
             meta = snapshot.topics.get(tp.topic)
-            exists = meta is not None and not meta.error_code and tp.partition in meta.partitions
-            if exists:
+            if meta is None or meta.error_code == UnknownTopicOrPartitionError.code:
+                what = f"topic {tp.topic!r} does not exist"
+            elif not meta.error_code and tp.partition not in meta.partitions:
+                what = f"topic {tp.topic!r} has {len(meta.partitions)} partitions"
+            else:  # it exists, or its topic has another error
                 self._unknown_since.pop(tp, None)
+                cls = for_code(meta.error_code) if meta.error_code else None
+                if cls is not None and not cls.retriable:  # e.g. an invalid topic name
+                    raise cls(f"{tp}: {cls()}")
                 continue
-            first = self._unknown_since.setdefault(tp, now)
-            if now - first >= limit:
-                if meta is None or meta.error_code:
-                    what = f"topic {tp.topic!r} does not exist"
-                else:
-                    what = f"topic {tp.topic!r} has {len(meta.partitions)} partitions"
+            first = self._unknown_since.get(tp)
+            if first is None:
+                self._unknown_since[tp] = now
+                log.warning(
+                    "%s is not in the cluster metadata (%s); it is reported as not existing if "
+                    "it is still missing in %d ms",
+                    tp,
+                    what,
+                    limit_ms,
+                )
+            elif (now - first) * 1000 >= limit_ms:
                 raise UnknownTopicOrPartitionError(
-                    f"{tp} does not exist: {what} (still missing from the cluster metadata after "
-                    f"default.api.timeout.ms={self.default_api_timeout_ms}); create it "
-                    "(`replog topics create`) or fix the name"
+                    f"{tp} does not exist: {what} (still missing from the cluster metadata "
+                    f"after {limit_ms} ms); create it (`replog topics create`) or fix the name"
                 )
 
     def no_leader_error(self, tp: TopicPartition) -> ReplogError:
@@ -101,29 +135,26 @@ class OffsetLookup:
 
         ``specs`` maps partitions to LATEST_TIMESTAMP, EARLIEST_TIMESTAMP or a time in ms.
         """
-        deadline = time.monotonic() + timeout_ms / 1000
         results: dict[TopicPartition, tuple[int, int]] = {}
         pending = dict(specs)
-        attempt = 0
-        while True:
+
+        def attempt() -> dict[TopicPartition, tuple[int, int]]:
+            nonlocal pending
             self.ensure_metadata(pending)
             got, errors = self.list_once(pending, isolation_level)
             results.update(got)
             pending = {tp: pending[tp] for tp in errors}
-            if not pending:
-                return results
-            self.check_unknown(pending)
-            now = time.monotonic()
-            if now >= deadline:
-                tp, error = next(iter(errors.items()))
-                if type(error).__init__ is not ReplogError.__init__:
-                    raise error
-                raise type(error)(
-                    f"offsets of {len(pending)} partition(s) not found within {timeout_ms} ms; "
-                    f"{tp}: {error}"
-                ) from error
-            attempt += 1
-            time.sleep(min(self.cluster.config.backoff_s(attempt), deadline - now))
+            if pending:
+                raise next(iter(errors.values()))  # each names its partition
+            return results
+
+        return call_with_retries(
+            f"listing offsets of {len(specs)} partition(s)",
+            attempt,
+            RetryPolicy.of(self.cluster.config, timeout_ms, "timeout_ms"),
+            retriable=self.cluster.retriable,
+            on_retry=lambda error, attempt: self.check_unknown(pending),
+        )
 
     def list_once(
         self, specs: Mapping[TopicPartition, int], isolation_level: int

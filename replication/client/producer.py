@@ -1,12 +1,11 @@
-"""The producer: ``send()`` records, a background sender delivers them in batches.
+"""The producer: ``send()`` records; its :class:`~replication.client.sender.Sender` delivers them.
 
-Threads: the caller's ``send()`` appends to the :class:`RecordAccumulator` (no I/O once the
-topic's metadata is known); one *sender* thread drains ready batches per leader broker and
-hands each produce request to an I/O thread (one request in flight per broker connection,
-``max.in.flight.requests.per.connection`` connections per broker); the I/O thread completes the
-futures, or puts retriable failures back at the head of their partition's queue after
-retry.backoff.ms (exponential up to retry.backoff.max.ms). Callbacks added to the futures run
-in an I/O thread, as Kafka's run in its sender thread: keep them short.
+As Kafka's KafkaProducer (and aiokafka's producer.py): this module holds the public API —
+``send()``, ``send_arrow()`` (and how rows are spread over partitions), ``flush()``, the
+transactions API and ``close()``. The caller's ``send()`` appends to the
+:class:`~replication.client.accumulator.RecordAccumulator` (no I/O once the topic's metadata is
+known); the sender thread (replication/client/sender.py) drains it, sends produce requests,
+retries or fails them, expires old batches and completes the futures.
 
 Errors reach the futures as named classes of the one error tree: RecordTooLargeError,
 UnknownTopicOrPartitionError, NotEnoughReplicasError, BrokerUnreachableError, ... Retriable
@@ -15,33 +14,24 @@ with the last error's class, whose message says how long it tried.
 
 Idempotence (``enable.idempotence``, on by default) and transactions (``transactional.id``):
 the producer id, epoch and sequence numbers, and the transaction's state and partitions, live
-in a :class:`~replication.client.transactions.TransactionManager`; the sender gets the producer
-id before the first batch, adds a transaction's new partitions before their first batch, and
-stamps every batch when it is first sent.
+in a :class:`~replication.client.transactions.TransactionManager` shared with the sender.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Final
+from concurrent.futures import Future
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from logstore.batch import Compression, to_record_schema
-from replication.client.accumulator import (
-    HEADER_OVERHEAD,
-    RECORD_OVERHEAD,
-    Drained,
-    ProducerBatch,
-    RecordAccumulator,
-)
-from replication.client.cluster import Cluster, MetadataSnapshot
+from logstore.batch import to_record_schema
+from replication.client.accumulator import HEADER_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator
+from replication.client.cluster import Cluster
 from replication.client.config import ProducerConfig, load
 from replication.client.errors import (
     ClientClosedError,
@@ -50,40 +40,26 @@ from replication.client.errors import (
 )
 from replication.client.futures import failed_future
 from replication.client.partitioner import KeyHashCache, partitions_for_keys
-from replication.client.transactions import FENCED_ERRORS, TransactionManager, TxnState
+from replication.client.retry import RetryPolicy, call_with_retries
+from replication.client.sender import Sender
+from replication.client.transactions import TransactionManager, TxnState
 from replication.client.types import (
-    BatchMetadata,
     Header,
+    RecordBatchMetadata,
     RecordMetadata,
     TopicPartition,
     TransactionHandle,
 )
 from replication.errors import (
-    BrokerUnreachableError,
-    DuplicateSequenceNumberError,
-    NetworkError,
     RecordTooLargeError,
     ReplogError,
     UnknownTopicOrPartitionError,
     for_code,
 )
-from replication.protocol import (
-    ApiKey,
-    ProduceRequest,
-    ProduceRequestPartition,
-    ProduceRequestTopic,
-    ProduceResponse,
-)
 
 __all__ = ["Producer"]
 
 log = logging.getLogger(__name__)
-
-_IO_THREADS: Final = 16
-_PRODUCE_VERSION: Final = 0
-_DUPLICATE_SEQUENCE: Final = DuplicateSequenceNumberError.code
-#: Marks I/O threads (``producer`` attribute), so close() from a callback does not deadlock.
-_IO_LOCAL: Final = threading.local()
 
 
 def _as_bytes(value: object, what: str) -> bytes | None:
@@ -120,10 +96,6 @@ def _check_headers(headers: object) -> list[Header]:
     return out
 
 
-def _leader_of(snapshot: MetadataSnapshot, key: tuple[str, int]) -> int | None:
-    return snapshot.leader(key[0], key[1])
-
-
 class Producer:
     """Send records to replog topics (Kafka's producer semantics, a synchronous API).
 
@@ -157,7 +129,6 @@ class Producer:
         self.config = load(ProducerConfig, config, kwargs)
         c = self.config
         self._cluster = Cluster(c)
-        self._compression = Compression[c.compression_type.upper()]
         self._acc = RecordAccumulator(
             batch_size=c.batch_size,
             linger_ms=c.linger_ms,
@@ -168,13 +139,8 @@ class Producer:
         self._key_hashes = KeyHashCache()
         self._max_request_size = c.max_request_size
         self._max_block_s = c.max_block_ms / 1000
-        self._free_slots: dict[int, list[int]] = {}
         self._closed = False
-        self._force_close = False
-        self._io = ThreadPoolExecutor(
-            max_workers=_IO_THREADS, thread_name_prefix=f"{c.client_id}-io"
-        )
-        self._sender = threading.Thread(target=self._run, name=f"{c.client_id}-sender", daemon=True)
+        self._sender = Sender(c, self._cluster, self._acc, self._txn, on_crash=self._crashed)
         self._sender.start()
 
     def __enter__(self) -> Producer:
@@ -272,8 +238,8 @@ class Producer:
 
     def send_arrow(
         self, topic: str, table: pa.Table | pa.RecordBatch, partition: int | None = None
-    ) -> list[Future[BatchMetadata]]:
-        """Queue a whole Arrow table; one future per batch, giving its :class:`BatchMetadata`.
+    ) -> list[Future[RecordBatchMetadata]]:
+        """Queue a whole Arrow table; one future per batch, giving its :class:`RecordBatchMetadata`.
 
         Columns: ``value`` (binary or string, required), and optionally ``key``, ``timestamp``
         (int64 ms or a timestamp type; null or absent: now), ``headers`` (list of struct<key
@@ -305,7 +271,7 @@ class Producer:
                 f"a row is {biggest} bytes, larger than max.request.size="
                 f"{self.config.max_request_size}; raise max.request.size or send smaller rows"
             )
-        futures: list[Future[BatchMetadata]] = []
+        futures: list[Future[RecordBatchMetadata]] = []
         for p, indices in self._group(parts):
             chunk_data = data if indices is None else data.take(indices)
             chunk_sizes = sizes if indices is None else sizes.take(indices)
@@ -431,7 +397,10 @@ class Producer:
         with self._acc.lock:
             queued = self._acc.abort_all()
         if queued:
-            self._finish([], [(b, error) for b in queued])
+            self._sender.fail(queued, error)
+
+    def _crashed(self) -> None:
+        self._closed = True  # the sender thread died: refuse further sends
 
     def _check_open(self) -> None:
         if self._closed:
@@ -445,10 +414,7 @@ class Producer:
         """
         if self._closed and not self._sender.is_alive():
             return
-        in_io_thread = (
-            threading.current_thread() is self._sender
-            or getattr(_IO_LOCAL, "producer", None) is self
-        )
+        in_io_thread = self._sender.in_own_thread()
         if (
             not self._closed
             and not in_io_thread
@@ -473,13 +439,7 @@ class Producer:
         self._finish_close(timeout)
 
     def _finish_close(self, timeout: float | None) -> None:
-        self._sender.join(timeout)
-        if self._sender.is_alive():
-            with self._acc.lock:
-                self._force_close = True
-                self._acc.ready.notify()
-            self._sender.join()
-        self._io.shutdown(wait=True)  # in-flight requests complete or fail their futures
+        self._sender.close(timeout)
         self._cluster.close()
 
     # --- metadata -------------------------------------------------------------------------
@@ -500,43 +460,35 @@ class Producer:
             raise TypeError(f"topic must be a non-empty str, not {topic!r}")
         cluster = self._cluster
         cluster.add_interest([topic])
-        max_block = self.config.max_block_ms
-        deadline = time.monotonic() + max_block / 1000
-        attempt = 0
-        last: ReplogError | None = None
-        while True:
-            attempt += 1
-            try:
-                cluster.refresh([topic], allow_auto_topic_creation=True)
-            except BrokerUnreachableError as err:
-                if not cluster.bootstrapped:
-                    return err  # never reached any broker: say so at once
-                last = err
-            except ReplogError as failure:
-                if not failure.retriable:
-                    return failure
-                last = failure
+
+        def attempt() -> int:
+            cluster.refresh([topic], allow_auto_topic_creation=True)
             snapshot = cluster.snapshot
             count = snapshot.partition_counts.get(topic)
             if count is not None:
                 return count
             meta = snapshot.topics.get(topic)
+            why = ""
             if meta is not None and meta.error_code:
                 cls = for_code(meta.error_code) or UnknownTopicOrPartitionError
-                topic_error = cls(f"topic {topic!r}: {cls()}")
                 if not cls.retriable:
-                    return topic_error
-                last = topic_error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if isinstance(last, BrokerUnreachableError):
-                    return last
-                return UnknownTopicOrPartitionError(
-                    f"topic {topic!r} not present in metadata after {max_block} ms "
-                    "(max.block.ms): create it (`replog topics create`) or check its name"
-                    + (f"; last error: {last}" if last is not None else "")
-                )
-            time.sleep(min(self.config.backoff_s(attempt), remaining))
+                    raise cls(f"topic {topic!r}: {cls()}")
+                if cls is not UnknownTopicOrPartitionError:
+                    why = f" ({cls.__name__}: {cls()})"
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} not present in metadata{why}: create it "
+                "(`replog topics create`) or check its name"
+            )
+
+        try:
+            return call_with_retries(
+                f"waiting for the metadata of topic {topic!r}",
+                attempt,
+                RetryPolicy.of(self.config, self.config.max_block_ms, "max.block.ms"),
+                retriable=cluster.retriable,
+            )
+        except ReplogError as err:
+            return err
 
     @staticmethod
     def _no_such_partition(topic: str, partition: int, count: int) -> ReplogError:
@@ -674,7 +626,7 @@ class Producer:
 
     def _append_table(
         self, tp: TopicPartition, piece: pa.RecordBatch, nbytes: int
-    ) -> Future[BatchMetadata]:
+    ) -> Future[RecordBatchMetadata]:
         acc = self._acc
         with acc.lock:
             if not acc.wait_for_space(nbytes, acc.clock() + self.config.max_block_ms / 1000):
@@ -682,291 +634,3 @@ class Producer:
             if self._txn.transactional:
                 self._txn.note_partition(tp)
             return acc.append_table(tp, piece, nbytes)
-
-    # --- the sender thread ------------------------------------------------------------------
-
-    def _can_send(self, node: int) -> bool:
-        slots = self._free_slots.get(node)
-        if slots is None:
-            slots = self._free_slots[node] = list(
-                range(self.config.max_in_flight_requests_per_connection)
-            )
-        return bool(slots)
-
-    def _run(self) -> None:
-        acc = self._acc
-        cluster = self._cluster
-        txn = self._txn
-        backoff = self.config.retry_backoff_ms / 1000
-        try:
-            while True:
-                if cluster.needs_update:
-                    cluster.maybe_refresh()
-                if (
-                    txn.needs_producer_id()
-                    and acc.clock() >= txn.init_retry_at
-                    and (acc.has_queued() or acc.incomplete)
-                ):  # on first use, as records wait for it
-                    txn.init_idempotent(acc.clock())
-                snapshot = cluster.snapshot
-                now = acc.clock()
-                doomed: list[ProducerBatch] = []
-                to_add: list[tuple[str, int]] = []
-                with acc.lock:
-                    if self._force_close:
-                        aborted = acc.abort_all()
-                        break
-                    if acc.closing and not acc.incomplete:
-                        aborted = []
-                        break
-                    expired, next_deadline = self._expire(now)
-                    doomed_error = txn.doomed_error()
-                    if doomed_error is not None:
-                        doomed = acc.abort_all()
-                    if txn.sendable():
-                        to_add = txn.take_partitions_to_add()
-                        plans, wake, unknown = acc.drain(
-                            now,
-                            functools.partial(_leader_of, snapshot),
-                            self._can_send,
-                            self.config.max_request_size,
-                            hold=txn.held(),
-                        )
-                    else:
-                        # no producer id yet (retry at init_retry_at), or a transaction is
-                        # ending: wait to be notified
-                        plans, unknown = {}, False
-                        waiting = txn.needs_producer_id() and acc.has_queued()
-                        wake = txn.init_retry_at if waiting else None
-                    if unknown:
-                        cluster.request_update()
-                    if not plans and not expired and not doomed and not to_add:
-                        if next_deadline is not None:
-                            wake = next_deadline if wake is None else min(wake, next_deadline)
-                        timeout = None if wake is None else max(wake - now, 0.0)
-                        if unknown or cluster.needs_update:
-                            timeout = backoff if timeout is None else min(timeout, backoff)
-                        if timeout is None or timeout > 0:
-                            acc.ready.wait(timeout)
-                        continue
-                    slots = {node: self._free_slots[node].pop() for node in plans}
-                if expired:
-                    self._finish([], [(b, self._expired_error(b, b.last_error)) for b in expired])
-                if doomed and doomed_error is not None:
-                    self._finish([], [(b, doomed_error) for b in doomed])
-                if to_add:
-                    self._io.submit(txn.add_partitions, to_add)
-                for node, plan in plans.items():
-                    self._io.submit(self._produce, plan, slots[node])
-        except Exception as err:  # queued futures must fail, not hang
-            log.exception("producer sender thread failed; failing every queued record")
-            self._closed = True
-            with acc.lock:
-                aborted = acc.abort_all()
-            self._finish([], [(b, err) for b in aborted])
-            return
-        closed = ClientClosedError("the producer was closed before these records were delivered")
-        self._finish([], [(b, closed) for b in aborted])
-
-    def _expire(self, now: float) -> tuple[list[ProducerBatch], float | None]:
-        acc = self._acc
-        expired = acc.expire(now)
-        next_deadline: float | None = None
-        for queue in acc.queues.values():
-            if queue:
-                d = queue[0].deadline
-                next_deadline = d if next_deadline is None else min(next_deadline, d)
-        return expired, next_deadline
-
-    def _expired_error(self, batch: ProducerBatch, last: BaseException | None) -> BaseException:
-        text = (
-            f"{batch.record_count} record(s) for {batch.tp} not delivered within "
-            f"delivery.timeout.ms={self.config.delivery_timeout_ms}"
-        )
-        if last is None:
-            snapshot = self._cluster.snapshot
-            meta = snapshot.topics.get(batch.tp.topic)
-            if meta is None or batch.tp.partition not in meta.partitions:
-                error: BaseException = UnknownTopicOrPartitionError(
-                    f"{text}: {batch.tp} is not in the cluster metadata"
-                )
-            else:
-                error = DeliveryTimeoutError(f"{text}: the partition had no reachable leader")
-        elif isinstance(last, BrokerUnreachableError):
-            error = BrokerUnreachableError(last.host, last.port, f"{last.reason}; {text}")
-        elif isinstance(last, ReplogError) and type(last).__init__ is ReplogError.__init__:
-            error = type(last)(f"{text}: {last}")
-        else:
-            error = DeliveryTimeoutError(f"{text}: last error: {last}")
-        error.__cause__ = last
-        return error
-
-    # --- I/O threads ----------------------------------------------------------------------
-
-    def _produce(self, plan: Drained, slot: int) -> None:
-        _IO_LOCAL.producer = self
-        done: list[tuple[ProducerBatch, int, int]] = []
-        failed: list[tuple[ProducerBatch, BaseException]] = []
-        retry: list[ProducerBatch] = []
-        c = self.config
-        try:
-            encoded: list[ProducerBatch] = []
-            for batch in plan.batches:
-                try:
-                    self._txn.stamp(batch)
-                    batch.encode(self._compression)
-                except (ValueError, TypeError, pa.ArrowException) as err:
-                    failed.append((batch, err))
-                else:
-                    encoded.append(batch)
-            if not encoded:
-                return
-            by_topic: dict[str, list[ProduceRequestPartition]] = {}
-            for batch in encoded:
-                by_topic.setdefault(batch.tp.topic, []).append(
-                    ProduceRequestPartition(index=batch.tp.partition, records=batch.payload)
-                )
-            request = ProduceRequest(
-                transactional_id=self._txn.transactional_id,
-                acks=c.acks,
-                timeout_ms=c.request_timeout_ms,
-                topic_data=[
-                    ProduceRequestTopic(name=name, partition_data=parts)
-                    for name, parts in by_topic.items()
-                ],
-            )
-            try:
-                conn = self._cluster.connection(plan.node, slot)
-                if c.acks == 0:
-                    conn.send(ApiKey.PRODUCE, _PRODUCE_VERSION, request, expect_response=False)
-                    done.extend((batch, -1, -1) for batch in encoded)
-                    return
-                response: ProduceResponse = conn.send(
-                    ApiKey.PRODUCE,
-                    _PRODUCE_VERSION,
-                    request,
-                    timeout_ms=c.request_timeout_ms + min(c.request_timeout_ms, 5000),
-                )
-            except ReplogError as err:
-                if err.refresh_metadata or isinstance(err, NetworkError):
-                    self._cluster.request_update()
-                for batch in encoded:
-                    self._retry_or_fail(batch, err, retry, failed)
-                return
-            results = {
-                (t.name, p.index): p for t in response.responses for p in t.partition_responses
-            }
-            for batch in encoded:
-                result = results.get(batch.tp)
-                if result is None:
-                    error: ReplogError = NetworkError(
-                        f"the produce response of broker {plan.node} has no result for {batch.tp}"
-                    )
-                    self._retry_or_fail(batch, error, retry, failed)
-                elif result.error_code in (0, _DUPLICATE_SEQUENCE):
-                    # DUPLICATE_SEQUENCE_NUMBER: a retry of a batch already in the log
-                    done.append((batch, result.base_offset, result.log_append_time_ms))
-                else:
-                    cls = for_code(result.error_code) or ReplogError
-                    message = result.error_message or str(cls())
-                    if result.record_errors:
-                        message += (
-                            " ("
-                            + "; ".join(
-                                f"batch {e.batch_index}: {e.batch_index_error_message}"
-                                for e in result.record_errors
-                            )
-                            + ")"
-                        )
-                    error = cls(f"produce to {batch.tp} failed: {message}")
-                    if cls.refresh_metadata:
-                        self._cluster.request_update()
-                    self._retry_or_fail(batch, error, retry, failed)
-        except Exception as err:  # every future must complete, whatever broke
-            log.exception("producing to broker %d failed unexpectedly", plan.node)
-            handled = (
-                {id(b) for b, *_ in done} | {id(b) for b, _ in failed} | {id(b) for b in retry}
-            )
-            failed.extend((b, err) for b in plan.batches if id(b) not in handled)
-        finally:
-            self._finish(done, failed, retry=retry, plan=plan, slot=slot)
-
-    def _retry_or_fail(
-        self,
-        batch: ProducerBatch,
-        error: ReplogError,
-        retry: list[ProducerBatch],
-        failed: list[tuple[ProducerBatch, BaseException]],
-    ) -> None:
-        now = self._acc.clock()
-        if isinstance(error, FENCED_ERRORS):
-            error = self._txn.fenced_error(error)
-        batch.last_error = error
-        if (
-            isinstance(error, RecordTooLargeError)
-            and batch.table is None
-            and batch.record_count > 1
-        ):
-            self._txn.rewind(batch)  # nothing was written: the halves take its sequences
-            parts = batch.split(now)
-            log.warning(
-                "batch of %d records for %s is too large for the broker; splitting it in two",
-                batch.record_count,
-                batch.tp,
-            )
-            with self._acc.lock:
-                self._acc.replace(batch, parts)
-            retry.extend(parts)
-            return
-        if not error.retriable:
-            failed.append((batch, error))
-            return
-        if batch.attempts >= self.config.retries or now >= batch.deadline:
-            failed.append((batch, self._expired_error(batch, error)))
-            return
-        batch.attempts += 1
-        delay = self.config.backoff_s(batch.attempts)
-        batch.retry_at = now + delay
-        log.warning(
-            "produce to %s failed (attempt %d, retrying in %d ms): %s",
-            batch.tp,
-            batch.attempts,
-            round(delay * 1000),
-            error,
-        )
-        retry.append(batch)
-
-    def _finish(
-        self,
-        done: list[tuple[ProducerBatch, int, int]],
-        failed: list[tuple[ProducerBatch, BaseException]],
-        *,
-        retry: Sequence[ProducerBatch] = (),
-        plan: Drained | None = None,
-        slot: int | None = None,
-    ) -> None:
-        """Complete futures (outside the lock), then requeue, unmute and free space."""
-        for batch, base_offset, log_append_time in done:
-            batch.complete(base_offset, log_append_time)
-        for batch, error in failed:
-            batch.fail(error)
-        if retry and self._force_close:
-            # Nobody drains the queues any more: what would be retried fails instead.
-            closed = ClientClosedError("the producer was closed before these records were sent")
-            for batch in retry:
-                batch.fail(closed)
-            failed = [*failed, *((b, closed) for b in retry)]
-            retry = ()
-        acc = self._acc
-        with acc.lock:
-            for batch, error in failed:
-                self._txn.batch_failed(batch, error)
-            for batch in reversed(retry):
-                acc.reenqueue(batch)
-            if plan is not None:
-                acc.unmute(b.tp for b in plan.batches)
-                if slot is not None:
-                    self._free_slots[plan.node].append(slot)
-            acc.completed([b for b, *_ in done])
-            acc.completed([b for b, _ in failed])
-            acc.ready.notify()

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterable
@@ -45,6 +46,7 @@ from replication.client.cluster import Cluster
 from replication.client.config import ProducerConfig
 from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import TransactionAbortedError, TransactionStateError
+from replication.client.retry import RetryPolicy
 from replication.client.types import TransactionHandle
 from replication.errors import (
     CommitFailedError,
@@ -121,6 +123,8 @@ class TransactionManager:
         self._reset_pending = False
         self._init_attempts = 0
         self.init_retry_at = 0.0
+        #: the waits between InitProducerId attempts (the sender thread retries them)
+        self._backoff = RetryPolicy.of(config, None)
         self.state = TxnState.UNINITIALIZED if self.transactional else TxnState.READY
         #: the abortable or fatal error (None otherwise)
         self.error: ReplogError | None = None
@@ -230,7 +234,7 @@ class TransactionManager:
                 raise cls(f"getting a producer id: {cls()}")
         except ReplogError as err:
             if err.retriable:
-                delay = self.config.backoff_s(self._init_attempts)
+                delay = self._backoff.backoff_s(self._init_attempts, random.random())
                 self.init_retry_at = now + delay
                 log.warning(
                     "getting a producer id failed (attempt %d, retrying in %d ms): %s",

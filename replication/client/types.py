@@ -17,7 +17,6 @@ from replication.common import TopicPartition
 
 __all__ = [
     "FETCH_SCHEMA",
-    "BatchMetadata",
     "BrokerInfo",
     "ClusterDescription",
     "ConsumerRecord",
@@ -26,7 +25,9 @@ __all__ = [
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
+    "RecordBatchMetadata",
     "RecordMetadata",
+    "ReplicaLog",
     "SinkCommitResult",
     "TopicDescription",
     "TopicPartition",
@@ -55,7 +56,7 @@ class RecordMetadata(NamedTuple):
         return TopicPartition(self.topic, self.partition)
 
 
-class BatchMetadata(NamedTuple):
+class RecordBatchMetadata(NamedTuple):
     """Where a batch sent by :meth:`Producer.send_arrow` was written.
 
     Record ``i`` of the batch has offset ``base_offset + i``; ``base_offset`` is -1 with acks=0.
@@ -239,3 +240,23 @@ class TransactionListing:
     def is_open(self) -> bool:
         """True while the transaction is Ongoing or being completed (Prepare*)."""
         return self.state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+@dataclass(frozen=True)
+class ReplicaLog:
+    """One replica's log as the broker holding it reports it (DescribeLogDirs)."""
+
+    broker_id: int
+    #: The broker's storage root (``log.dir``, a URL): the replica's segment objects are under
+    #: ``<log_dir>/<topic>/<partition>/``.
+    log_dir: str
+    log_start_offset: int
+    #: The next offset this replica will write (in memory: may run ahead of the durable end).
+    log_end_offset: int
+    #: The end of what is in this replica's segment objects (a follower's fetch offset).
+    durable_end_offset: int
+    #: This replica's high watermark (a follower learns the leader's with each fetch).
+    high_watermark: int
+    leader_epoch: int
+    is_leader: bool
+    size_bytes: int
