@@ -309,18 +309,6 @@ def test_roll_by_segment_bytes_and_merge_never_crosses_segments(storage: Storage
     assert [(s.base_offset, s.next_offset) for s in log.segments()] == [(0, 3), (3, 6), (6, 7)]
 
 
-@pytest.mark.s3
-def test_log_on_s3(s3_url) -> None:
-    storage = Storage.from_url(s3_url.url, **s3_url.storage_options).child("topic/0")
-    log = Log.open(storage)
-    for i in range(3):
-        log.append(batch_of(f"v{i}".encode()), leader_epoch=0)
-        log.flush()
-    log.merge_segments()
-    log.close()
-    assert values(Log.open(storage)) == [(i, f"v{i}".encode()) for i in range(3)]
-
-
 # --- a Hypothesis state machine against a plain model ------------------------------------------
 
 _runs = itertools.count()
