@@ -33,9 +33,7 @@ TIERS = ("unit", "s3", "cluster", "spark", "chaos")
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects anything
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Fail collection when a test carries none of the tier markers."""
-    untiered = [
-        item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)
-    ]
+    untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
     if untiered:
         shown = "\n  ".join(untiered[:20])
         more = f"\n  ... and {len(untiered) - 20} more" if len(untiered) > 20 else ""
