@@ -69,7 +69,8 @@ from replication.errors import (
     UnsupportedVersionError,
 )
 from tests import cluster
-from tests.cluster import BrokerProcess, wait_until
+from tests.cluster import BrokerProcess
+from tests.helpers import free_port, unique_name, wait_until
 
 # --- murmur2 and the partitioner ----------------------------------------------------------------
 
@@ -611,15 +612,9 @@ def scripted() -> Iterator[ScriptedBroker]:
     broker.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.unit
 def test_connection_unreachable_is_quick_and_named() -> None:
-    port = _closed_port()
+    port = free_port()
     conn = BrokerConnection("127.0.0.1", port, "test", 1000)
     started = time.monotonic()
     with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}") as info:
@@ -859,7 +854,7 @@ def test_producer_close_from_a_callback(scripted: ScriptedBroker) -> None:
 
 @pytest.mark.unit
 def test_producer_bootstrap_unreachable_is_quick() -> None:
-    port = _closed_port()
+    port = free_port()
     with Producer(bootstrap_servers=f"127.0.0.1:{port}") as producer:
         started = time.monotonic()
         with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}"):
@@ -993,12 +988,6 @@ def test_consumer_offset_out_of_range(scripted: ScriptedBroker) -> None:
 broker = cluster.broker
 broker_factory = cluster.broker_factory
 
-_names = iter(range(10**6))
-
-
-def _topic(prefix: str = "t") -> str:
-    return f"{prefix}-{next(_names)}-{random.randrange(10**9)}"
-
 
 @pytest.fixture
 def admin(broker: BrokerProcess) -> Iterator[Admin]:
@@ -1012,15 +1001,18 @@ def _consume(bootstrap: str, tps: list[TopicPartition], count: int, **kwargs: An
     out: list[Any] = []
     with Consumer(settings) as consumer:
         consumer.assign(tps)
-        deadline = time.monotonic() + 30
-        while len(out) < count and time.monotonic() < deadline:
+
+        def polled() -> bool:
             out.extend(consumer.poll(500, max_records=100_000))
+            return len(out) >= count
+
+        wait_until(polled, timeout=30, interval=0, message=f"{count} records")
     return out
 
 
 @pytest.mark.cluster
 def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("admin")
+    name = unique_name("admin")
     admin.create_topics([NewTopic(name, 3, 1, {"retention.ms": "3600000"})])
     assert name in admin.list_topics()
     (description,) = admin.describe_topics([name])
@@ -1032,7 +1024,7 @@ def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) 
     with pytest.raises(TopicAlreadyExistsError, match=name):
         admin.create_topic(name, 1, 1)
     with pytest.raises(InvalidPartitionsError):
-        admin.create_topic(_topic(), 0, 1)
+        admin.create_topic(unique_name(), 0, 1)
     with pytest.raises(UnknownTopicOrPartitionError, match="missing-topic"):
         admin.describe_topics(["missing-topic"])
     admin.delete_topics([name])
@@ -1047,7 +1039,7 @@ def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) 
 def test_round_trip_records(
     broker: BrokerProcess, admin: Admin, acks: str, compression: str
 ) -> None:
-    name = _topic("rt")
+    name = unique_name("rt")
     admin.create_topic(name, 3, 1)
     headers = [("trace", b"abc"), ("empty", None)]
     with Producer(
@@ -1087,7 +1079,7 @@ def test_round_trip_records(
 
 @pytest.mark.cluster
 def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("arrow")
+    name = unique_name("arrow")
     admin.create_topic(name, 2, 1)
     n = 20_000
     table = pa.table(
@@ -1104,9 +1096,12 @@ def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
     with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(name, 0), TopicPartition(name, 1)])
         batches: list[Any] = []
-        deadline = time.monotonic() + 30
-        while sum(b.num_rows for b in batches) < n and time.monotonic() < deadline:
+
+        def polled() -> bool:
             batches.extend(consumer.poll_arrow(500))
+            return sum(b.num_rows for b in batches) >= n
+
+        wait_until(polled, timeout=30, interval=0, message=f"{n} rows")
     assert all(b.batch.schema == FETCH_SCHEMA for b in batches)
     for part in (0, 1):
         rows = pa.Table.from_batches([b.batch for b in batches if b.partition == part])
@@ -1117,7 +1112,7 @@ def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
 
 @pytest.mark.cluster
 def test_consumer_positions_and_offsets(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("pos")
+    name = unique_name("pos")
     admin.create_topic(name, 1, 1)
     tp = TopicPartition(name, 0)
     with Producer(bootstrap_servers=broker.bootstrap) as producer:
@@ -1155,11 +1150,11 @@ def _poll_until_error(consumer: Consumer, deadline: float) -> None:
 
 @pytest.mark.cluster
 def test_named_errors_against_the_broker(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("err")
+    name = unique_name("err")
     admin.create_topic(name, 1, 1, {"max.message.bytes": "2000"})
     with Producer(bootstrap_servers=broker.bootstrap, max_block_ms=500) as producer:
         with pytest.raises(UnknownTopicOrPartitionError, match="not present in metadata"):
-            producer.send(_topic("missing"), b"x").result(timeout=10)
+            producer.send(unique_name("missing"), b"x").result(timeout=10)
         with pytest.raises(RecordTooLargeError):
             producer.send(name, b"x" * 5000).result(timeout=10)
         assert producer.send(name, b"small").result(timeout=10).offset >= 0
@@ -1261,7 +1256,7 @@ def test_consumer_keeps_polling_across_a_broker_restart(broker_factory: Any) -> 
 
 @pytest.mark.cluster
 def test_fetch_limits_and_out_of_range(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("limits")
+    name = unique_name("limits")
     admin.create_topic(name, 1, 1)
     tp = TopicPartition(name, 0)
     with Producer(bootstrap_servers=broker.bootstrap) as producer:

@@ -10,9 +10,7 @@ is broker 0 (checked in the metadata), so broker 1 follows them through the prox
 
 from __future__ import annotations
 
-import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +22,8 @@ from logstore.batch import Record, build, iter_batches
 from logstore.segment import base_offset_of
 from replication import protocol as p
 from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
-from tests.cluster import FAST_FAILOVER, BrokerProcess, wait_until
+from tests.cluster import FAST_FAILOVER, BrokerProcess
+from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
 from tests.wire import RawConnection, create_topic, fetch, produce
 
@@ -36,12 +35,6 @@ TopicPartition = tuple[str, int]
 
 
 # --- a cluster whose broker 0 is reached by its peers through a proxy ----------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ProxiedCluster:
@@ -143,10 +136,6 @@ def proxied_cluster(tmp_path: Path) -> Iterator[Any]:
 
 
 # --- wire helpers ------------------------------------------------------------------------------
-
-
-def topic_name() -> str:
-    return f"fs-{uuid.uuid4().hex[:8]}"
 
 
 def batch(*values: bytes) -> bytes:
@@ -284,7 +273,7 @@ def settled_session(proxy: TcpProxy, partitions: set[TopicPartition]) -> tuple[i
 def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         # Leaders alternate between the two brokers: 200 partitions give broker 0 a hundred,
         # all followed by broker 1 in its one session with broker 0.
@@ -396,7 +385,7 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
 def test_lost_fetch_response_falls_back_to_a_full_fetch(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         led = create_led_by_leader(conn, topic, partitions=4, rf=2)
         session_tps = {(topic, i) for i in led}
@@ -461,7 +450,7 @@ def test_lost_fetch_response_falls_back_to_a_full_fetch(proxied_cluster: Any) ->
 def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         led = create_led_by_leader(conn, topic, partitions=2, rf=2)
     index = led[0]
@@ -547,7 +536,7 @@ def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -
 def test_follower_session_evicts_consumer_session(proxied_cluster: Any) -> None:
     cluster = proxied_cluster({"max.incremental.fetch.session.cache.slots": "1"})
     proxy = cluster.proxy
-    solo, rep = topic_name(), topic_name()
+    solo, rep = unique_name("fs"), unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         # Replication factor 1: broker 1 follows nothing on broker 0, so holds no session there.
         solo_tp = (solo, create_led_by_leader(conn, solo, partitions=2, rf=1)[0])
@@ -594,7 +583,7 @@ def test_follower_session_evicts_consumer_session(proxied_cluster: Any) -> None:
 
 def test_invalid_session_epoch_then_full_fetch_recovers(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as admin:
         index = create_led_by_leader(admin, topic, partitions=2, rf=2)[0]
         resp = produce(admin, topic, index, batch(b"a", b"b"), acks=-1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -11,14 +10,18 @@ import pytest
 from logstore.batch import Record, build, iter_batches
 from logstore.log import Log
 from logstore.storage import Storage
-from tests.cluster import Cluster, wait_until
-from tests.wire import RawConnection, broker_address, create_topic, fetch, partition_state, produce
+from tests.cluster import Cluster
+from tests.helpers import unique_name, wait_until
+from tests.wire import (
+    RawConnection,
+    broker_address,
+    create_topic,
+    partition_state,
+    produce,
+    read_records,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos]
-
-
-def topic_name() -> str:
-    return f"r-{uuid.uuid4().hex[:8]}"
 
 
 class AckedProducer:
@@ -75,22 +78,8 @@ class AckedProducer:
 def read_committed_log(bootstrap: str, topic: str) -> list[tuple[int, bytes | None]]:
     """Everything below the HW, through the current leader."""
     state = partition_state(bootstrap, topic)
-    out: list[tuple[int, bytes | None]] = []
     with RawConnection(broker_address(bootstrap, state.leader_id)) as conn:
-        offset = 0
-        while True:
-            part = fetch(conn, topic, 0, offset).responses[0].partitions[0]
-            assert part.error_code == 0, part
-            got = [
-                (r.offset, r.value)
-                for b in iter_batches(part.records or b"")
-                for r in b.records()
-                if r.offset >= offset
-            ]
-            if not got:
-                return out
-            out.extend(got)
-            offset = got[-1][0] + 1
+        return [(r.offset, r.value) for r in read_records(conn, topic)]
 
 
 def replica_bytes(cluster: Cluster, broker_id: int, topic: str, end: int) -> bytes:
@@ -152,7 +141,7 @@ def assert_acked_once(acked: dict[int, bytes], log: list[tuple[int, bytes | None
 
 def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         assert (
             create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"}).topics[0].error_code
@@ -187,7 +176,7 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
         brokers=3,
         overrides={"log.flush.interval.ms": "200", "broker.session.timeout.ms": "4000"},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -239,7 +228,7 @@ def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  #
         brokers=3,
         overrides={"replica.fetch.wait.max.ms": "60000", "shutdown.timeout.ms": "10000"},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 3, 3)
     wait_for_topic(cluster, topic, 3)
@@ -253,7 +242,7 @@ def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  #
 
 def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -295,7 +284,7 @@ def replica_bytes_or_empty(cluster: Cluster, broker_id: int, topic: str, end: in
 
 def test_kip101_divergence_is_truncated_by_leader_epoch(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3)
     wait_for_topic(cluster, topic, 3)
@@ -374,7 +363,7 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
     wait_until(lambda: len(claims()) >= 2, message="a standby claims epoch 2")
     new_epoch = claims()[-1]
     # the cluster works under the new controller
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         wait_until(
             lambda: create_topic(conn, topic, 1, 3).topics[0].error_code == 0,
@@ -401,7 +390,7 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
 
 def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -443,7 +432,7 @@ def test_broker_on_s3(cluster_factory, s3_url) -> None:  # type: ignore[no-untyp
         broker_log_dirs={0: s3_url.sub("broker-0")},
         overrides={"storage.endpoint.url": s3_url.endpoint_url},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 2, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,14 +10,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from replication.client import Admin, NewTopic, Producer, TopicPartition
 from tests.cluster import BrokerProcess
+from tests.helpers import read_to_end, unique_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create(bootstrap: str, *topics: str, partitions: int = 2) -> None:
@@ -36,20 +32,8 @@ def produce_ids(bootstrap: str, topic: str, ids: range) -> None:
 
 
 def committed_values(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
-    consumer = Consumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
-    out: list[bytes] = []
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            out.extend(r.value or b"" for r in consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return out
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    return [r.value or b"" for r in read_to_end(bootstrap, tps, timeout=120).records]
 
 
 def pipeline(spark: Any, bootstrap: str, source: str, sink: str, checkpoint: Path) -> Any:
@@ -89,7 +73,7 @@ def doubled_ids(values: list[bytes]) -> Counter[int]:
 def test_streaming_pipeline_writes_every_row_exactly_once(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     query = pipeline(spark, broker.bootstrap, source, sink, tmp_path / "ckpt")
@@ -102,7 +86,7 @@ def test_streaming_pipeline_writes_every_row_exactly_once(
 def test_a_replayed_micro_batch_is_not_written_twice(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     checkpoint = tmp_path / "ckpt"
@@ -123,7 +107,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(
 
 
 def test_batch_write_is_atomic_and_overwrite_is_refused(spark: Any, broker: BrokerProcess) -> None:
-    sink = topic_name("batch")
+    sink = unique_name("batch")
     create(broker.bootstrap, sink)
     rows = spark.range(0, 500, 1, 4).selectExpr(
         "CAST(id AS STRING) AS key", "CAST(id * 3 AS STRING) AS value"

@@ -14,7 +14,6 @@ import logging
 import pickle
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,12 @@ from logstore.reader import SegmentObject, SegmentReader
 from replication import protocol as p
 from replication.client import Admin, Producer, TopicPartition
 from replication.errors import UnknownTopicOrPartitionError
-from tests.cluster import BrokerProcess, wait_until
+from tests.cluster import BrokerProcess
 from tests.conftest import S3Location
+from tests.helpers import unique_name, wait_until
 from tests.wire import RawConnection
 
 T0 = 1_700_000_000_000  # record timestamps of the batch test: T0 + row number
-
-
-def topic_name() -> str:
-    return f"spark-{uuid.uuid4().hex[:10]}"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1, **configs: str) -> None:
@@ -412,7 +408,7 @@ def test_arrow_schema_is_exactly_what_spark_expects() -> None:
 def test_batch_read_of_a_million_rows_and_offset_and_time_ranges(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 3)
     n = 1_000_000
     value = b"v" * 100
@@ -471,7 +467,7 @@ def test_batch_read_of_a_million_rows_and_offset_and_time_ranges(
 @pytest.mark.spark
 @pytest.mark.cluster
 def test_bad_option_surfaces_through_spark_with_its_name(spark: Any, broker: BrokerProcess) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     df = batch_df(spark, options(broker.bootstrap, topic, startingOffsets="newest"))
     with pytest.raises(Exception, match="option startingOffsets='newest' is not valid"):
@@ -523,7 +519,7 @@ def _all_columns(df: Any) -> list[tuple[Any, ...]]:
 def test_direct_reads_of_local_files_match_the_broker_fallback(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 2)
     _mixed_records(broker.bootstrap, topic, 3000)
     opts = options(broker.bootstrap, topic, includeHeaders="true")
@@ -543,7 +539,7 @@ def test_direct_reads_from_s3_match_the_broker_and_fall_back_when_unreachable(
     b = broker_factory(
         log_dir=s3_url.sub("broker-0"), overrides={"storage.endpoint.url": s3_url.endpoint_url}
     )
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(b.bootstrap, topic, 2)
     _mixed_records(b.bootstrap, topic, 2000)
     storage = {f"storage.{k}": v for k, v in s3_url.storage_options.items()}
@@ -630,7 +626,7 @@ def assert_exactly_once(spark: Any, path: Path, sent: dict[int, int]) -> None:
 def test_streaming_available_now_then_processing_time_restarts_without_duplicates_or_gaps(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 2)
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
@@ -664,7 +660,7 @@ def test_streaming_available_now_then_processing_time_restarts_without_duplicate
 def test_max_offsets_per_trigger_bounds_every_batch(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 3)
     n = 9_000
     produce(broker.bootstrap, topic, [i % 3 if i < 6000 else 0 for i in range(n)], [b"x"] * n)
@@ -693,7 +689,7 @@ def test_max_offsets_per_trigger_bounds_every_batch(
 def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, [0] * 100, [b"x"] * 100)
     df = stream_df(
@@ -735,7 +731,7 @@ def test_leader_sigkill_while_a_streaming_query_reads(
     spark: Any, cluster_factory: Any, tmp_path: Path
 ) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(cluster.bootstrap, topic, 2, rf=3, **{"min.insync.replicas": "2"})
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
     bootstrap = cluster.bootstrap
@@ -787,7 +783,7 @@ def test_leader_sigkill_while_a_streaming_query_reads(
 def test_new_topics_of_a_pattern_join_at_the_next_batch_from_their_start(
     broker: BrokerProcess,
 ) -> None:
-    prefix = topic_name()
+    prefix = unique_name("spark")
     first, second = f"{prefix}-a", f"{prefix}-b"
     create_topic(broker.bootstrap, first, 1)
     produce(broker.bootstrap, first, [0] * 10, [b"a"] * 10)
@@ -904,7 +900,7 @@ class RawTransaction:
 def test_read_committed_hides_aborted_and_open_transactions(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
 
     def plain(*values: bytes) -> None:
@@ -950,7 +946,7 @@ RETENTION = {"log.retention.check.interval.ms": "200"}
 
 def _retained_topic(bootstrap: str, expire_in_ms: int) -> str:
     """A topic whose first 100 records expire ``expire_in_ms`` from now (100 more do not)."""
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(
         bootstrap,
         topic,
@@ -1016,7 +1012,7 @@ def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
 def test_a_recreated_topic_is_data_loss_for_a_running_stream(
     broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, [0] * 50, [b"x"] * 50)
     raw = options(broker.bootstrap, topic, startingOffsets="earliest")
