@@ -36,12 +36,14 @@ def free_port() -> int:
 
 
 def wait_until(
-    condition: Callable[[], T | None],
+    # Callable[..., ...]: mypy infers no type for a lambda binding a loop variable as a default
+    # argument (``lambda i=i: ...``) against Callable[[], ...]. It is called with no argument.
+    condition: Callable[..., T | None],
     timeout: float = 30,
     interval: float = 0.02,
     message: str = "",
 ) -> T:
-    """Poll ``condition`` until it returns a truthy value (returned) or fail after ``timeout``
+    """Poll ``condition()`` until it returns a truthy value (returned) or fail after ``timeout``
     seconds with an AssertionError naming ``message``."""
     deadline = time.monotonic() + timeout
     while True:

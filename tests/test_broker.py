@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -117,7 +118,9 @@ def test_list_offsets(broker: BrokerProcess) -> None:
         assert offset_for(301)[0] == -1
 
 
-def test_sigterm_then_restart_keeps_every_acked_record(broker_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_then_restart_keeps_every_acked_record(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
     broker = broker_factory()
     topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
@@ -136,7 +139,9 @@ def test_sigterm_then_restart_keeps_every_acked_record(broker_factory) -> None: 
         ]
 
 
-def test_sigkill_then_restart_keeps_records_acked_and_flushed(broker_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_then_restart_keeps_records_acked_and_flushed(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
     broker = broker_factory()
     topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:

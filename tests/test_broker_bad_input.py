@@ -10,6 +10,7 @@ lost. Every test runs against real broker processes on 127.0.0.1 and speaks raw 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import socket
@@ -350,7 +351,7 @@ def test_produce_without_a_batch_gets_invalid_record(
 def test_batch_over_max_message_bytes_gets_record_too_large(broker: BrokerProcess) -> None:
     ledger = Ledger(unique_name("too-large"))
     with RawConnection(broker.bootstrap) as conn:
-        result = create_topic(conn, ledger.topic, **{"max.message.bytes": "2000"})
+        result = create_topic(conn, ledger.topic, 1, 1, **{"max.message.bytes": "2000"})
         assert result.topics[0].error_code == NONE
         big = _valid_batch(b"x" * 3000)
         assert len(big) > 2000
@@ -917,13 +918,17 @@ def test_fuzzed_frames_never_kill_the_broker_nor_corrupt_a_log(
             workers = [
                 pool.submit(_fuzz, address, FUZZ_SEED + i, stop, stats) for i in range(FUZZ_THREADS)
             ]
+
+            def read_up_to(mark: int) -> bool:
+                return stats.read >= mark or any(w.done() for w in workers)
+
             try:
                 # the well-behaved client produces every HEALTHY_EVERY frames, and checks the
                 # whole log every fifth time, while the fuzzing goes on
                 for mark in range(HEALTHY_EVERY, FUZZ_FRAMES + HEALTHY_EVERY, HEALTHY_EVERY):
                     with stats.changed:
                         stats.changed.wait_for(
-                            lambda mark=mark: stats.read >= mark or any(w.done() for w in workers),
+                            functools.partial(read_up_to, mark),
                             timeout=max(0, FUZZ_BUDGET_S - (time.monotonic() - started)),
                         )
                     assert broker.alive, f"broker died (seed {FUZZ_SEED}):\n{broker.stderr_tail()}"

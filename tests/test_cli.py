@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -136,7 +137,7 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     assert idle.stderr.strip() == "Processed a total of 0 messages"
 
     # describe --json: the metadata, and every replica's own LEO and lag, from its broker
-    def described() -> dict[str, object] | None:
+    def described() -> dict[str, Any] | None:
         doc = json.loads(ok(replog("topics", "describe", topic, "--json", *bs)).stdout)
         parts = doc["partitions"]
         settled = all(

@@ -34,6 +34,8 @@ from replication.client import (
     ClientClosedError,
     Consumer,
     ConsumerConfig,
+    ConsumerRecord,
+    FetchedBatch,
     NewTopic,
     NoOffsetForPartitionError,
     PartitionNotAssignedError,
@@ -237,7 +239,11 @@ def test_produce_futures_behave_as_futures() -> None:
     done, _ = concurrent.futures.wait(futures, timeout=10)
     finisher.join(10)
     assert len(done) == 50
-    completed = list(concurrent.futures.as_completed(futures, timeout=10))
+    # typeshed's as_completed wants a settable ``_waiters``; ProduceFuture's is a property
+    # (created on first use), and as_completed only appends to it.
+    completed: list[Any] = list(
+        concurrent.futures.as_completed(futures, timeout=10)  # type: ignore[arg-type]
+    )
     assert len(completed) == 50
     for t in waiters:
         t.join(10)
@@ -775,6 +781,7 @@ def test_producer_splits_a_batch_the_broker_finds_too_large(scripted: ScriptedBr
 
     def limited(header: p.RequestHeader, body: p.ProduceRequest) -> Any:
         records = body.topic_data[0].partition_data[0].records
+        assert records is not None
         (batch,) = iter_batches(records)
         sizes.append(batch.record_count)
         if batch.record_count > 2:
@@ -884,6 +891,7 @@ def test_send_arrow_partitions_like_send(scripted: ScriptedBroker) -> None:
     def record(header: p.RequestHeader, body: p.ProduceRequest) -> Any:
         for t in body.topic_data:
             for part in t.partition_data:
+                assert part.records is not None
                 for batch in iter_batches(part.records):
                     seen.setdefault(part.index, []).extend(r.value or b"" for r in batch.records())
         return _produce_ok()(header, body)
@@ -1095,7 +1103,7 @@ def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
     assert len(metas) > 2
     with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(name, 0), TopicPartition(name, 1)])
-        batches: list[Any] = []
+        batches: list[FetchedBatch] = []
 
         def polled() -> bool:
             batches.extend(consumer.poll_arrow(500))
@@ -1241,15 +1249,18 @@ def test_consumer_keeps_polling_across_a_broker_restart(broker_factory: Any) -> 
     ):
         consumer.assign([tp])
         producer.send("across", b"before").result(timeout=10)
-        got: list[bytes] = []
-        wait_until(lambda: got.extend(r.value for r in consumer.poll(200)) or got, timeout=10)
+        got: list[bytes | None] = []
+
+        def polled(count: int) -> bool:
+            got.extend(r.value for r in consumer.poll(200))
+            return len(got) >= count
+
+        wait_until(lambda: polled(1), timeout=10)
         node.stop()
         assert consumer.poll(300) == []  # the broker is down: nothing, no error
         node.start()
         producer.send("across", b"after").result(timeout=30)
-        wait_until(
-            lambda: got.extend(r.value for r in consumer.poll(200)) or len(got) >= 2, timeout=30
-        )
+        wait_until(lambda: polled(2), timeout=30)
         assert got == [b"before", b"after"]
         assert consumer.position(tp) == 2
 
@@ -1270,10 +1281,15 @@ def test_fetch_limits_and_out_of_range(broker: BrokerProcess, admin: Admin) -> N
     ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        got: list[Any] = []
-        wait_until(lambda: got.extend(consumer.poll(200)) or len(got) >= 2, timeout=10)
+        got: list[ConsumerRecord] = []
+
+        def polled() -> bool:
+            got.extend(consumer.poll(200))
+            return len(got) >= 2
+
+        wait_until(polled, timeout=10)
         # A batch larger than the fetch limits still comes whole (KIP-74).
-        assert [len(r.value) for r in got] == [200_000, 5]
+        assert [len(r.value or b"") for r in got] == [200_000, 5]
         consumer.seek(tp, 1000)
         with pytest.raises(OffsetOutOfRangeError, match=rf"offset 1000 .*{name}-0.*\[0, 2\)"):
             consumer.poll(2000)

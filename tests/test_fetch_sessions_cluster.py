@@ -25,7 +25,7 @@ from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionE
 from tests.cluster import FAST_FAILOVER, BrokerProcess
 from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
-from tests.wire import RawConnection, create_topic, fetch, produce
+from tests.wire import RawConnection, create_topic, fetch, produce, read_records
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -154,32 +154,22 @@ def create_led_by_leader(conn: RawConnection, topic: str, partitions: int, rf: i
     """Create ``topic`` and return the partitions broker 0 leads (once every one has a leader)."""
     result = create_topic(conn, topic, partitions=partitions, rf=rf).topics[0]
     assert result.error_code == 0, result
-    found = wait_until(
-        lambda: (ls := leaders(conn, topic)) and all(x >= 0 for x in ls) and ls,
-        message=f"leaders of {topic}",
-    )
+
+    def led_everywhere() -> list[int] | None:
+        found = leaders(conn, topic)
+        return found if found and all(x >= 0 for x in found) else None
+
+    found = wait_until(led_everywhere, message=f"leaders of {topic}")
     led = [i for i, leader in enumerate(found) if leader == LEADER]
     assert led, f"broker 0 leads no partition of {topic}: {found}"
     return led
 
 
-def leader_values(conn: RawConnection, topic: str, partition: int) -> list[tuple[int, bytes]]:
+def leader_values(
+    conn: RawConnection, topic: str, partition: int
+) -> list[tuple[int, bytes | None]]:
     """Every record below the leader's HW, fetched without a session."""
-    out: list[tuple[int, bytes]] = []
-    offset = 0
-    while True:
-        part = fetch(conn, topic, partition, offset).responses[0].partitions[0]
-        assert part.error_code == 0, part
-        got = [
-            (r.offset, r.value)
-            for b in iter_batches(part.records or b"")
-            for r in b.records()
-            if r.offset >= offset
-        ]
-        if not got:
-            return out
-        out += got
-        offset = got[-1][0] + 1
+    return [(r.offset, r.value) for r in read_records(conn, topic, partition)]
 
 
 def high_watermark(conn: RawConnection, topic: str, partition: int) -> int:
@@ -511,7 +501,7 @@ def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -
 
     with RawConnection(cluster.leader.bootstrap) as conn:
 
-        def both() -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes | None]]] | None:
+        def both() -> tuple[list[tuple[int, bytes | None]], list[tuple[int, bytes | None]]] | None:
             on_leader = leader_values(conn, topic, index)
             on_follower = cluster.follower_values(topic, index)
             return (on_leader, on_follower) if on_leader == on_follower else None

@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,7 +59,7 @@ def storage() -> Storage:
 
 
 @pytest.fixture
-def file_storage(tmp_path) -> Storage:
+def file_storage(tmp_path: Path) -> Storage:
     return Storage.from_url(str(tmp_path / "topic" / "0"))
 
 
@@ -144,7 +145,9 @@ def test_crash_before_checkpoint_scans_new_objects(file_storage: Storage) -> Non
     assert again.latest_epoch == 1
 
 
-def test_torn_tail_is_cut_at_last_valid_batch(file_storage: Storage, caplog) -> None:
+def test_torn_tail_is_cut_at_last_valid_batch(
+    file_storage: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
     log = Log.open(file_storage)
     log.append(batch_of(b"a"), leader_epoch=0)
     log.append(batch_of(b"b"), leader_epoch=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from logstore.batch import Record, build, iter_batches
 from logstore.log import Log
 from logstore.storage import Storage
 from tests.cluster import Cluster
+from tests.conftest import S3Location
 from tests.helpers import unique_name, wait_until
 from tests.wire import (
     RawConnection,
@@ -139,7 +141,9 @@ def assert_acked_once(acked: dict[int, bytes], log: list[tuple[int, bytes | None
     assert [o for o, _ in log] == list(range(len(log))), "offsets are not contiguous"
 
 
-def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_sigkill_under_acks_all_loses_nothing(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
     topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
@@ -166,7 +170,9 @@ def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  
     assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
 
 
-def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     """Issue 12's failure: the leader is SIGKILLed and restarted at once while a follower is
     paused for less than a session. The followers had fetched the leader's unflushed tail; the
     restarted leader must not lead again at its old epoch with a shorter log."""
@@ -220,7 +226,9 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
         )
 
 
-def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_finishes_while_followers_long_poll(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     """Followers parked in a long-poll fetch (here up to a minute) still shut down at once on
     SIGTERM: exit status 0 means the graceful shutdown finished within shutdown.timeout.ms
     (a broker that overruns it exits with status 1)."""
@@ -240,7 +248,7 @@ def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  #
     assert cluster.controller.stop(timeout=60) == 0, cluster.controller.stderr_tail()
 
 
-def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(brokers=3)
     topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
@@ -282,7 +290,9 @@ def replica_bytes_or_empty(cluster: Cluster, broker_id: int, topic: str, end: in
         return b""
 
 
-def test_kip101_divergence_is_truncated_by_leader_epoch(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_kip101_divergence_is_truncated_by_leader_epoch(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
     topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
@@ -351,7 +361,9 @@ def _durable_end(cluster: Cluster, broker_id: int, topic: str) -> int:
     return log.durable_end_offset
 
 
-def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
     store = Path(cluster.data_dir / "metadata")
 
@@ -388,7 +400,7 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
     assert partition_state(cluster.bootstrap, topic).leader_id >= 0
 
 
-def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_paused_past_its_session_is_fenced(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(brokers=3)
     topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
@@ -426,7 +438,7 @@ def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # t
 
 
 @pytest.mark.s3
-def test_broker_on_s3(cluster_factory, s3_url) -> None:  # type: ignore[no-untyped-def]
+def test_broker_on_s3(cluster_factory: Callable[..., Cluster], s3_url: S3Location) -> None:
     cluster = cluster_factory(
         brokers=2,
         broker_log_dirs={0: s3_url.sub("broker-0")},

@@ -42,6 +42,7 @@ def tripwire(directory: Path, row: int, *, every_attempt: bool) -> Any:
 
         if json.loads(value)["id"] == row and os.path.exists(os.path.join(where, "armed")):
             context = TaskContext.get()
+            assert context is not None  # inside a task
             attempt = context.attemptNumber()
             if every_attempt or attempt == 0:
                 name = f"tripped-{context.partitionId()}-{attempt}"
@@ -238,7 +239,7 @@ def test_sigkill_of_the_spark_driver_mid_batch_then_restart(
 
             def mid_batch() -> list[Any]:
                 if driver.poll() is not None:
-                    raise AssertionError(f"the driver exited early: {driver.stdout.read()}")  # type: ignore[union-attr]
+                    raise AssertionError(f"the driver exited early: {driver.stdout.read()}")
                 if admin.last_committed_batch(query_id) < 1:
                     return []
                 return open_sink_transactions(admin, query_id)
@@ -251,7 +252,7 @@ def test_sigkill_of_the_spark_driver_mid_batch_then_restart(
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
-        driver.stdout.close()  # type: ignore[union-attr]
+        driver.stdout.close()
     # killed mid-stream: what is visible is whole committed batches, never all of the input
     before = upper_ids(committed_values(broker.bootstrap, sink, partitions=3))
     assert max(before.values(), default=1) == 1

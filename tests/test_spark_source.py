@@ -93,6 +93,13 @@ def produce(
             future.result(timeout=120)
 
 
+def offset_ranges(planned: list[Any]) -> list[OffsetRangePartition]:
+    """The planned input partitions (pyspark's InputPartition), each an OffsetRangePartition."""
+    for q in planned:
+        assert isinstance(q, OffsetRangePartition), q
+    return planned
+
+
 def options(bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
     return {"bootstrap.servers": bootstrap, "subscribe": topic, **extra}
 
@@ -802,7 +809,7 @@ def test_new_topics_of_a_pattern_join_at_the_next_batch_from_their_start(
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
         assert end == {first: {"0": 13}, second: {"0": 5, "1": 5}}
         assert reader.reportLatestOffset() == end
-        planned = reader.partitions(start, end)
+        planned = offset_ranges(reader.partitions(start, end))
         assert sorted((q.topic, q.partition, q.start, q.end) for q in planned) == [
             (first, 0, 10, 13),
             (second, 0, 0, 5),
@@ -951,6 +958,7 @@ def _retained_topic(bootstrap: str, expire_in_ms: int) -> str:
         bootstrap,
         topic,
         1,
+        1,
         **{"segment.bytes": "1024", "retention.ms": "600000", "file.delete.delay.ms": "0"},
     )
     now = int(time.time() * 1000)
@@ -989,7 +997,7 @@ def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
     b = broker_factory(overrides=RETENTION)
     topic = _retained_topic(b.bootstrap, 4_000)
     opts = parse_source_options(options(b.bootstrap, topic, **{"read.mode": mode}), streaming=False)
-    (planned,) = ReplogBatchReader(opts).partitions()
+    (planned,) = offset_ranges(ReplogBatchReader(opts).partitions())
     assert (planned.start, planned.end) == (0, 200)
     assert planned.replicas
     # Retention moves the log start, then deletes the object (file.delete.delay.ms=0).

@@ -30,6 +30,7 @@ from tests.chaos.history import (
     HighWatermark,
     History,
     Isolation,
+    Outcome,
     OutOfRange,
     Read,
     SendFailure,
@@ -225,7 +226,7 @@ class TransactionalWriter(Worker):
         if self.producer is not None:
             self.producer.close(timeout=10)
 
-    def _one(self, producer: Producer, records: Iterable[tuple[int, str]], commit: bool) -> str:
+    def _one(self, producer: Producer, records: Iterable[tuple[int, str]], commit: bool) -> Outcome:
         try:
             producer.begin_transaction()
             for partition, value in records:
