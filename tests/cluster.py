@@ -16,13 +16,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from replication.server.node import READY_LINE
+from tests.helpers import wait_until as wait_until  # re-exported: tests import it from here
 
 START_TIMEOUT_S = 60
 _READY_PREFIX = READY_LINE.split("{", 1)[0]
@@ -144,18 +144,6 @@ def _read_line_with_timeout(proc: subprocess.Popen[str], timeout: float) -> str:
     thread.start()
     thread.join(timeout)
     return out[0] if out else ""
-
-
-def wait_until(condition, timeout: float = 30, interval: float = 0.02, message: str = ""):  # type: ignore[no-untyped-def]
-    """Poll ``condition`` until it returns a truthy value (returned) or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or condition}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,10 @@ resets moto and creates a fresh bucket, and returns an :class:`S3Location`::
         storage = Storage.from_url(s3_url.url, **s3_url.storage_options)
 
 Both are plain fixtures, usable from any test module; mark S3 tests ``pytest.mark.s3``.
+
+Every test carries at least one tier marker (:data:`TIERS`, declared in pyproject.toml), so
+each tier runs alone (``-m unit``) and no test falls between them: collection fails, naming
+the test, when one has none (:func:`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+#: The tier markers (pyproject.toml's ``markers``): every test carries at least one.
+TIERS = ("unit", "s3", "cluster", "spark", "chaos")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects anything
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Fail collection when a test carries none of the tier markers."""
+    untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if untiered:
+        shown = "\n  ".join(untiered[:20])
+        more = f"\n  ... and {len(untiered) - 20} more" if len(untiered) > 20 else ""
+        raise pytest.UsageError(
+            f"{len(untiered)} test(s) carry no tier marker (one of {', '.join(TIERS)}); mark the"
+            f" module (pytestmark = pytest.mark.unit), the class or the test:\n  {shown}{more}"
+        )
 
 
 @dataclass(frozen=True)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import threading
-import uuid
+from collections.abc import Callable
 
 import pytest
 
 from logstore.batch import Record, build, iter_batches
 from replication import protocol as p
-from tests.cluster import BrokerProcess, wait_until
-from tests.wire import RawConnection, create_topic, fetch, produce
+from tests.cluster import BrokerProcess
+from tests.helpers import unique_name, wait_until
+from tests.wire import RawConnection, create_topic, fetch, produce, read_records
 
 pytestmark = pytest.mark.cluster
-
-
-def topic_name() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 def values_of(records: bytes | memoryview | None) -> list[tuple[int, bytes | None]]:
@@ -24,16 +21,7 @@ def values_of(records: bytes | memoryview | None) -> list[tuple[int, bytes | Non
 
 
 def read_all(conn: RawConnection, topic: str, partition: int = 0) -> list[tuple[int, bytes | None]]:
-    out: list[tuple[int, bytes | None]] = []
-    offset = 0
-    while True:
-        part = fetch(conn, topic, partition, offset).responses[0].partitions[0]
-        assert part.error_code == 0
-        got = [(o, v) for o, v in values_of(part.records) if o >= offset]
-        if not got:
-            return out
-        out.extend(got)
-        offset = got[-1][0] + 1
+    return [(r.offset, r.value) for r in read_records(conn, topic, partition)]
 
 
 def batch(*values: bytes, ts: int = 1_000) -> bytes:
@@ -41,7 +29,7 @@ def batch(*values: bytes, ts: int = 1_000) -> bytes:
 
 
 def test_produce_fetch_round_trip(broker: BrokerProcess) -> None:
-    topic = topic_name()
+    topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
         result = create_topic(conn, topic, partitions=3).topics[0]
         assert (result.error_code, result.num_partitions) == (0, 3)
@@ -60,7 +48,7 @@ def test_produce_fetch_round_trip(broker: BrokerProcess) -> None:
 
 
 def test_long_poll_returns_when_data_arrives(broker: BrokerProcess) -> None:
-    topic = topic_name()
+    topic = unique_name()
     events: list[str] = []
     result: list[object] = []
     with RawConnection(broker.bootstrap) as admin:
@@ -87,7 +75,7 @@ def test_long_poll_returns_when_data_arrives(broker: BrokerProcess) -> None:
 
 
 def test_fetch_max_bytes_and_out_of_range(broker: BrokerProcess) -> None:
-    topic = topic_name()
+    topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, topic)
         for i in range(5):
@@ -99,7 +87,7 @@ def test_fetch_max_bytes_and_out_of_range(broker: BrokerProcess) -> None:
 
 
 def test_list_offsets(broker: BrokerProcess) -> None:
-    topic = topic_name()
+    topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, topic)
         produce(conn, topic, 0, build([Record(None, b"a", 100), Record(None, b"b", 200)]))
@@ -130,9 +118,11 @@ def test_list_offsets(broker: BrokerProcess) -> None:
         assert offset_for(301)[0] == -1
 
 
-def test_sigterm_then_restart_keeps_every_acked_record(broker_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_then_restart_keeps_every_acked_record(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
     broker = broker_factory()
-    topic = topic_name()
+    topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, topic, partitions=2)
         for i in range(50):
@@ -149,9 +139,11 @@ def test_sigterm_then_restart_keeps_every_acked_record(broker_factory) -> None: 
         ]
 
 
-def test_sigkill_then_restart_keeps_records_acked_and_flushed(broker_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_then_restart_keeps_records_acked_and_flushed(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
     broker = broker_factory()
-    topic = topic_name()
+    topic = unique_name()
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, topic)
         for i in range(20):

@@ -10,6 +10,7 @@ lost. Every test runs against real broker processes on 127.0.0.1 and speaks raw 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import socket
@@ -33,11 +34,11 @@ from logstore.batch import (
     MAGIC_OFFSET,
     Record,
     build,
-    iter_batches,
 )
 from replication import protocol as p
-from tests.cluster import BrokerProcess, wait_until
-from tests.wire import RawConnection, create_topic, fetch, produce
+from tests.cluster import BrokerProcess
+from tests.helpers import unique_name, wait_until
+from tests.wire import RawConnection, create_topic, produce, read_records
 
 pytestmark = pytest.mark.cluster
 
@@ -107,20 +108,7 @@ def _partition_response(response: Any) -> p.ProduceResponsePartition:
 
 def _read_all(conn: RawConnection, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
     """Every record below the high watermark of partition 0, its batches' CRCs checked."""
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    offset = 0
-    while True:
-        [t] = fetch(conn, topic, 0, offset).responses
-        [part] = t.partitions
-        assert part.error_code == NONE, part
-        if offset >= part.high_watermark:
-            return out
-        batches = list(iter_batches(part.records or b"", validate=True))
-        assert batches, f"no batch at offset {offset} below the high watermark"
-        for batch in batches:
-            assert batch.base_offset == offset, f"batch at {batch.base_offset}, expected {offset}"
-            out.extend((r.offset, r.key, r.value) for r in batch.records())
-            offset = batch.next_offset
+    return [(r.offset, r.key, r.value) for r in read_records(conn, topic)]
 
 
 def _topic_error(conn: RawConnection, name: str) -> int:
@@ -137,10 +125,6 @@ def _logged(broker: BrokerProcess, text: str) -> None:
         timeout=10,
         message=f"the broker to log {text!r}",
     )
-
-
-def _unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 # --- bad frames close that connection and nothing else --------------------------------------------
@@ -184,7 +168,7 @@ BAD_FRAMES: dict[str, tuple[bytes, str]] = {
 @pytest.mark.parametrize("case", list(BAD_FRAMES))
 def test_bad_frame_closes_only_that_connection(broker: BrokerProcess, case: str) -> None:
     frame, logged = BAD_FRAMES[case]
-    ledger = Ledger(_unique("bad-frame"))
+    ledger = Ledger(unique_name("bad-frame"))
     with RawConnection(broker.bootstrap) as good, RawConnection(broker.bootstrap) as bad:
         create_topic(good, ledger.topic)
         ledger.produce(good)
@@ -334,7 +318,7 @@ CORRUPT_BATCHES: dict[str, Callable[[bytes], bytes]] = {
 def test_corrupt_batch_gets_corrupt_message_and_is_not_appended(
     broker: BrokerProcess, case: str
 ) -> None:
-    ledger = Ledger(_unique("corrupt"))
+    ledger = Ledger(unique_name("corrupt"))
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, ledger.topic)
         ledger.produce(conn)
@@ -355,7 +339,7 @@ def test_corrupt_batch_gets_corrupt_message_and_is_not_appended(
 def test_produce_without_a_batch_gets_invalid_record(
     broker: BrokerProcess, records: bytes | None
 ) -> None:
-    ledger = Ledger(_unique("empty"))
+    ledger = Ledger(unique_name("empty"))
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, ledger.topic)
         part = _partition_response(produce(conn, ledger.topic, 0, records))  # type: ignore[arg-type]
@@ -365,9 +349,9 @@ def test_produce_without_a_batch_gets_invalid_record(
 
 
 def test_batch_over_max_message_bytes_gets_record_too_large(broker: BrokerProcess) -> None:
-    ledger = Ledger(_unique("too-large"))
+    ledger = Ledger(unique_name("too-large"))
     with RawConnection(broker.bootstrap) as conn:
-        result = create_topic(conn, ledger.topic, **{"max.message.bytes": "2000"})
+        result = create_topic(conn, ledger.topic, 1, 1, **{"max.message.bytes": "2000"})
         assert result.topics[0].error_code == NONE
         big = _valid_batch(b"x" * 3000)
         assert len(big) > 2000
@@ -383,7 +367,7 @@ def test_batch_over_max_message_bytes_gets_record_too_large(broker: BrokerProces
 
 @pytest.mark.parametrize("acks", [2, -2, 3, 32767, -32768])
 def test_invalid_acks_gets_invalid_required_acks(broker: BrokerProcess, acks: int) -> None:
-    ledger = Ledger(_unique("acks"))
+    ledger = Ledger(unique_name("acks"))
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, ledger.topic)
         part = _partition_response(produce(conn, ledger.topic, 0, _valid_batch(), acks=acks))
@@ -394,7 +378,7 @@ def test_invalid_acks_gets_invalid_required_acks(broker: BrokerProcess, acks: in
 
 
 def test_produce_to_an_unknown_topic(broker: BrokerProcess) -> None:
-    unknown = _unique("never-created")
+    unknown = unique_name("never-created")
     with RawConnection(broker.bootstrap) as conn:
         part = _partition_response(produce(conn, unknown, 0, _valid_batch()))
         assert part.error_code == UNKNOWN_TOPIC_OR_PARTITION
@@ -405,7 +389,7 @@ def test_produce_to_an_unknown_topic(broker: BrokerProcess) -> None:
 
 @pytest.mark.parametrize("partition", [1, -1, 2**31 - 1])
 def test_produce_to_an_unknown_partition(broker: BrokerProcess, partition: int) -> None:
-    ledger = Ledger(_unique("one-partition"))
+    ledger = Ledger(unique_name("one-partition"))
     with RawConnection(broker.bootstrap) as conn:
         create_topic(conn, ledger.topic)
         part = _partition_response(produce(conn, ledger.topic, partition, _valid_batch()))
@@ -438,7 +422,7 @@ def _create(conn: RawConnection, name: str, **kwargs: Any) -> p.CreatableTopicRe
 
 @pytest.mark.parametrize("partitions", [0, -5, -(2**31), 2**31 - 1])
 def test_create_topic_with_bad_partition_count(broker: BrokerProcess, partitions: int) -> None:
-    name = _unique("partitions")
+    name = unique_name("partitions")
     with RawConnection(broker.bootstrap) as conn:
         result = _create(conn, name, partitions=partitions)
         assert result.error_code == INVALID_PARTITIONS
@@ -449,7 +433,7 @@ def test_create_topic_with_bad_partition_count(broker: BrokerProcess, partitions
 
 @pytest.mark.parametrize("rf", [2, 3, 32767, 0, -2])
 def test_create_topic_with_impossible_replication_factor(broker: BrokerProcess, rf: int) -> None:
-    name = _unique("rf")
+    name = unique_name("rf")
     with RawConnection(broker.bootstrap) as conn:
         result = _create(conn, name, rf=rf)
         assert result.error_code == INVALID_REPLICATION_FACTOR
@@ -489,7 +473,7 @@ def test_create_topic_with_a_very_long_illegal_name_gets_an_error(broker: Broker
 def test_create_topic_with_bad_config(
     broker: BrokerProcess, configs: dict[str, str], named: str
 ) -> None:
-    name = _unique("config")
+    name = unique_name("config")
     with RawConnection(broker.bootstrap) as conn:
         result = _create(conn, name, **configs)
         assert result.error_code == INVALID_CONFIG
@@ -498,7 +482,7 @@ def test_create_topic_with_bad_config(
 
 
 def test_create_topics_answers_each_topic_on_its_own(broker: BrokerProcess) -> None:
-    good, bad, dup = _unique("good"), _unique("bad"), _unique("dup")
+    good, bad, dup = unique_name("good"), unique_name("bad"), unique_name("dup")
     with RawConnection(broker.bootstrap) as conn:
         assert _create(conn, dup).error_code == NONE
         response = conn.request(
@@ -539,18 +523,21 @@ def test_create_topic_with_a_huge_partition_count_does_not_stall_other_clients(
             )
             greedy.send_raw(_frame(p.ApiKey.CREATE_TOPICS, 0, p.encode_message(body, 0), 3))
             greedy.sock.setblocking(False)
-            deadline = time.monotonic() + 10
-            # the bystander is served (within 3 s each) until the CreateTopics is answered
-            while time.monotonic() < deadline:
+
+            def answered() -> bool:
                 ledger.produce(good)
                 try:
-                    if greedy.sock.recv(1, socket.MSG_PEEK):
-                        break
+                    return bool(greedy.sock.recv(1, socket.MSG_PEEK))
                 except BlockingIOError:
-                    pass
-                time.sleep(0.2)
-            else:
-                pytest.fail("no answer to CreateTopics of 100,000 partitions within 10 s")
+                    return False
+
+            # the bystander is served (within 3 s each) until the CreateTopics is answered
+            wait_until(
+                answered,
+                timeout=10,
+                interval=0.2,
+                message="an answer to CreateTopics of 100,000 partitions",
+            )
             greedy.sock.setblocking(True)
             correlation_id, response = p.decode_response(
                 greedy.recv_frame(), p.ApiKey.CREATE_TOPICS, 0
@@ -931,13 +918,17 @@ def test_fuzzed_frames_never_kill_the_broker_nor_corrupt_a_log(
             workers = [
                 pool.submit(_fuzz, address, FUZZ_SEED + i, stop, stats) for i in range(FUZZ_THREADS)
             ]
+
+            def read_up_to(mark: int) -> bool:
+                return stats.read >= mark or any(w.done() for w in workers)
+
             try:
                 # the well-behaved client produces every HEALTHY_EVERY frames, and checks the
                 # whole log every fifth time, while the fuzzing goes on
                 for mark in range(HEALTHY_EVERY, FUZZ_FRAMES + HEALTHY_EVERY, HEALTHY_EVERY):
                     with stats.changed:
                         stats.changed.wait_for(
-                            lambda mark=mark: stats.read >= mark or any(w.done() for w in workers),
+                            functools.partial(read_up_to, mark),
                             timeout=max(0, FUZZ_BUDGET_S - (time.monotonic() - started)),
                         )
                     assert broker.alive, f"broker died (seed {FUZZ_SEED}):\n{broker.stderr_tail()}"

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster, wait_until
+from tests.cluster import Cluster
+from tests.helpers import free_port, unique_name, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -69,16 +69,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *words: str)
     return lines[0]
 
 
-def topic_name(prefix: str = "cli") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_all(
     cases: list[tuple[tuple[str, ...], str | None, tuple[str, ...]]],
 ) -> list[tuple[subprocess.CompletedProcess[str], tuple[str, ...]]]:
@@ -93,7 +83,7 @@ def run_all(
 
 def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     bs = ("--bootstrap-server", cluster.bootstrap)
-    topic = topic_name()
+    topic = unique_name("cli")
     created = ok(
         replog(
             "topics", "create", topic,
@@ -147,7 +137,7 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     assert idle.stderr.strip() == "Processed a total of 0 messages"
 
     # describe --json: the metadata, and every replica's own LEO and lag, from its broker
-    def described() -> dict[str, object] | None:
+    def described() -> dict[str, Any] | None:
         doc = json.loads(ok(replog("topics", "describe", topic, "--json", *bs)).stdout)
         parts = doc["partitions"]
         settled = all(
@@ -204,7 +194,7 @@ def test_describe_shows_a_lost_replica(cluster_factory: object) -> None:
     """A dead broker's replicas show no offsets and say why; the rest still show."""
     small = cluster_factory(brokers=2)  # type: ignore[operator]
     bs = ("--bootstrap-server", small.bootstrap)
-    topic = topic_name()
+    topic = unique_name("cli")
     ok(replog("topics", "create", topic, "--partitions", "2", "--replication-factor", "2", *bs))
     ok(replog("produce", topic, *bs, input="a\nb\nc\n"))
     small.brokers[1].kill()
@@ -261,11 +251,11 @@ MISTAKES: list[tuple[tuple[str, ...], str | None, tuple[str, ...]]] = [
 
 def test_mistakes_are_one_line_and_exit_1(cluster: Cluster) -> None:
     bs = ("--bootstrap-server", cluster.bootstrap)
-    known = topic_name("known")
+    known = unique_name("known")
     ok(replog("topics", "create", known, "--partitions", "2", *bs))
     cases = [
         (
-            tuple(a.format(known=known, new=topic_name("new")) for a in argv) + bs,
+            tuple(a.format(known=known, new=unique_name("new")) for a in argv) + bs,
             stdin,
             words,
         )
@@ -322,7 +312,7 @@ PRODUCE_FIELDS = {
 
 def test_perf_produce_and_consume_json(cluster: Cluster) -> None:
     bs = ("--bootstrap-server", cluster.bootstrap)
-    topic = topic_name("perf")
+    topic = unique_name("perf")
     ok(replog("topics", "create", topic, "--partitions", "2", "--replication-factor", "3", *bs))
     runs = [
         ("records", ("--num-records", "3000", "--acks", "all")),
@@ -385,7 +375,7 @@ def test_perf_produce_and_consume_json(cluster: Cluster) -> None:
 
 def test_consume_runs_until_ctrl_c(cluster: Cluster) -> None:
     bs = ("--bootstrap-server", cluster.bootstrap)
-    topic = topic_name("ctrl-c")
+    topic = unique_name("ctrl-c")
     ok(replog("topics", "create", topic, "--partitions", "1", *bs))
     ok(replog("produce", topic, *bs, input="first\n"))
     proc = subprocess.Popen(

@@ -33,6 +33,8 @@ from replication.client import (
     ClientClosedError,
     Consumer,
     ConsumerConfig,
+    ConsumerRecord,
+    FetchedBatch,
     NewTopic,
     NoOffsetForPartitionError,
     PartitionNotAssignedError,
@@ -69,7 +71,8 @@ from replication.errors import (
     UnsupportedVersionError,
 )
 from tests import cluster
-from tests.cluster import BrokerProcess, wait_until
+from tests.cluster import BrokerProcess
+from tests.helpers import free_port, unique_name, wait_until
 
 # --- murmur2 and the partitioner ----------------------------------------------------------------
 
@@ -236,7 +239,11 @@ def test_produce_futures_behave_as_futures() -> None:
     done, _ = concurrent.futures.wait(futures, timeout=10)
     finisher.join(10)
     assert len(done) == 50
-    completed = list(concurrent.futures.as_completed(futures, timeout=10))
+    # typeshed's as_completed wants a settable ``_waiters``; ProduceFuture's is a property
+    # (created on first use), and as_completed only appends to it.
+    completed: list[Any] = list(
+        concurrent.futures.as_completed(futures, timeout=10)  # type: ignore[arg-type]
+    )
     assert len(completed) == 50
     for t in waiters:
         t.join(10)
@@ -611,15 +618,9 @@ def scripted() -> Iterator[ScriptedBroker]:
     broker.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.unit
 def test_connection_unreachable_is_quick_and_named() -> None:
-    port = _closed_port()
+    port = free_port()
     conn = BrokerConnection("127.0.0.1", port, "test", 1000)
     started = time.monotonic()
     with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}") as info:
@@ -780,6 +781,7 @@ def test_producer_splits_a_batch_the_broker_finds_too_large(scripted: ScriptedBr
 
     def limited(header: p.RequestHeader, body: p.ProduceRequest) -> Any:
         records = body.topic_data[0].partition_data[0].records
+        assert records is not None
         (batch,) = iter_batches(records)
         sizes.append(batch.record_count)
         if batch.record_count > 2:
@@ -859,7 +861,7 @@ def test_producer_close_from_a_callback(scripted: ScriptedBroker) -> None:
 
 @pytest.mark.unit
 def test_producer_bootstrap_unreachable_is_quick() -> None:
-    port = _closed_port()
+    port = free_port()
     with Producer(bootstrap_servers=f"127.0.0.1:{port}") as producer:
         started = time.monotonic()
         with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}"):
@@ -889,6 +891,7 @@ def test_send_arrow_partitions_like_send(scripted: ScriptedBroker) -> None:
     def record(header: p.RequestHeader, body: p.ProduceRequest) -> Any:
         for t in body.topic_data:
             for part in t.partition_data:
+                assert part.records is not None
                 for batch in iter_batches(part.records):
                     seen.setdefault(part.index, []).extend(r.value or b"" for r in batch.records())
         return _produce_ok()(header, body)
@@ -993,12 +996,6 @@ def test_consumer_offset_out_of_range(scripted: ScriptedBroker) -> None:
 broker = cluster.broker
 broker_factory = cluster.broker_factory
 
-_names = iter(range(10**6))
-
-
-def _topic(prefix: str = "t") -> str:
-    return f"{prefix}-{next(_names)}-{random.randrange(10**9)}"
-
 
 @pytest.fixture
 def admin(broker: BrokerProcess) -> Iterator[Admin]:
@@ -1012,15 +1009,18 @@ def _consume(bootstrap: str, tps: list[TopicPartition], count: int, **kwargs: An
     out: list[Any] = []
     with Consumer(settings) as consumer:
         consumer.assign(tps)
-        deadline = time.monotonic() + 30
-        while len(out) < count and time.monotonic() < deadline:
+
+        def polled() -> bool:
             out.extend(consumer.poll(500, max_records=100_000))
+            return len(out) >= count
+
+        wait_until(polled, timeout=30, interval=0, message=f"{count} records")
     return out
 
 
 @pytest.mark.cluster
 def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("admin")
+    name = unique_name("admin")
     admin.create_topics([NewTopic(name, 3, 1, {"retention.ms": "3600000"})])
     assert name in admin.list_topics()
     (description,) = admin.describe_topics([name])
@@ -1032,7 +1032,7 @@ def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) 
     with pytest.raises(TopicAlreadyExistsError, match=name):
         admin.create_topic(name, 1, 1)
     with pytest.raises(InvalidPartitionsError):
-        admin.create_topic(_topic(), 0, 1)
+        admin.create_topic(unique_name(), 0, 1)
     with pytest.raises(UnknownTopicOrPartitionError, match="missing-topic"):
         admin.describe_topics(["missing-topic"])
     admin.delete_topics([name])
@@ -1047,7 +1047,7 @@ def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) 
 def test_round_trip_records(
     broker: BrokerProcess, admin: Admin, acks: str, compression: str
 ) -> None:
-    name = _topic("rt")
+    name = unique_name("rt")
     admin.create_topic(name, 3, 1)
     headers = [("trace", b"abc"), ("empty", None)]
     with Producer(
@@ -1087,7 +1087,7 @@ def test_round_trip_records(
 
 @pytest.mark.cluster
 def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("arrow")
+    name = unique_name("arrow")
     admin.create_topic(name, 2, 1)
     n = 20_000
     table = pa.table(
@@ -1103,10 +1103,13 @@ def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
     assert len(metas) > 2
     with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(name, 0), TopicPartition(name, 1)])
-        batches: list[Any] = []
-        deadline = time.monotonic() + 30
-        while sum(b.num_rows for b in batches) < n and time.monotonic() < deadline:
+        batches: list[FetchedBatch] = []
+
+        def polled() -> bool:
             batches.extend(consumer.poll_arrow(500))
+            return sum(b.num_rows for b in batches) >= n
+
+        wait_until(polled, timeout=30, interval=0, message=f"{n} rows")
     assert all(b.batch.schema == FETCH_SCHEMA for b in batches)
     for part in (0, 1):
         rows = pa.Table.from_batches([b.batch for b in batches if b.partition == part])
@@ -1117,7 +1120,7 @@ def test_round_trip_arrow(broker: BrokerProcess, admin: Admin) -> None:
 
 @pytest.mark.cluster
 def test_consumer_positions_and_offsets(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("pos")
+    name = unique_name("pos")
     admin.create_topic(name, 1, 1)
     tp = TopicPartition(name, 0)
     with Producer(bootstrap_servers=broker.bootstrap) as producer:
@@ -1155,11 +1158,11 @@ def _poll_until_error(consumer: Consumer, deadline: float) -> None:
 
 @pytest.mark.cluster
 def test_named_errors_against_the_broker(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("err")
+    name = unique_name("err")
     admin.create_topic(name, 1, 1, {"max.message.bytes": "2000"})
     with Producer(bootstrap_servers=broker.bootstrap, max_block_ms=500) as producer:
         with pytest.raises(UnknownTopicOrPartitionError, match="not present in metadata"):
-            producer.send(_topic("missing"), b"x").result(timeout=10)
+            producer.send(unique_name("missing"), b"x").result(timeout=10)
         with pytest.raises(RecordTooLargeError):
             producer.send(name, b"x" * 5000).result(timeout=10)
         assert producer.send(name, b"small").result(timeout=10).offset >= 0
@@ -1246,22 +1249,25 @@ def test_consumer_keeps_polling_across_a_broker_restart(broker_factory: Any) -> 
     ):
         consumer.assign([tp])
         producer.send("across", b"before").result(timeout=10)
-        got: list[bytes] = []
-        wait_until(lambda: got.extend(r.value for r in consumer.poll(200)) or got, timeout=10)
+        got: list[bytes | None] = []
+
+        def polled(count: int) -> bool:
+            got.extend(r.value for r in consumer.poll(200))
+            return len(got) >= count
+
+        wait_until(lambda: polled(1), timeout=10)
         node.stop()
         assert consumer.poll(300) == []  # the broker is down: nothing, no error
         node.start()
         producer.send("across", b"after").result(timeout=30)
-        wait_until(
-            lambda: got.extend(r.value for r in consumer.poll(200)) or len(got) >= 2, timeout=30
-        )
+        wait_until(lambda: polled(2), timeout=30)
         assert got == [b"before", b"after"]
         assert consumer.position(tp) == 2
 
 
 @pytest.mark.cluster
 def test_fetch_limits_and_out_of_range(broker: BrokerProcess, admin: Admin) -> None:
-    name = _topic("limits")
+    name = unique_name("limits")
     admin.create_topic(name, 1, 1)
     tp = TopicPartition(name, 0)
     with Producer(bootstrap_servers=broker.bootstrap) as producer:
@@ -1275,10 +1281,15 @@ def test_fetch_limits_and_out_of_range(broker: BrokerProcess, admin: Admin) -> N
     ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        got: list[Any] = []
-        wait_until(lambda: got.extend(consumer.poll(200)) or len(got) >= 2, timeout=10)
+        got: list[ConsumerRecord] = []
+
+        def polled() -> bool:
+            got.extend(consumer.poll(200))
+            return len(got) >= 2
+
+        wait_until(polled, timeout=10)
         # A batch larger than the fetch limits still comes whole (KIP-74).
-        assert [len(r.value) for r in got] == [200_000, 5]
+        assert [len(r.value or b"") for r in got] == [200_000, 5]
         consumer.seek(tp, 1000)
         with pytest.raises(OffsetOutOfRangeError, match=rf"offset 1000 .*{name}-0.*\[0, 2\)"):
             consumer.poll(2000)

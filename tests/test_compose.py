@@ -52,11 +52,18 @@ def services() -> dict[str, dict[str, object]]:
     return out
 
 
+def command_args(command: object) -> list[str]:
+    """A service's ``command``: a string split as a shell would, a list, or none."""
+    if isinstance(command, str):
+        return shlex.split(command)
+    assert isinstance(command, list | None), command
+    return [str(arg) for arg in command or []]
+
+
 def replog_commands(services: dict[str, dict[str, object]]) -> dict[str, list[str]]:
     out = {}
     for name, service in services.items():
-        command = service.get("command")
-        args = shlex.split(command) if isinstance(command, str) else list(command or [])
+        args = command_args(service.get("command"))
         if args[:1] == ["replog"]:
             out[name] = args[1:]
     return out
@@ -91,8 +98,7 @@ def test_node_commands_load_their_configuration(services: dict[str, dict[str, ob
 def test_the_spark_job_runs_an_example_with_flags_it_accepts(
     services: dict[str, dict[str, object]],
 ) -> None:
-    command = services["spark-job"]["command"]
-    args = shlex.split(command) if isinstance(command, str) else list(command)  # type: ignore[arg-type]
+    args = command_args(services["spark-job"]["command"])
     assert args[0] == "python"
     script = ROOT / args[1]
     assert script.exists(), f"{args[1]} does not exist"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from replication.client import Consumer, TopicPartition
+from replication.client import TopicPartition
 from replication.tools import local_cluster
+from tests.helpers import read_to_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
@@ -44,20 +45,8 @@ def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def committed_count(bootstrap: str, topic: str) -> int:
-    consumer = Consumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
-    try:
-        tps = [TopicPartition(topic, p) for p in range(3)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        n = 0
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            n += len(consumer.poll(timeout_ms=1000))
-        return n
-    finally:
-        consumer.close()
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    return len(read_to_end(bootstrap, tps, timeout=120).records)
 
 
 def test_quickstart_then_streaming_read(bootstrap: str) -> None:

@@ -10,9 +10,7 @@ is broker 0 (checked in the metadata), so broker 1 follows them through the prox
 
 from __future__ import annotations
 
-import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,9 +23,10 @@ from logstore.segment import base_offset_of
 from replication import protocol as p
 from replication.common import TopicPartition
 from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
-from tests.cluster import FAST_FAILOVER, BrokerProcess, wait_until
+from tests.cluster import FAST_FAILOVER, BrokerProcess
+from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import RecordedRequest, TcpProxy
-from tests.wire import RawConnection, create_topic, fetch, produce
+from tests.wire import RawConnection, create_topic, fetch, produce, read_records
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -36,12 +35,6 @@ FOLLOWER = 1
 
 
 # --- a cluster whose broker 0 is reached by its peers through a proxy ----------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ProxiedCluster:
@@ -145,10 +138,6 @@ def proxied_cluster(tmp_path: Path) -> Iterator[Any]:
 # --- wire helpers ------------------------------------------------------------------------------
 
 
-def topic_name() -> str:
-    return f"fs-{uuid.uuid4().hex[:8]}"
-
-
 def batch(*values: bytes) -> bytes:
     return build([Record(None, v, 1_000 + i) for i, v in enumerate(values)])
 
@@ -165,32 +154,22 @@ def create_led_by_leader(conn: RawConnection, topic: str, partitions: int, rf: i
     """Create ``topic`` and return the partitions broker 0 leads (once every one has a leader)."""
     result = create_topic(conn, topic, partitions=partitions, rf=rf).topics[0]
     assert result.error_code == 0, result
-    found = wait_until(
-        lambda: (ls := leaders(conn, topic)) and all(x >= 0 for x in ls) and ls,
-        message=f"leaders of {topic}",
-    )
+
+    def led_everywhere() -> list[int] | None:
+        found = leaders(conn, topic)
+        return found if found and all(x >= 0 for x in found) else None
+
+    found = wait_until(led_everywhere, message=f"leaders of {topic}")
     led = [i for i, leader in enumerate(found) if leader == LEADER]
     assert led, f"broker 0 leads no partition of {topic}: {found}"
     return led
 
 
-def leader_values(conn: RawConnection, topic: str, partition: int) -> list[tuple[int, bytes]]:
+def leader_values(
+    conn: RawConnection, topic: str, partition: int
+) -> list[tuple[int, bytes | None]]:
     """Every record below the leader's HW, fetched without a session."""
-    out: list[tuple[int, bytes]] = []
-    offset = 0
-    while True:
-        part = fetch(conn, topic, partition, offset).responses[0].partitions[0]
-        assert part.error_code == 0, part
-        got = [
-            (r.offset, r.value)
-            for b in iter_batches(part.records or b"")
-            for r in b.records()
-            if r.offset >= offset
-        ]
-        if not got:
-            return out
-        out += got
-        offset = got[-1][0] + 1
+    return [(r.offset, r.value) for r in read_records(conn, topic, partition)]
 
 
 def high_watermark(conn: RawConnection, topic: str, partition: int) -> int:
@@ -284,7 +263,7 @@ def settled_session(proxy: TcpProxy, partitions: set[TopicPartition]) -> tuple[i
 def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         # Leaders alternate between the two brokers: 200 partitions give broker 0 a hundred,
         # all followed by broker 1 in its one session with broker 0.
@@ -396,7 +375,7 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
 def test_lost_fetch_response_falls_back_to_a_full_fetch(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         led = create_led_by_leader(conn, topic, partitions=4, rf=2)
         session_tps = {(topic, i) for i in led}
@@ -461,7 +440,7 @@ def test_lost_fetch_response_falls_back_to_a_full_fetch(proxied_cluster: Any) ->
 def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
     proxy = cluster.proxy
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         led = create_led_by_leader(conn, topic, partitions=2, rf=2)
     index = led[0]
@@ -522,7 +501,7 @@ def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -
 
     with RawConnection(cluster.leader.bootstrap) as conn:
 
-        def both() -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes | None]]] | None:
+        def both() -> tuple[list[tuple[int, bytes | None]], list[tuple[int, bytes | None]]] | None:
             on_leader = leader_values(conn, topic, index)
             on_follower = cluster.follower_values(topic, index)
             return (on_leader, on_follower) if on_leader == on_follower else None
@@ -547,7 +526,7 @@ def test_cut_connections_mid_stream_lose_no_acked_record(proxied_cluster: Any) -
 def test_follower_session_evicts_consumer_session(proxied_cluster: Any) -> None:
     cluster = proxied_cluster({"max.incremental.fetch.session.cache.slots": "1"})
     proxy = cluster.proxy
-    solo, rep = topic_name(), topic_name()
+    solo, rep = unique_name("fs"), unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         # Replication factor 1: broker 1 follows nothing on broker 0, so holds no session there.
         solo_tp = (solo, create_led_by_leader(conn, solo, partitions=2, rf=1)[0])
@@ -594,7 +573,7 @@ def test_follower_session_evicts_consumer_session(proxied_cluster: Any) -> None:
 
 def test_invalid_session_epoch_then_full_fetch_recovers(proxied_cluster: Any) -> None:
     cluster = proxied_cluster()
-    topic = topic_name()
+    topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as admin:
         index = create_led_by_leader(admin, topic, partitions=2, rf=2)[0]
         resp = produce(admin, topic, index, batch(b"a", b"b"), acks=-1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import wait_until
+from tests.helpers import wait_until
 from tests.wire import RawConnection, create_topic, partition_state
 
 pytestmark = pytest.mark.cluster

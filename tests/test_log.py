@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,7 +59,7 @@ def storage() -> Storage:
 
 
 @pytest.fixture
-def file_storage(tmp_path) -> Storage:
+def file_storage(tmp_path: Path) -> Storage:
     return Storage.from_url(str(tmp_path / "topic" / "0"))
 
 
@@ -144,7 +145,9 @@ def test_crash_before_checkpoint_scans_new_objects(file_storage: Storage) -> Non
     assert again.latest_epoch == 1
 
 
-def test_torn_tail_is_cut_at_last_valid_batch(file_storage: Storage, caplog) -> None:
+def test_torn_tail_is_cut_at_last_valid_batch(
+    file_storage: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
     log = Log.open(file_storage)
     log.append(batch_of(b"a"), leader_epoch=0)
     log.append(batch_of(b"b"), leader_epoch=0)
@@ -307,18 +310,6 @@ def test_roll_by_segment_bytes_and_merge_never_crosses_segments(storage: Storage
         log.flush()
     assert log.merge_segments() == 2  # the last segment has one object: nothing to merge
     assert [(s.base_offset, s.next_offset) for s in log.segments()] == [(0, 3), (3, 6), (6, 7)]
-
-
-@pytest.mark.s3
-def test_log_on_s3(s3_url) -> None:
-    storage = Storage.from_url(s3_url.url, **s3_url.storage_options).child("topic/0")
-    log = Log.open(storage)
-    for i in range(3):
-        log.append(batch_of(f"v{i}".encode()), leader_epoch=0)
-        log.flush()
-    log.merge_segments()
-    log.close()
-    assert values(Log.open(storage)) == [(i, f"v{i}".encode()) for i in range(3)]
 
 
 # --- a Hypothesis state machine against a plain model ------------------------------------------

@@ -32,8 +32,6 @@ from tests.conftest import S3Location
 
 TOPIC = "events"
 
-pytestmark = pytest.mark.unit
-
 
 def batch_of(first: int, count: int, **kwargs: Any) -> bytes:
     """``count`` records whose values name their offsets from ``first`` (if appended there)."""
@@ -321,12 +319,14 @@ class ReaderTests:
         assert [o for o, _ in everything] == [*range(7), 9, 10, 11, 12, 14, 15, 16]
 
 
+@pytest.mark.unit
 class TestMemory(ReaderTests):
     @pytest.fixture
     def root(self) -> tuple[str, dict[str, Any]]:
         return f"memory://test-reader-{uuid.uuid4().hex}/broker-0", {}
 
 
+@pytest.mark.unit
 class TestLocalFiles(ReaderTests):
     @pytest.fixture
     def root(self, tmp_path: Path) -> tuple[str, dict[str, Any]]:

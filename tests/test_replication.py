@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,14 +11,19 @@ import pytest
 from logstore.batch import Record, build, iter_batches
 from logstore.log import Log
 from logstore.storage import Storage
-from tests.cluster import Cluster, wait_until
-from tests.wire import RawConnection, broker_address, create_topic, fetch, partition_state, produce
+from tests.cluster import Cluster
+from tests.conftest import S3Location
+from tests.helpers import unique_name, wait_until
+from tests.wire import (
+    RawConnection,
+    broker_address,
+    create_topic,
+    partition_state,
+    produce,
+    read_records,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.chaos]
-
-
-def topic_name() -> str:
-    return f"r-{uuid.uuid4().hex[:8]}"
 
 
 class AckedProducer:
@@ -75,22 +80,8 @@ class AckedProducer:
 def read_committed_log(bootstrap: str, topic: str) -> list[tuple[int, bytes | None]]:
     """Everything below the HW, through the current leader."""
     state = partition_state(bootstrap, topic)
-    out: list[tuple[int, bytes | None]] = []
     with RawConnection(broker_address(bootstrap, state.leader_id)) as conn:
-        offset = 0
-        while True:
-            part = fetch(conn, topic, 0, offset).responses[0].partitions[0]
-            assert part.error_code == 0, part
-            got = [
-                (r.offset, r.value)
-                for b in iter_batches(part.records or b"")
-                for r in b.records()
-                if r.offset >= offset
-            ]
-            if not got:
-                return out
-            out.extend(got)
-            offset = got[-1][0] + 1
+        return [(r.offset, r.value) for r in read_records(conn, topic)]
 
 
 def replica_bytes(cluster: Cluster, broker_id: int, topic: str, end: int) -> bytes:
@@ -150,9 +141,11 @@ def assert_acked_once(acked: dict[int, bytes], log: list[tuple[int, bytes | None
     assert [o for o, _ in log] == list(range(len(log))), "offsets are not contiguous"
 
 
-def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_sigkill_under_acks_all_loses_nothing(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         assert (
             create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"}).topics[0].error_code
@@ -177,7 +170,9 @@ def test_leader_sigkill_under_acks_all_loses_nothing(cluster_factory) -> None:  
     assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
 
 
-def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     """Issue 12's failure: the leader is SIGKILLed and restarted at once while a follower is
     paused for less than a session. The followers had fetched the leader's unflushed tail; the
     restarted leader must not lead again at its old epoch with a shorter log."""
@@ -187,7 +182,7 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
         brokers=3,
         overrides={"log.flush.interval.ms": "200", "broker.session.timeout.ms": "4000"},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -231,7 +226,9 @@ def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(cluster_f
         )
 
 
-def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_finishes_while_followers_long_poll(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     """Followers parked in a long-poll fetch (here up to a minute) still shut down at once on
     SIGTERM: exit status 0 means the graceful shutdown finished within shutdown.timeout.ms
     (a broker that overruns it exits with status 1)."""
@@ -239,7 +236,7 @@ def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  #
         brokers=3,
         overrides={"replica.fetch.wait.max.ms": "60000", "shutdown.timeout.ms": "10000"},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 3, 3)
     wait_for_topic(cluster, topic, 3)
@@ -251,9 +248,9 @@ def test_sigterm_finishes_while_followers_long_poll(cluster_factory) -> None:  #
     assert cluster.controller.stop(timeout=60) == 0, cluster.controller.stderr_tail()
 
 
-def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_follower_sigkill_leaves_isr_and_rejoins(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -293,9 +290,11 @@ def replica_bytes_or_empty(cluster: Cluster, broker_id: int, topic: str, end: in
         return b""
 
 
-def test_kip101_divergence_is_truncated_by_leader_epoch(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_kip101_divergence_is_truncated_by_leader_epoch(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3)
     wait_for_topic(cluster, topic, 3)
@@ -362,7 +361,9 @@ def _durable_end(cluster: Cluster, broker_id: int, topic: str) -> int:
     return log.durable_end_offset
 
 
-def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     cluster = cluster_factory(brokers=3)
     store = Path(cluster.data_dir / "metadata")
 
@@ -374,7 +375,7 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
     wait_until(lambda: len(claims()) >= 2, message="a standby claims epoch 2")
     new_epoch = claims()[-1]
     # the cluster works under the new controller
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         wait_until(
             lambda: create_topic(conn, topic, 1, 3).topics[0].error_code == 0,
@@ -399,9 +400,9 @@ def test_controller_sigkill_standby_takes_over_and_stale_one_cannot_write(cluste
     assert partition_state(cluster.bootstrap, topic).leader_id >= 0
 
 
-def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_leader_paused_past_its_session_is_fenced(cluster_factory: Callable[..., Cluster]) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 3)
@@ -437,13 +438,13 @@ def test_leader_paused_past_its_session_is_fenced(cluster_factory) -> None:  # t
 
 
 @pytest.mark.s3
-def test_broker_on_s3(cluster_factory, s3_url) -> None:  # type: ignore[no-untyped-def]
+def test_broker_on_s3(cluster_factory: Callable[..., Cluster], s3_url: S3Location) -> None:
     cluster = cluster_factory(
         brokers=2,
         broker_log_dirs={0: s3_url.sub("broker-0")},
         overrides={"storage.endpoint.url": s3_url.endpoint_url},
     )
-    topic = topic_name()
+    topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 2, **{"min.insync.replicas": "2"})
     wait_for_topic(cluster, topic, 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from datasource.options import parse_sink_options
 from datasource.sink import TOPIC_WAIT_MS, ReplogBatchWriter, write_transaction
 from replication.client import (
     Admin,
-    Consumer,
     ConsumerRecord,
     NewTopic,
     Producer,
@@ -23,12 +21,9 @@ from replication.client import (
 )
 from replication.errors import UnknownTopicOrPartitionError
 from tests.cluster import BrokerProcess
+from tests.helpers import read_to_end, unique_name
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
-
-
-def topic_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create(bootstrap: str, *topics: str, partitions: int = 2) -> None:
@@ -46,20 +41,8 @@ def produce_ids(bootstrap: str, topic: str, ids: range) -> None:
 
 
 def committed_records(bootstrap: str, topic: str, partitions: int = 2) -> list[ConsumerRecord]:
-    consumer = Consumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
-    out: list[ConsumerRecord] = []
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = consumer.end_offsets(tps)
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            out.extend(consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return out
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    return read_to_end(bootstrap, tps, timeout=120).records
 
 
 def committed_values(bootstrap: str, topic: str, partitions: int = 2) -> list[bytes]:
@@ -103,7 +86,7 @@ def doubled_ids(values: list[bytes]) -> Counter[int]:
 def test_streaming_pipeline_writes_every_row_exactly_once(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     query = pipeline(spark, broker.bootstrap, source, sink, tmp_path / "ckpt")
@@ -116,7 +99,7 @@ def test_streaming_pipeline_writes_every_row_exactly_once(
 def test_a_replayed_micro_batch_is_not_written_twice(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     checkpoint = tmp_path / "ckpt"
@@ -137,7 +120,7 @@ def test_a_replayed_micro_batch_is_not_written_twice(
 
 
 def test_batch_write_is_atomic_and_needs_mode_append(spark: Any, broker: BrokerProcess) -> None:
-    sink = topic_name("batch")
+    sink = unique_name("batch")
     create(broker.bootstrap, sink)
     rows = spark.range(0, 500, 1, 4).selectExpr(
         "CAST(id AS STRING) AS key", "CAST(id * 3 AS STRING) AS value"
@@ -203,7 +186,7 @@ def test_unknown_sink_option_is_refused_with_the_known_ones(
 
 
 def test_topic_option_overrides_the_topic_column(spark: Any, broker: BrokerProcess) -> None:
-    sink, other = topic_name("sink"), topic_name("other")
+    sink, other = unique_name("sink"), unique_name("other")
     create(broker.bootstrap, sink, other)
     rows = spark.range(0, 50, 1, 2).selectExpr(
         "CAST(id AS STRING) AS value", f"'{other}' AS topic", "CAST(NULL AS STRING) AS key"
@@ -217,7 +200,7 @@ def test_topic_option_overrides_the_topic_column(spark: Any, broker: BrokerProce
 
 
 def test_timestamp_column_sets_the_record_timestamp(spark: Any, broker: BrokerProcess) -> None:
-    sink = topic_name("ts")
+    sink = unique_name("ts")
     create(broker.bootstrap, sink)
     t0 = 1_700_000_000_000
     rows = spark.range(0, 20, 1, 2).selectExpr(
@@ -267,7 +250,7 @@ def counts_by_key(spark: Any, bootstrap: str, source: str) -> Any:
 def test_complete_mode_writes_every_micro_batch_result_once(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     with Admin(bootstrap_servers=broker.bootstrap) as admin:
         admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 2, 1)])
     produce_ids(broker.bootstrap, source, range(900))
@@ -292,7 +275,7 @@ def test_complete_mode_writes_every_micro_batch_result_once(
 
 
 def test_update_mode_is_refused_by_spark(spark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     query = (
         counts_by_key(spark, broker.bootstrap, source)
@@ -316,13 +299,13 @@ def test_a_missing_topic_fails_when_the_writer_is_made(broker: BrokerProcess) ->
     from pyspark.sql.types import StringType, StructField, StructType
 
     schema = StructType([StructField("value", StringType())])
-    missing = topic_name("missing")
+    missing = unique_name("missing")
     raw = {"bootstrap.servers": broker.bootstrap, "topic": missing}
     # on the driver, before any task runs; within TOPIC_WAIT_MS, not the producer's minute
     with pytest.raises(UnknownTopicOrPartitionError, match=missing) as caught:
         ReplogBatchWriter(schema, raw, False)
     assert f"after {TOPIC_WAIT_MS} ms" in str(caught.value)
-    present = topic_name("present")
+    present = unique_name("present")
     create(broker.bootstrap, present)
     ReplogBatchWriter(schema, {**raw, "topic": present}, False)
 
@@ -330,14 +313,14 @@ def test_a_missing_topic_fails_when_the_writer_is_made(broker: BrokerProcess) ->
 def test_a_missing_topic_in_the_topic_column_fails_the_task_naming_it(
     broker: BrokerProcess,
 ) -> None:
-    present, missing = topic_name("present"), topic_name("missing")
+    present, missing = unique_name("present"), unique_name("missing")
     create(broker.bootstrap, present)
     options = parse_sink_options({"bootstrap.servers": broker.bootstrap})
     batch = pa.record_batch(
         {"value": pa.array([b"a", b"b"]), "topic": pa.array([present, missing])}
     )
     with pytest.raises(UnknownTopicOrPartitionError, match=missing) as caught:
-        write_transaction(options, f"sink-{uuid.uuid4().hex}", 0, 0, iter([batch]))
+        write_transaction(options, unique_name("sink"), 0, 0, iter([batch]))
     # within TOPIC_WAIT_MS, not the producer's max.block.ms (a minute per task attempt)
     assert f"after {TOPIC_WAIT_MS} ms" in str(caught.value)
     # the task's transaction was aborted: nothing of the row for the present topic shows

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import pytest
 
 from replication.client import Admin, NewTopic
-from tests.cluster import BrokerProcess, Cluster, wait_until
-from tests.test_spark_sink import committed_values, create, produce_ids, topic_name
+from tests.cluster import BrokerProcess, Cluster
+from tests.helpers import unique_name, wait_until
+from tests.test_spark_sink import committed_values, create, produce_ids
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.chaos]
 
@@ -42,6 +42,7 @@ def tripwire(directory: Path, row: int, *, every_attempt: bool) -> Any:
 
         if json.loads(value)["id"] == row and os.path.exists(os.path.join(where, "armed")):
             context = TaskContext.get()
+            assert context is not None  # inside a task
             attempt = context.attemptNumber()
             if every_attempt or attempt == 0:
                 name = f"tripped-{context.partitionId()}-{attempt}"
@@ -107,7 +108,7 @@ def small_arrow_batches(spark: Any) -> Any:
 def test_a_task_failing_once_then_retried_writes_its_rows_once(
     spark: Any, broker: BrokerProcess, tmp_path: Path, small_arrow_batches: Any
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     (tmp_path / "armed").touch()
@@ -125,7 +126,7 @@ def test_a_task_failing_once_then_retried_writes_its_rows_once(
 def test_a_query_failing_mid_batch_shows_nothing_then_writes_all_once_on_restart(
     spark: Any, broker: BrokerProcess, tmp_path: Path, small_arrow_batches: Any
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source, sink)
     produce_ids(broker.bootstrap, source, range(1000))
     checkpoint = tmp_path / "ckpt"
@@ -158,7 +159,7 @@ def test_sigkill_of_an_output_leader_during_a_batch(
     spark: Any, cluster_factory: Any, tmp_path: Path
 ) -> None:
     cluster: Cluster = cluster_factory(brokers=3)
-    source, sink, sink_id = topic_name("in"), topic_name("out"), f"eo-{uuid.uuid4().hex[:8]}"
+    source, sink, sink_id = unique_name("in"), unique_name("out"), unique_name("eo")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topics(
             [
@@ -220,7 +221,7 @@ def start_driver(bootstrap: str, source: str, sink: str, checkpoint: Path, *extr
 def test_sigkill_of_the_spark_driver_mid_batch_then_restart(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
+    source, sink = unique_name("in"), unique_name("out")
     create(broker.bootstrap, source)
     produce_ids(broker.bootstrap, source, range(20_000))  # 20 micro-batches of 1,000 rows
     checkpoint = tmp_path / "ckpt"
@@ -238,7 +239,7 @@ def test_sigkill_of_the_spark_driver_mid_batch_then_restart(
 
             def mid_batch() -> list[Any]:
                 if driver.poll() is not None:
-                    raise AssertionError(f"the driver exited early: {driver.stdout.read()}")  # type: ignore[union-attr]
+                    raise AssertionError(f"the driver exited early: {driver.stdout.read()}")
                 if admin.last_committed_batch(query_id) < 1:
                     return []
                 return open_sink_transactions(admin, query_id)
@@ -251,7 +252,7 @@ def test_sigkill_of_the_spark_driver_mid_batch_then_restart(
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
-        driver.stdout.close()  # type: ignore[union-attr]
+        driver.stdout.close()
     # killed mid-stream: what is visible is whole committed batches, never all of the input
     before = upper_ids(committed_values(broker.bootstrap, sink, partitions=3))
     assert max(before.values(), default=1) == 1

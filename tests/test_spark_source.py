@@ -14,7 +14,6 @@ import logging
 import pickle
 import threading
 import time
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,12 @@ from logstore.reader import SegmentObject, SegmentReader
 from replication import protocol as p
 from replication.client import Admin, Producer, TopicPartition
 from replication.errors import UnknownTopicOrPartitionError
-from tests.cluster import BrokerProcess, wait_until
+from tests.cluster import BrokerProcess
 from tests.conftest import S3Location
+from tests.helpers import unique_name, wait_until
 from tests.wire import RawConnection
 
 T0 = 1_700_000_000_000  # record timestamps of the batch test: T0 + row number
-
-
-def topic_name() -> str:
-    return f"spark-{uuid.uuid4().hex[:10]}"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 1, **configs: str) -> None:
@@ -95,6 +91,13 @@ def produce(
     with Producer(bootstrap_servers=bootstrap, linger_ms=20) as producer:
         for future in producer.send_arrow(topic, pa.table(columns)):
             future.result(timeout=120)
+
+
+def offset_ranges(planned: list[Any]) -> list[OffsetRangePartition]:
+    """The planned input partitions (pyspark's InputPartition), each an OffsetRangePartition."""
+    for q in planned:
+        assert isinstance(q, OffsetRangePartition), q
+    return planned
 
 
 def options(bootstrap: str, topic: str, **extra: str) -> dict[str, str]:
@@ -470,7 +473,7 @@ def test_schema_at_load_checks_every_option_either_kind_of_read_accepts() -> Non
 def test_batch_read_of_a_million_rows_and_offset_and_time_ranges(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 3)
     n = 1_000_000
     value = b"v" * 100
@@ -531,7 +534,7 @@ def test_batch_read_of_a_million_rows_and_offset_and_time_ranges(
 def test_bad_option_fails_load_with_its_name(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     # at load(), as Spark's Kafka source: batch and streaming reads alike
     with pytest.raises(Exception, match="option startingOffsets='newest' is not valid"):
@@ -600,7 +603,7 @@ def _all_columns(df: Any) -> list[tuple[Any, ...]]:
 def test_direct_reads_of_local_files_match_the_broker_fallback(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 2)
     _mixed_records(broker.bootstrap, topic, 3000)
     opts = options(broker.bootstrap, topic, includeHeaders="true")
@@ -620,7 +623,7 @@ def test_direct_reads_from_s3_match_the_broker_and_fall_back_when_unreachable(
     b = broker_factory(
         log_dir=s3_url.sub("broker-0"), overrides={"storage.endpoint.url": s3_url.endpoint_url}
     )
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(b.bootstrap, topic, 2)
     _mixed_records(b.bootstrap, topic, 2000)
     storage = {f"storage.{k}": v for k, v in s3_url.storage_options.items()}
@@ -707,7 +710,7 @@ def assert_exactly_once(spark: Any, path: Path, sent: dict[int, int]) -> None:
 def test_streaming_available_now_then_processing_time_restarts_without_duplicates_or_gaps(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 2)
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
@@ -741,7 +744,7 @@ def test_streaming_available_now_then_processing_time_restarts_without_duplicate
 def test_max_offsets_per_trigger_bounds_every_batch(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 3)
     n = 9_000
     produce(broker.bootstrap, topic, [i % 3 if i < 6000 else 0 for i in range(n)], [b"x"] * n)
@@ -782,7 +785,7 @@ def test_max_offsets_per_trigger_bounds_every_batch(
 def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(
     spark: Any, broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, [0] * 100, [b"x"] * 100)
     df = stream_df(
@@ -824,7 +827,7 @@ def test_leader_sigkill_while_a_streaming_query_reads(
     spark: Any, cluster_factory: Any, tmp_path: Path
 ) -> None:
     cluster = cluster_factory(brokers=3)
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(cluster.bootstrap, topic, 2, rf=3, **{"min.insync.replicas": "2"})
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
     bootstrap = cluster.bootstrap
@@ -876,7 +879,7 @@ def test_leader_sigkill_while_a_streaming_query_reads(
 def test_new_topics_of_a_pattern_join_at_the_next_batch_from_their_start(
     broker: BrokerProcess,
 ) -> None:
-    prefix = topic_name()
+    prefix = unique_name("spark")
     first, second = f"{prefix}-a", f"{prefix}-b"
     create_topic(broker.bootstrap, first, 1)
     produce(broker.bootstrap, first, [0] * 10, [b"a"] * 10)
@@ -895,7 +898,7 @@ def test_new_topics_of_a_pattern_join_at_the_next_batch_from_their_start(
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
         assert end == {first: {"0": 13}, second: {"0": 5, "1": 5}}
         assert reader.reportLatestOffset() == end
-        planned = reader.partitions(start, end)
+        planned = offset_ranges(reader.partitions(start, end))
         assert sorted((q.topic, q.partition, q.start, q.end) for q in planned) == [
             (first, 0, 10, 13),
             (second, 0, 0, 5),
@@ -993,7 +996,7 @@ class RawTransaction:
 def test_read_committed_hides_aborted_and_open_transactions(
     spark: Any, broker: BrokerProcess
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
 
     def plain(*values: bytes) -> None:
@@ -1039,10 +1042,11 @@ RETENTION = {"log.retention.check.interval.ms": "200"}
 
 def _retained_topic(bootstrap: str, expire_in_ms: int) -> str:
     """A topic whose first 100 records expire ``expire_in_ms`` from now (100 more do not)."""
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(
         bootstrap,
         topic,
+        1,
         1,
         **{"segment.bytes": "1024", "retention.ms": "600000", "file.delete.delay.ms": "0"},
     )
@@ -1082,7 +1086,7 @@ def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
     b = broker_factory(overrides=RETENTION)
     topic = _retained_topic(b.bootstrap, 4_000)
     opts = parse_source_options(options(b.bootstrap, topic, **{"read.mode": mode}), streaming=False)
-    (planned,) = ReplogBatchReader(opts).partitions()
+    (planned,) = offset_ranges(ReplogBatchReader(opts).partitions())
     assert (planned.start, planned.end) == (0, 200)
     assert planned.replicas
     # Retention moves the log start, then deletes the object (file.delete.delay.ms=0).
@@ -1105,7 +1109,7 @@ def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
 def test_a_recreated_topic_is_data_loss_for_a_running_stream(
     broker: BrokerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    topic = topic_name()
+    topic = unique_name("spark")
     create_topic(broker.bootstrap, topic, 1)
     produce(broker.bootstrap, topic, [0] * 50, [b"x"] * 50)
     raw = options(broker.bootstrap, topic, startingOffsets="earliest")

@@ -426,6 +426,7 @@ class StorageTests:
 # --- backends ------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 class TestLocalStorage(StorageTests):
     @pytest.fixture
     def storage(self, tmp_path: Path) -> Iterator[Storage]:
@@ -526,6 +527,7 @@ Storage.from_url({storage.url!r}).{call}({target!r}, b"new contents, never seen"
         assert not isinstance(info.value, ObjectExistsError)
 
 
+@pytest.mark.unit
 class TestMemoryStorage(StorageTests):
     @pytest.fixture
     def storage(self) -> Iterator[Storage]:
@@ -619,6 +621,7 @@ class _GenericMemoryFileSystem(MemoryFileSystem):
         return str(super()._strip_protocol(path.removeprefix("replogtest://")))
 
 
+@pytest.mark.unit
 class TestGenericFsspecStorage:
     @pytest.fixture
     def storage(self) -> Storage:
@@ -650,6 +653,7 @@ class TestGenericFsspecStorage:
 # --- the faulty wrapper --------------------------------------------------------------------
 
 
+@pytest.mark.unit
 class TestFaultyStorage(StorageTests):
     """The wrapper passes the whole contract when no fault is armed, and fails on command."""
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import socket
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,21 +39,12 @@ from replication.errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
-from tests.cluster import BrokerProcess, Cluster, wait_until
+from tests.cluster import BrokerProcess, Cluster
+from tests.helpers import free_port, read_to_end, unique_name, wait_until
 from tests.proxy import TcpProxy
 from tests.wire import RawConnection, metadata
 
 pytestmark = [pytest.mark.timeout(180)]
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 FAST = {
@@ -84,16 +72,8 @@ def read_all(
 ) -> dict[TopicPartition, list[bytes]]:
     """Every record value below the end (LSO with read_committed, else HW) of each partition."""
     out: dict[TopicPartition, list[bytes]] = {tp: [] for tp in tps}
-    with Consumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest"
-    ) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        deadline = time.monotonic() + 30
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"could not read up to {ends}"
-            for record in consumer.poll(200, max_records=100_000):
-                out[TopicPartition(record.topic, record.partition)].append(record.value or b"")
+    for record in read_to_end(bootstrap, tps, isolation_level=isolation).records:
+        out[TopicPartition(record.topic, record.partition)].append(record.value or b"")
     return out
 
 
@@ -237,7 +217,7 @@ def admin(shared: Cluster) -> Iterator[Admin]:
 
 
 def make_topic(admin: Admin, prefix: str, partitions: int = 3, rf: int = 3) -> list[TopicPartition]:
-    topic = name(prefix)
+    topic = unique_name(prefix)
     admin.create_topic(topic, partitions, rf, {"min.insync.replicas": str(min(rf, 2))})
     return [TopicPartition(topic, i) for i in range(partitions)]
 
@@ -307,7 +287,7 @@ def test_idempotent_producer_across_a_leader_sigkill(
     """Records stream to an RF=3 partition while its leader is SIGKILLed: everything is acked,
     and the log holds each record exactly once, in the order sent."""
     cluster = cluster_factory(brokers=3)
-    topic = name("idem-kill")
+    topic = unique_name("idem-kill")
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 2, 3, {"min.insync.replicas": "2"})
@@ -365,7 +345,7 @@ def test_committed_transaction_becomes_visible_at_once_and_the_lso_holds(
 ) -> None:
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "commit")
-    with txn_producer(bootstrap, name("tx-commit")) as prod:
+    with txn_producer(bootstrap, unique_name("tx-commit")) as prod:
         prod.begin_transaction()
         for tp in tps:
             for i in range(10):
@@ -404,7 +384,7 @@ def test_committed_transaction_becomes_visible_at_once_and_the_lso_holds(
 def test_aborted_transaction_is_never_visible(shared: Cluster, admin: Admin) -> None:
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "abort")
-    with txn_producer(bootstrap, name("tx-abort")) as prod:
+    with txn_producer(bootstrap, unique_name("tx-abort")) as prod:
         prod.begin_transaction()
         for tp in tps:
             prod.send(tp.topic, b"aborted-%d" % tp.partition, partition=tp.partition)
@@ -434,7 +414,7 @@ def test_aborted_transaction_is_never_visible(shared: Cluster, admin: Admin) -> 
 def test_transaction_open_past_its_timeout_is_aborted(shared: Cluster, admin: Admin) -> None:
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "timeout", partitions=2)
-    transactional_id = name("tx-timeout")
+    transactional_id = unique_name("tx-timeout")
     with txn_producer(bootstrap, transactional_id, transaction_timeout_ms=1500) as prod:
         prod.begin_transaction()
         for tp in tps:
@@ -458,7 +438,7 @@ def test_transaction_open_past_its_timeout_is_aborted(shared: Cluster, admin: Ad
 def test_zombie_producer_is_fenced(shared: Cluster, admin: Admin) -> None:
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "zombie", partitions=2)
-    transactional_id = name("tx-zombie")
+    transactional_id = unique_name("tx-zombie")
     zombie = txn_producer(bootstrap, transactional_id)
     try:
         zombie.begin_transaction()
@@ -509,7 +489,7 @@ def task_handles(
 def test_sink_batch_replayed_is_visible_once(shared: Cluster, admin: Admin) -> None:
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "sink")
-    sink = name("sink")
+    sink = unique_name("sink")
     assert admin.last_committed_batch(sink) == -1
     first = task_handles(bootstrap, tps, sink, 0, attempt=0)
     # nothing is visible before the driver commits
@@ -562,9 +542,9 @@ def test_coordinator_sigkill_mid_commit_completes_on_the_new_coordinator(
     cluster = cluster_factory(brokers=3)
     all_brokers_known(cluster)  # so __transaction_state gets 3 replicas
     bootstrap = cluster.bootstrap
-    topic = name("mid-commit")
-    transactional_id = name(f"tx-{how}")
-    sink = name("sink")
+    topic = unique_name("mid-commit")
+    transactional_id = unique_name(f"tx-{how}")
+    sink = unique_name("sink")
     timeout_ms = 3000 if how == "sink_abandoned" else 60_000
     # a short request timeout: a request that picks the stopped broker costs only that
     with Admin(
@@ -654,7 +634,7 @@ def test_coordinator_sigkill_mid_commit_completes_on_the_new_coordinator(
         }
         if how != "end_txn":
             assert admin.last_committed_batch(sink) == 7
-            replay = txn_producer(bootstrap, name("tx-replay"))
+            replay = txn_producer(bootstrap, unique_name("tx-replay"))
             replay.begin_transaction()
             replay.send(topic, b"replayed", partition=tps[1].partition)
             again = admin.commit_sink_batch(sink, 7, [replay.transaction_handle()])
@@ -675,7 +655,7 @@ def test_cli_lists_open_transactions(shared: Cluster, admin: Admin) -> None:
     runner = CliRunner()
     bootstrap = shared.bootstrap
     tps = make_topic(admin, "cli", partitions=2)
-    transactional_id = name("tx-cli")
+    transactional_id = unique_name("tx-cli")
 
     def run(*args: str) -> Any:
         result = runner.invoke(transactions_app, ["list", "--bootstrap-server", bootstrap, *args])

@@ -7,6 +7,7 @@ import socket
 import struct
 from typing import Any
 
+from logstore.batch import Record, iter_batches
 from replication import protocol as p
 
 
@@ -128,6 +129,25 @@ def fetch(
             ],
         ),
     )
+
+
+def read_records(conn: RawConnection, topic: str, partition: int = 0) -> list[Record]:
+    """Every record below the high watermark, fetched from offset 0: each batch's CRC checked,
+    each batch starting where the one before ended."""
+    out: list[Record] = []
+    offset = 0
+    while True:
+        [t] = fetch(conn, topic, partition, offset).responses
+        [part] = t.partitions
+        assert part.error_code == 0, part
+        if offset >= part.high_watermark:
+            return out
+        batches = list(iter_batches(part.records or b"", validate=True))
+        assert batches, f"no batch at offset {offset} below the high watermark"
+        for batch in batches:
+            assert batch.base_offset == offset, f"batch at {batch.base_offset}, expected {offset}"
+            out.extend(batch.records())
+            offset = batch.next_offset
 
 
 def metadata(conn: RawConnection, topics: list[str] | None = None) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from replication.metadata.store import MetadataStore
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
 from tests.cluster import FAST_FAILOVER, BrokerProcess
+from tests.helpers import free_port
 from tests.proxy import TcpProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +48,6 @@ BROKER_SETTINGS = {
     # followers have already fetched, the window in which issue 12 lost acked records.
     "log.flush.interval.ms": "100",
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LaunchedBroker(BrokerProcess):

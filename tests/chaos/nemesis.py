@@ -279,7 +279,7 @@ class Nemesis:
         classes = [_pick(draws[3], BROKER_FAULTS), _pick(draws[4], BROKER_FAULTS)]
         jobs: list[Callable[[], dict[str, Any]]] = [
             lambda: self._broker_fault(classes[0], first, draws[5:]),
-            lambda: self._broker_fault(classes[1], second, draws[6:] + draws[:2]),
+            lambda: self._broker_fault(classes[1], second, [*draws[6:], *draws[:2]]),
         ]
         with ThreadPoolExecutor(2) as pool:
             details = list(pool.map(lambda job: job(), jobs))

@@ -28,6 +28,7 @@ from tests.chaos.workload import (
     Worker,
     read_all,
 )
+from tests.helpers import wait_until
 
 TOPIC = "events"
 TXN_TOPIC = "txn-events"
@@ -122,13 +123,14 @@ def _run_faults(
 
 
 def _wait_for_acks(history: History, producers: set[str], timeout_s: float = 30.0) -> None:
-    """Until every producer had an ack on the healthy cluster (RuntimeError after
+    """Until every producer had an ack on the healthy cluster (AssertionError after
     ``timeout_s``): the faults start on a cluster that works."""
-    deadline = time.monotonic() + timeout_s
-    while not producers <= {ack.producer for ack in history.acks}:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no ack for some of {sorted(producers)} on a healthy cluster")
-        time.sleep(0.05)
+    wait_until(
+        lambda: producers <= {ack.producer for ack in history.acks},
+        timeout=timeout_s,
+        interval=0.05,
+        message=f"an ack for each of {sorted(producers)} on a healthy cluster",
+    )
 
 
 def _settle(

@@ -30,6 +30,7 @@ from tests.chaos.history import (
     HighWatermark,
     History,
     Isolation,
+    Outcome,
     OutOfRange,
     Read,
     SendFailure,
@@ -37,6 +38,7 @@ from tests.chaos.history import (
     producer_value,
     txn_value,
 )
+from tests.helpers import read_to_end
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +226,7 @@ class TransactionalWriter(Worker):
         if self.producer is not None:
             self.producer.close(timeout=10)
 
-    def _one(self, producer: Producer, records: Iterable[tuple[int, str]], commit: bool) -> str:
+    def _one(self, producer: Producer, records: Iterable[tuple[int, str]], commit: bool) -> Outcome:
         try:
             producer.begin_transaction()
             for partition, value in records:
@@ -319,24 +321,17 @@ def read_all(
 ) -> tuple[dict[tuple[str, int], dict[int, str]], dict[tuple[str, int], int]]:
     """Every record of ``tps`` below the end (HW, or LSO with read_committed), read through
     the leaders: ``({tp: {offset: value}}, {tp: end})``. TimeoutError at ``deadline``."""
-    with Consumer(
-        bootstrap_servers=bootstrap,
-        client_id=f"chaos-final-{isolation}",
+    read = read_to_end(
+        bootstrap,
+        tps,
         isolation_level=isolation,
-        auto_offset_reset="earliest",
+        timeout=deadline - time.monotonic(),
+        client_id=f"chaos-final-{isolation}",
         default_api_timeout_ms=10000,
         **CLIENT_SETTINGS,
-    ) as consumer:
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        ends = consumer.end_offsets(tps)
-        out: dict[tuple[str, int], dict[int, str]] = {(tp.topic, tp.partition): {} for tp in tps}
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            if time.monotonic() > deadline:
-                behind = {str(tp): (consumer.position(tp), ends[tp]) for tp in tps}
-                raise TimeoutError(f"reading the final logs did not finish: {behind}")
-            for r in consumer.poll(timeout_ms=500):
-                if r.value is not None and r.offset < ends[TopicPartition(r.topic, r.partition)]:
-                    out[(r.topic, r.partition)][r.offset] = r.value.decode()
-        return out, {(tp.topic, tp.partition): end for tp, end in ends.items()}
+    )
+    out: dict[tuple[str, int], dict[int, str]] = {(tp.topic, tp.partition): {} for tp in tps}
+    for r in read.records:
+        if r.value is not None:
+            out[(r.topic, r.partition)][r.offset] = r.value.decode()
+    return out, {(tp.topic, tp.partition): end for tp, end in read.ends.items()}
