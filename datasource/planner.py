@@ -48,7 +48,7 @@ from datasource.partitions import (
     ReplicaLocation,
     split_ranges,
 )
-from logstore.reader import SegmentObject, SegmentReader
+from logstore.reader import AbortedTxnRange, SegmentObject, SegmentReader
 from replication.client import TopicPartition
 from replication.errors import ReplogError
 
@@ -193,7 +193,7 @@ class Planner:
         def listed(r: OffsetRange) -> OffsetRange:
             return self._with_objects(r, replicas.get(_tp(r), ()))
 
-        def aborted(piece: OffsetRange) -> tuple[tuple[int, int], ...]:
+        def aborted(piece: OffsetRange) -> tuple[AbortedTxnRange, ...]:
             if not replicas.get(_tp(piece)) or not self.settings.read_committed:
                 return ()  # read through the brokers: the consumer asks for them itself
             return self.view.aborted_transactions(_tp(piece), piece.start)

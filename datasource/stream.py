@@ -226,9 +226,9 @@ def offsets_behind_latest(source: Any) -> dict[str, str]:
         value = source[name]
         if value is None:
             return {}
-        return SourceOffset.from_json(
-            json.loads(value) if isinstance(value, str) else value
-        ).offsets
+        return dict(
+            SourceOffset.from_json(json.loads(value) if isinstance(value, str) else value).offsets
+        )
 
     latest, end = offsets("latestOffset"), offsets("endOffset")
     behind = [offset - end.get(tp, 0) for tp, offset in latest.items()]

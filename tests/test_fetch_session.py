@@ -108,7 +108,7 @@ def encode(data: FetchRequestData, replica_id: int = 1) -> bytes:
 def request_partitions(req: FetchRequest) -> list[tuple[TopicPartition, PartitionFetchState]]:
     return [
         (
-            (t.topic, p.partition),
+            TopicPartition(t.topic, p.partition),
             PartitionFetchState(
                 fetch_offset=p.fetch_offset,
                 max_bytes=p.partition_max_bytes,
@@ -123,7 +123,7 @@ def request_partitions(req: FetchRequest) -> list[tuple[TopicPartition, Partitio
 
 
 def request_forgotten(req: FetchRequest) -> list[TopicPartition]:
-    return [(t.topic, p) for t in req.forgotten_topics_data for p in t.partitions]
+    return [TopicPartition(t.topic, p) for t in req.forgotten_topics_data for p in t.partitions]
 
 
 # --- a fake leader and a follower ---------------------------------------------------------------
@@ -199,7 +199,10 @@ class FakeLeader:
             session_id, epoch, to_send, to_forget, is_from_follower=follower
         )
         self.last_context = ctx
-        results = {(t, p): self.read((t, p), state) for t, p, state in ctx.partitions()}
+        results = {
+            TopicPartition(t, p): self.read(TopicPartition(t, p), state)
+            for t, p, state in ctx.partitions()
+        }
         included = ctx.filter_response(results)
         return Response(ctx.session_id, ctx.error_code, included)
 
@@ -261,7 +264,7 @@ class Follower:
 
 
 def tps(topic: str, n: int) -> list[TopicPartition]:
-    return [(topic, i) for i in range(n)]
+    return [TopicPartition(topic, i) for i in range(n)]
 
 
 def wired(n: int = 3) -> tuple[FakeLeader, Follower]:
@@ -300,7 +303,7 @@ def test_next_epoch_counts_up_wraps_to_one_and_final_stays_final() -> None:
 
 def test_full_fetch_creates_a_session_and_incremental_fetches_continue_it() -> None:
     leader, follower = wired(3)
-    leader.append(("t", 1), 5)
+    leader.append(TopicPartition("t", 1), 5)
 
     req, resp = follower.round(leader)
     assert (req.is_full, req.session_id, req.session_epoch) == (True, INVALID_SESSION_ID, 0)
@@ -314,12 +317,12 @@ def test_full_fetch_creates_a_session_and_incremental_fetches_continue_it() -> N
     assert session.privileged
     assert session.epoch == 1
     assert (len(leader.cache), leader.cache.total_partitions) == (1, 3)
-    assert follower.partitions[("t", 1)].fetch_offset == 5
+    assert follower.partitions[TopicPartition("t", 1)].fetch_offset == 5
 
     # Only t-1's fetch offset moved: the incremental request names only it.
     req, resp = follower.round(leader)
     assert (req.is_full, req.session_id, req.session_epoch) == (False, resp.session_id, 1)
-    assert [tp for tp, _ in req.to_send] == [("t", 1)]
+    assert [tp for tp, _ in req.to_send] == [TopicPartition("t", 1)]
     assert req.to_forget == []
     assert isinstance(leader.last_context, IncrementalFetchContext)
     assert resp.names == []  # no news anywhere
@@ -336,22 +339,22 @@ def test_full_fetch_creates_a_session_and_incremental_fetches_continue_it() -> N
 def test_incremental_request_reads_all_session_partitions() -> None:
     leader, follower = wired(4)
     follower.round(leader)
-    leader.append(("t", 3), 2)
+    leader.append(TopicPartition("t", 3), 2)
     req, resp = follower.round(leader)
     assert req.to_send == []
     ctx = leader.last_context
     assert isinstance(ctx, IncrementalFetchContext)
-    assert [(t, p) for t, p, _ in ctx.partitions()] == [*tps("t", 3), ("t", 3)]
-    assert ctx.fetch_offset(("t", 2)) == 0
-    assert ctx.fetch_offset(("u", 0)) is None
-    assert resp.names == [("t", 3)]
-    assert follower.partitions[("t", 3)].fetch_offset == 2
+    assert [(t, p) for t, p, _ in ctx.partitions()] == [*tps("t", 3), TopicPartition("t", 3)]
+    assert ctx.fetch_offset(TopicPartition("t", 2)) == 0
+    assert ctx.fetch_offset(TopicPartition("u", 0)) is None
+    assert resp.names == [TopicPartition("t", 3)]
+    assert follower.partitions[TopicPartition("t", 3)].fetch_offset == 2
 
 
 def test_thousand_partitions_ten_active_incremental_requests_are_small() -> None:
     leader = FakeLeader()
     follower = Follower()
-    all_tps = [(f"topic-{t}", p) for t in range(10) for p in range(100)]
+    all_tps = [TopicPartition(f"topic-{t}", p) for t in range(10) for p in range(100)]
     for tp in all_tps:
         leader.partitions[tp] = LeaderPartition()
     follower.active = list(all_tps)
@@ -395,21 +398,29 @@ def test_responses_name_only_partitions_with_news() -> None:
     sid = full.session_id
 
     news = {
-        ("t", 0): resp_partition(high_watermark=10, log_start_offset=0, last_stable_offset=10),
-        ("t", 1): resp_partition(
+        TopicPartition("t", 0): resp_partition(
+            high_watermark=10, log_start_offset=0, last_stable_offset=10
+        ),
+        TopicPartition("t", 1): resp_partition(
             high_watermark=10, log_start_offset=0, last_stable_offset=10, records=b"abc"
         ),
-        ("t", 2): resp_partition(high_watermark=11, log_start_offset=0, last_stable_offset=10),
-        ("t", 3): resp_partition(high_watermark=10, log_start_offset=4, last_stable_offset=10),
-        ("t", 4): resp_partition(high_watermark=10, log_start_offset=0, last_stable_offset=7),
-        ("t", 5): resp_partition(error_code=6),
-        ("t", 6): resp_partition(
+        TopicPartition("t", 2): resp_partition(
+            high_watermark=11, log_start_offset=0, last_stable_offset=10
+        ),
+        TopicPartition("t", 3): resp_partition(
+            high_watermark=10, log_start_offset=4, last_stable_offset=10
+        ),
+        TopicPartition("t", 4): resp_partition(
+            high_watermark=10, log_start_offset=0, last_stable_offset=7
+        ),
+        TopicPartition("t", 5): resp_partition(error_code=6),
+        TopicPartition("t", 6): resp_partition(
             high_watermark=10,
             log_start_offset=0,
             last_stable_offset=10,
             diverging_epoch=EpochEndOffset(epoch=3, end_offset=8),
         ),
-        ("t", 7): resp_partition(
+        TopicPartition("t", 7): resp_partition(
             high_watermark=10, log_start_offset=0, last_stable_offset=10, records=b""
         ),
     }
@@ -419,20 +430,26 @@ def test_responses_name_only_partitions_with_news() -> None:
     # The same answers again: only the error and the divergence are news a second time; the
     # partition whose error cleared is resent (its HW was forgotten).
     again = dict(news)
-    again[("t", 1)] = quiet
-    again[("t", 5)] = quiet
+    again[TopicPartition("t", 1)] = quiet
+    again[TopicPartition("t", 5)] = quiet
     inc = cache.new_context(sid, 2, [])
-    assert [tp for tp, _ in inc.filter_response(again)] == [("t", 5), ("t", 6)]
+    assert [tp for tp, _ in inc.filter_response(again)] == [
+        TopicPartition("t", 5),
+        TopicPartition("t", 6),
+    ]
     inc = cache.new_context(sid, 3, [])
-    assert [tp for tp, _ in inc.filter_response(again)] == [("t", 6)]
+    assert [tp for tp, _ in inc.filter_response(again)] == [TopicPartition("t", 6)]
 
     # An error is news even when every value is the same as last sent.
-    again[("t", 0)] = resp_partition(
+    again[TopicPartition("t", 0)] = resp_partition(
         error_code=6, high_watermark=10, log_start_offset=0, last_stable_offset=10
     )
     for epoch in (4, 5):
         inc = cache.new_context(sid, epoch, [])
-        assert [tp for tp, _ in inc.filter_response(again)] == [("t", 0), ("t", 6)]
+        assert [tp for tp, _ in inc.filter_response(again)] == [
+            TopicPartition("t", 0),
+            TopicPartition("t", 6),
+        ]
 
 
 def test_answered_partitions_move_to_the_end_of_the_session() -> None:
@@ -443,10 +460,15 @@ def test_answered_partitions_move_to_the_end_of_the_session() -> None:
     full.filter_response(dict.fromkeys(names, quiet))
     inc = cache.new_context(full.session_id, 1, [])
     results = dict.fromkeys(names, quiet)
-    results[("t", 1)] = resp_partition(high_watermark=2)
+    results[TopicPartition("t", 1)] = resp_partition(high_watermark=2)
     inc.filter_response(results)
     nxt = cache.new_context(full.session_id, 2, [])
-    assert [(t, p) for t, p, _ in nxt.partitions()] == [("t", 0), ("t", 2), ("t", 3), ("t", 1)]
+    assert [(t, p) for t, p, _ in nxt.partitions()] == [
+        TopicPartition("t", 0),
+        TopicPartition("t", 2),
+        TopicPartition("t", 3),
+        TopicPartition("t", 1),
+    ]
 
 
 def test_new_and_changed_fetch_states_are_sent_and_update_the_leader() -> None:
@@ -456,54 +478,59 @@ def test_new_and_changed_fetch_states_are_sent_and_update_the_leader() -> None:
     handler = follower.handler
     base = follower.fetch_states()
     changed = dict(base)
-    changed[("t", 0)] = PartitionFetchState(0, MAX_BYTES, current_leader_epoch=1)
-    changed[("t", 1)] = PartitionFetchState(
+    changed[TopicPartition("t", 0)] = PartitionFetchState(0, MAX_BYTES, current_leader_epoch=1)
+    changed[TopicPartition("t", 1)] = PartitionFetchState(
         0, MAX_BYTES, current_leader_epoch=0, log_start_offset=5
     )
-    changed[("t", 2)] = PartitionFetchState(0, 512, current_leader_epoch=0)
-    changed[("u", 0)] = state(7)
-    leader.partitions[("u", 0)] = LeaderPartition(leo=7)
+    changed[TopicPartition("t", 2)] = PartitionFetchState(0, 512, current_leader_epoch=0)
+    changed[TopicPartition("u", 0)] = state(7)
+    leader.partitions[TopicPartition("u", 0)] = LeaderPartition(leo=7)
     req = handler.build(changed)
     # New partitions first, then the altered ones (as Kafka's builder).
-    assert [tp for tp, _ in req.to_send] == [("u", 0), ("t", 0), ("t", 1), ("t", 2)]
+    assert [tp for tp, _ in req.to_send] == [
+        TopicPartition("u", 0),
+        TopicPartition("t", 0),
+        TopicPartition("t", 1),
+        TopicPartition("t", 2),
+    ]
     resp = leader.serve(req)
     assert handler.handle_response(resp.session_id, resp.error_code, resp.names)
     session = leader.cache.get(sid)
     assert session is not None
     assert {tp: c.state for tp, c in session.partitions.items()} == changed
-    assert session.partitions[("t", 1)].fetcher_log_start_offset == 5
-    assert session.partitions[("t", 2)].max_bytes == 512
-    assert resp.names == [("u", 0)]
+    assert session.partitions[TopicPartition("t", 1)].fetcher_log_start_offset == 5
+    assert session.partitions[TopicPartition("t", 2)].max_bytes == 512
+    assert resp.names == [TopicPartition("u", 0)]
 
 
 def test_forgotten_partitions_leave_the_session() -> None:
     leader, follower = wired(3)
     _, resp = follower.round(leader)
     sid = resp.session_id
-    follower.active.remove(("t", 1))
+    follower.active.remove(TopicPartition("t", 1))
     req, resp = follower.round(leader, wire=True)
-    assert (req.to_send, req.to_forget) == ([], [("t", 1)])
+    assert (req.to_send, req.to_forget) == ([], [TopicPartition("t", 1)])
     session = leader.cache.get(sid)
     assert session is not None
-    assert list(session.partitions) == [("t", 0), ("t", 2)]
+    assert list(session.partitions) == [TopicPartition("t", 0), TopicPartition("t", 2)]
     assert leader.cache.total_partitions == 2
-    leader.append(("t", 1), 4)
-    leader.append(("t", 2), 4)
+    leader.append(TopicPartition("t", 1), 4)
+    leader.append(TopicPartition("t", 2), 4)
     _, resp = follower.round(leader)
-    assert resp.names == [("t", 2)]  # t-1 is no longer read nor answered
+    assert resp.names == [TopicPartition("t", 2)]  # t-1 is no longer read nor answered
 
     # Forgetting the last partitions closes the session; the next fetch is full again.
     follower.active.clear()
     req, resp = follower.round(leader)
-    assert sorted(req.to_forget) == [("t", 0), ("t", 2)]
+    assert sorted(req.to_forget) == [TopicPartition("t", 0), TopicPartition("t", 2)]
     assert isinstance(leader.last_context, SessionlessFetchContext)
     assert resp.session_id == INVALID_SESSION_ID
     assert sid not in leader.cache
     assert follower.handler.next_metadata == FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)
-    follower.active.append(("t", 1))
+    follower.active.append(TopicPartition("t", 1))
     req, resp = follower.round(leader)
     assert req.is_full
-    assert resp.names == [("t", 1)]
+    assert resp.names == [TopicPartition("t", 1)]
     assert resp.session_id not in (INVALID_SESSION_ID, sid)
 
 
@@ -515,7 +542,7 @@ def test_unknown_session_id_falls_back_to_a_full_fetch_that_recreates_the_sessio
     _, resp = follower.round(leader)
     old = resp.session_id
     leader.cache.remove(old)  # e.g. evicted, or the broker restarted
-    leader.append(("t", 2), 3)
+    leader.append(TopicPartition("t", 2), 3)
 
     req, resp = follower.round(leader)
     assert not req.is_full
@@ -523,13 +550,13 @@ def test_unknown_session_id_falls_back_to_a_full_fetch_that_recreates_the_sessio
     assert leader.last_context.error is FetchSessionIdNotFoundError
     assert (resp.error_code, resp.session_id, resp.partitions) == (70, INVALID_SESSION_ID, [])
     assert follower.handler.next_metadata == FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)
-    assert follower.partitions[("t", 2)].fetch_offset == 0
+    assert follower.partitions[TopicPartition("t", 2)].fetch_offset == 0
 
     req, resp = follower.round(leader)
     assert (req.is_full, req.session_id, req.session_epoch) == (True, INVALID_SESSION_ID, 0)
     assert len(req.to_send) == 3
     assert resp.session_id not in (INVALID_SESSION_ID, old)
-    assert follower.partitions[("t", 2)].fetch_offset == 3
+    assert follower.partitions[TopicPartition("t", 2)].fetch_offset == 3
     req, resp = follower.round(leader)
     assert (req.is_full, req.session_epoch, resp.error_code) == (False, 1, 0)
 
@@ -559,15 +586,15 @@ def test_invalid_epoch_falls_back_to_a_full_fetch_that_recreates_the_session() -
 
 def test_session_moved_on_before_the_response_is_an_epoch_error() -> None:
     cache = FetchSessionCache(10, time_ms=Clock())
-    full = cache.new_context(0, INITIAL_EPOCH, [(("t", 0), state())])
-    full.filter_response({("t", 0): resp_partition()})
+    full = cache.new_context(0, INITIAL_EPOCH, [(TopicPartition("t", 0), state())])
+    full.filter_response({TopicPartition("t", 0): resp_partition()})
     sid = full.session_id
     first = cache.new_context(sid, 1, [])
     second = cache.new_context(sid, 2, [])
-    assert first.filter_response({("t", 0): resp_partition(records=b"x")}) == []
+    assert first.filter_response({TopicPartition("t", 0): resp_partition(records=b"x")}) == []
     assert first.error is InvalidFetchSessionEpochError
     assert first.session_id == sid
-    assert len(second.filter_response({("t", 0): resp_partition(records=b"x")})) == 1
+    assert len(second.filter_response({TopicPartition("t", 0): resp_partition(records=b"x")})) == 1
     assert second.error is None
 
 
@@ -575,10 +602,10 @@ def test_lost_response_recovers_through_a_full_fetch() -> None:
     leader, follower = wired(3)
     _, resp = follower.round(leader)
     old = resp.session_id
-    leader.append(("t", 0), 4)
+    leader.append(TopicPartition("t", 0), 4)
     req = follower.build()
     lost = leader.serve(req)  # the leader now believes it sent HW 4 for t-0 ...
-    assert lost.names == [("t", 0)]
+    assert lost.names == [TopicPartition("t", 0)]
     follower.handler.handle_error(ConnectionResetError("lost"))  # ... but it never arrived
 
     assert follower.handler.next_metadata == FetchMetadata(old, INITIAL_EPOCH)
@@ -586,8 +613,8 @@ def test_lost_response_recovers_through_a_full_fetch() -> None:
     assert (req.is_full, req.session_id, req.session_epoch) == (True, old, INITIAL_EPOCH)
     assert old not in leader.cache
     assert resp.session_id not in (INVALID_SESSION_ID, old)
-    assert follower.partitions[("t", 0)].fetch_offset == 4
-    assert follower.partitions[("t", 0)].hw == 4
+    assert follower.partitions[TopicPartition("t", 0)].fetch_offset == 4
+    assert follower.partitions[TopicPartition("t", 0)].hw == 4
     req, resp = follower.round(leader)
     assert (req.is_full, req.session_epoch, resp.names) == (False, 1, [])
 
@@ -609,10 +636,10 @@ def test_handler_rejects_responses_that_do_not_match_the_session() -> None:
     wanted = {tp: state() for tp in tps("t", 2)}
     handler.build(wanted)
     # A full response must name every partition of the request.
-    assert not handler.handle_response(9, 0, [("t", 0)])
+    assert not handler.handle_response(9, 0, [TopicPartition("t", 0)])
     assert handler.next_metadata == FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)
     handler.build(wanted)
-    assert not handler.handle_response(9, 0, [*tps("t", 2), ("u", 0)])
+    assert not handler.handle_response(9, 0, [*tps("t", 2), TopicPartition("u", 0)])
     handler.build(wanted)
     # An empty full response with a throttle time only says "throttled".
     assert not handler.handle_response(9, 0, [], throttle_time_ms=100)
@@ -621,7 +648,7 @@ def test_handler_rejects_responses_that_do_not_match_the_session() -> None:
     assert handler.next_metadata == FetchMetadata(9, 1)
     # An incremental response may name only the session's partitions.
     handler.build(wanted)
-    assert not handler.handle_response(9, 0, [("u", 0)])
+    assert not handler.handle_response(9, 0, [TopicPartition("u", 0)])
     assert handler.next_metadata == FetchMetadata(9, INITIAL_EPOCH)
     # A full response without a session id: no session, keep doing full fetches.
     assert handler.build(wanted).is_full
@@ -650,8 +677,12 @@ def test_final_epoch_fetches_have_no_session_and_close_the_named_one() -> None:
     assert len(leader.cache) == 0
     assert follower.handler.next_metadata == FetchMetadata(INVALID_SESSION_ID, INITIAL_EPOCH)
 
-    ctx = leader.cache.new_context(INVALID_SESSION_ID, FINAL_EPOCH, [(("t", 0), state())])
-    assert ctx.filter_response({("t", 0): resp_partition()}) == [(("t", 0), resp_partition())]
+    ctx = leader.cache.new_context(
+        INVALID_SESSION_ID, FINAL_EPOCH, [(TopicPartition("t", 0), state())]
+    )
+    assert ctx.filter_response({TopicPartition("t", 0): resp_partition()}) == [
+        (TopicPartition("t", 0), resp_partition())
+    ]
     assert (ctx.session_id, len(leader.cache)) == (INVALID_SESSION_ID, 0)
 
 
@@ -662,10 +693,10 @@ def test_epoch_wraps_from_int32_max_to_one() -> None:
     assert session is not None
     session.epoch = INT32_MAX
     follower.handler.next_metadata = FetchMetadata(resp.session_id, INT32_MAX)
-    leader.append(("t", 0))
+    leader.append(TopicPartition("t", 0))
     req, resp = follower.round(leader, wire=True)
     assert req.session_epoch == INT32_MAX
-    assert (resp.error_code, resp.names) == (0, [("t", 0)])
+    assert (resp.error_code, resp.names) == (0, [TopicPartition("t", 0)])
     assert session.epoch == 1
     assert follower.handler.session_epoch == 1
     req, resp = follower.round(leader, wire=True)
@@ -749,17 +780,17 @@ def test_a_cache_full_of_privileged_sessions_gives_consumers_no_session() -> Non
     clock.now = EVICTION_MS + 1
     use(cache, f1)
     use(cache, f2)
-    ctx = cache.new_context(INVALID_SESSION_ID, INITIAL_EPOCH, [(("c", 0), state())])
-    results = {("c", 0): resp_partition()}
+    ctx = cache.new_context(INVALID_SESSION_ID, INITIAL_EPOCH, [(TopicPartition("c", 0), state())])
+    results = {TopicPartition("c", 0): resp_partition()}
     assert ctx.filter_response(results) == list(results.items())  # still a full answer
     assert ctx.session_id == INVALID_SESSION_ID
     assert ctx.error is None
     assert set(cache._sessions) == {f1, f2}
     # A consumer with no session keeps doing full fetches.
     handler = FetchSessionHandler(node_id=-1)
-    handler.build({("c", 0): state()})
-    assert handler.handle_response(ctx.session_id, ctx.error_code, [("c", 0)])
-    assert handler.build({("c", 0): state()}).is_full
+    handler.build({TopicPartition("c", 0): state()})
+    assert handler.handle_response(ctx.session_id, ctx.error_code, [TopicPartition("c", 0)])
+    assert handler.build({TopicPartition("c", 0): state()}).is_full
 
 
 def test_privileged_sessions_evict_smaller_established_privileged_ones_only() -> None:
@@ -786,16 +817,16 @@ def test_full_fetch_naming_a_session_closes_it_first() -> None:
     clock = Clock()
     cache = FetchSessionCache(1, EVICTION_MS, clock)
     first = open_session(cache, 3, privileged=False)
-    ctx = cache.new_context(first, INITIAL_EPOCH, [(("t", 0), state())])
+    ctx = cache.new_context(first, INITIAL_EPOCH, [(TopicPartition("t", 0), state())])
     assert first not in cache
-    ctx.filter_response({("t", 0): resp_partition()})
+    ctx.filter_response({TopicPartition("t", 0): resp_partition()})
     assert ctx.session_id not in (INVALID_SESSION_ID, first)
     assert cache.evictions == 0
 
 
 # --- a state machine: the follower's view never drifts from the leader's --------------------------
 
-ALL_TPS = [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2)]
+ALL_TPS = [TopicPartition(t, p) for t, p in [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2)]]
 _machines = itertools.count()
 
 

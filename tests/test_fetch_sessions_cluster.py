@@ -200,11 +200,19 @@ def fetch_request(
 
 
 def responded(response: Any) -> set[TopicPartition]:
-    return {(t.topic, part.partition_index) for t in response.responses for part in t.partitions}
+    return {
+        TopicPartition(t.topic, part.partition_index)
+        for t in response.responses
+        for part in t.partitions
+    }
 
 
 def named(request: RecordedRequest) -> dict[TopicPartition, p.FetchRequestPartition]:
-    return {(t.topic, part.partition): part for t in request.body.topics for part in t.partitions}
+    return {
+        TopicPartition(t.topic, part.partition): part
+        for t in request.body.topics
+        for part in t.partitions
+    }
 
 
 def follower_fetches(proxy: TcpProxy, since: int = 0) -> list[RecordedRequest]:
@@ -269,7 +277,7 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
         # all followed by broker 1 in its one session with broker 0.
         led = create_led_by_leader(conn, topic, partitions=200, rf=2)
         assert len(led) == 100
-        session_tps = {(topic, i) for i in led}
+        session_tps = {TopicPartition(topic, i) for i in led}
         session_id, quiet = wait_settled(proxy, session_tps)
         mark = len(proxy.requests)
 
@@ -300,7 +308,7 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
                     for tp, part in named(r).items()
                     if part.fetch_offset == 5
                 }
-                == {(topic, i) for i in produced}
+                == {TopicPartition(topic, i) for i in produced}
             ),
             timeout=10,
             message="incremental fetches naming the produced partitions at offset 5",
@@ -328,9 +336,11 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
         if req.seq < mark:
             assert not named(req), f"{req} names {sorted(named(req))} although nothing changed"
         else:
-            assert set(named(req)) <= {(topic, i) for i in produced}
-    assert {tp for tp, off in offsets.items() if off} == {(topic, i) for i in produced}
-    assert all(offsets[(topic, i)] == 5 for i in produced)
+            assert set(named(req)) <= {TopicPartition(topic, i) for i in produced}
+    assert {tp for tp, off in offsets.items() if off} == {
+        TopicPartition(topic, i) for i in produced
+    }
+    assert all(offsets[TopicPartition(topic, i)] == 5 for i in produced)
 
     # ... and once quiet, the leader answers them with only the partitions that have news:
     # records, then the new high watermark, of the produced ones.
@@ -355,9 +365,9 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
         body = resp.decode()
         assert (body.error_code, body.session_id) == (0, session_id)
         if req.seq >= quiet:
-            assert responded(body) <= {(topic, i) for i in produced}, req
+            assert responded(body) <= {TopicPartition(topic, i) for i in produced}, req
             news |= responded(body)
-    assert news == {(topic, i) for i in produced}
+    assert news == {TopicPartition(topic, i) for i in produced}
 
     sizes = sorted({r.size for r in incrementals})
     biggest = max(r.size for r in incrementals)
@@ -378,7 +388,7 @@ def test_lost_fetch_response_falls_back_to_a_full_fetch(proxied_cluster: Any) ->
     topic = unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         led = create_led_by_leader(conn, topic, partitions=4, rf=2)
-        session_tps = {(topic, i) for i in led}
+        session_tps = {TopicPartition(topic, i) for i in led}
         index = led[0]
         resp = produce(conn, topic, index, batch(b"before"), acks=-1)
         assert resp.responses[0].partition_responses[0].error_code == 0
@@ -529,7 +539,7 @@ def test_follower_session_evicts_consumer_session(proxied_cluster: Any) -> None:
     solo, rep = unique_name("fs"), unique_name("fs")
     with RawConnection(cluster.leader.bootstrap) as conn:
         # Replication factor 1: broker 1 follows nothing on broker 0, so holds no session there.
-        solo_tp = (solo, create_led_by_leader(conn, solo, partitions=2, rf=1)[0])
+        solo_tp = TopicPartition(solo, create_led_by_leader(conn, solo, partitions=2, rf=1)[0])
         assert not follower_fetches(proxy)
 
         # A consumer takes the only slot ...
@@ -578,7 +588,7 @@ def test_invalid_session_epoch_then_full_fetch_recovers(proxied_cluster: Any) ->
         index = create_led_by_leader(admin, topic, partitions=2, rf=2)[0]
         resp = produce(admin, topic, index, batch(b"a", b"b"), acks=-1)
         assert resp.responses[0].partition_responses[0].error_code == 0
-    tp = (topic, index)
+    tp = TopicPartition(topic, index)
     # The raw client goes through the proxy as well, beside the follower.
     with RawConnection(cluster.proxy.address) as conn:
         # At the end (offset 2): incremental fetches then have no news to answer.

@@ -5,7 +5,7 @@ zombie's commits, ownership of committed partitions, and what goes on __consumer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -111,7 +111,7 @@ class Harness:
         return out
 
 
-def run(test: Callable[[Harness], Awaitable[None]]) -> None:
+def run(test: Callable[[Harness], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(test(Harness(Clock())))
 
 

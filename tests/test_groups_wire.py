@@ -30,7 +30,7 @@ def coordinator(conn: RawConnection, group: str) -> p.FindCoordinatorResponse:
         )
         return response if response.error_code == 0 else None
 
-    return wait_until(found, timeout=30, message="a group coordinator")  # type: ignore[no-any-return]
+    return wait_until(found, timeout=30, message="a group coordinator")
 
 
 def join(conn: RawConnection, group: str, member_id: str = "") -> p.JoinGroupResponse:
@@ -48,7 +48,7 @@ def join(conn: RawConnection, group: str, member_id: str = "") -> p.JoinGroupRes
         # the offsets partition may still be loading (COORDINATOR_LOAD_IN_PROGRESS)
         return None if response.error_code in (14, 15, 16) else response
 
-    return wait_until(answered, timeout=30, message="JoinGroup answered")  # type: ignore[no-any-return]
+    return wait_until(answered, timeout=30, message="JoinGroup answered")
 
 
 def commit(

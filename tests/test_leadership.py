@@ -21,6 +21,7 @@ from logstore.log import Log
 from logstore.storage import Storage
 from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.replica_manager import ReplicaManager
+from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
 from replication.errors import DuplicateBrokerRegistrationError, OffsetNotAvailableError
@@ -146,7 +147,7 @@ def test_a_broker_takes_no_role_before_its_registration_is_in_the_metadata() -> 
     info = c.register_broker(leader, "127.0.0.1", 9100 + leader, None, "restarted")
     rm.registered(info.epoch)
     rm.apply_image(metadata.read_latest())
-    partition = rm.partitions[("t", 0)]
+    partition = rm.partitions[TopicPartition("t", 0)]
     assert not partition.is_leader
     assert partition.leader_epoch == c.image.topic("t").partitions[0].leader_epoch  # type: ignore[union-attr]
 

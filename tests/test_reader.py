@@ -23,6 +23,7 @@ from logstore.errors import CorruptRecordError
 from logstore.log import Log
 from logstore.reader import (
     READ_SCHEMA,
+    AbortedTxnRange,
     RangeRetainedError,
     ReplicaRangeError,
     SegmentReader,
@@ -302,7 +303,7 @@ class ReaderTests:
         c = append(txn(9, 14, 3))  # 14-16 producer 9, aborted, marker past the range's end
         append(marker(9, ControlType.ABORT))  # 17
         log.flush()
-        aborted = [(7, a), (9, c)]
+        aborted = [AbortedTxnRange(7, a), AbortedTxnRange(9, c)]
         assert b == 11
         with self.reader(root) as reader:
             committed = offsets_and_values(

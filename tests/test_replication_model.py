@@ -62,6 +62,7 @@ from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.broker.replica_fetcher import ReplicaFetcher
 from replication.broker.replica_manager import ReplicaManager
+from replication.common import TopicPartition
 from replication.config import BrokerConfig, broker_config_from
 from replication.controller.controller import Controller
 from replication.errors import BrokerUnreachableError, StaleBrokerEpochError
@@ -247,7 +248,7 @@ class BrokerProcess:
         self.produces: list[PendingProduce] = []
 
     def partition(self, index: int) -> Partition | None:
-        return self.rm.partitions.get((TOPIC, index))
+        return self.rm.partitions.get(TopicPartition(TOPIC, index))
 
     def leads(self, index: int) -> bool:
         partition = self.partition(index)
@@ -596,7 +597,7 @@ class ModelCluster:
     def alter_isr(self, broker_id: int, index: int, isr: tuple[int, ...]) -> None:
         """The leader's AlterPartition, through the controller, applied when committed."""
         rm = self.proc(broker_id).rm
-        partition = rm.partitions[(TOPIC, index)]
+        partition = rm.partitions[TopicPartition(TOPIC, index)]
         self.call(lambda: rm._alter_isr(partition, isr))
 
     def set_paused(self, broker_id: int, paused: bool) -> None:

@@ -47,7 +47,7 @@ from datasource.schema import arrow_schema, spark_schema
 from datasource.source import ReplogDataSource
 from datasource.stream import ReplogStreamReader, offsets_behind_latest
 from logstore.batch import Record, build
-from logstore.reader import SegmentObject, SegmentReader
+from logstore.reader import AbortedTxnRange, SegmentObject, SegmentReader
 from replication import protocol as p
 from replication.client import Admin, Producer, TopicPartition
 from replication.errors import UnknownTopicOrPartitionError
@@ -387,7 +387,7 @@ def test_every_input_partition_and_offset_type_pickles() -> None:
             settings,
             replicas=(ReplicaLocation(0, "file:///a"), ReplicaLocation(2, "file:///b")),
             objects=(SegmentObject("00000000000000000000.seg", 0, 99),),
-            aborted=((7, 12), (9, 15)),
+            aborted=(AbortedTxnRange(7, 12), AbortedTxnRange(9, 15)),
         ),
         SourceOffset({TopicPartition("t", 0): 5}),
         EarliestOffsets(),
