@@ -23,11 +23,12 @@ from replication.client import (
     Admin,
     PartitionInfo,
     ReplicaLog,
+    RetryPolicy,
     TopicDescription,
     TopicPartition,
+    call_with_retries,
 )
 from replication.client import OffsetSpec as ListOffsetsSpec
-from replication.client.retry import RetryPolicy, call_with_retries
 from replication.errors import ReplogError, UnknownTopicOrPartitionError
 
 __all__ = ["ClusterView", "ReplicaLog"]

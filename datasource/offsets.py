@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from replication.client.types import TopicPartition
+from replication.client import TopicPartition
 
 __all__ = [
     "EARLIEST",

@@ -39,6 +39,7 @@ from replication.client.errors import (
     TransactionStateError,
 )
 from replication.client.producer import Producer
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import (
     FETCH_SCHEMA,
     BrokerInfo,
@@ -81,6 +82,7 @@ __all__ = [
     "RecordBatchMetadata",
     "RecordMetadata",
     "ReplicaLog",
+    "RetryPolicy",
     "SinkCommitResult",
     "TopicDescription",
     "TopicPartition",
@@ -88,4 +90,5 @@ __all__ = [
     "TransactionHandle",
     "TransactionListing",
     "TransactionStateError",
+    "call_with_retries",
 ]
