@@ -54,12 +54,14 @@ from replication.common import TopicPartition
 from replication.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    CorruptFrameError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     GroupNotEmptyError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    InvalidFieldError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
@@ -69,6 +71,13 @@ from replication.errors import (
     UnknownTopicOrPartitionError,
 )
 from replication.metadata.image import MetadataImage
+from replication.protocol.consumer import (
+    ASSIGNMENT_VERSION,
+    ConsumerProtocolAssignment,
+    ConsumerProtocolTopicPartitions,
+    decode_embedded,
+    encode_embedded,
+)
 
 log = logging.getLogger(__name__)
 
@@ -907,47 +916,31 @@ class GroupCoordinator:
             ) from err
 
 
-# --- Kafka's ConsumerProtocol assignment (v0..v3: version, topics, user data) -----------------
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
+# --- Kafka's ConsumerProtocol assignment ------------------------------------------------------
 
 
 def decode_consumer_assignment(data: bytes) -> set[TopicPartition]:
-    """The partitions of a ConsumerProtocolAssignment (Kafka's embedded format)."""
-    view = memoryview(data)
+    """The partitions of a ConsumerProtocolAssignment; CorruptRecordError if it is not one."""
     try:
-        pos = 2  # version
-        (count,) = _I32.unpack_from(view, pos)
-        pos += 4
-        out: set[TopicPartition] = set()
-        for _ in range(count):
-            (length,) = _I16.unpack_from(view, pos)
-            pos += 2
-            topic = bytes(view[pos : pos + length]).decode()
-            pos += length
-            (n,) = _I32.unpack_from(view, pos)
-            pos += 4
-            for _ in range(n):
-                (partition,) = _I32.unpack_from(view, pos)
-                pos += 4
-                out.add(TopicPartition(topic, partition))
-        return out
-    except (struct.error, UnicodeDecodeError, ValueError) as err:
+        _, assignment = decode_embedded(ConsumerProtocolAssignment, ASSIGNMENT_VERSION, data)
+    except (CorruptFrameError, InvalidFieldError) as err:
         raise CorruptRecordError(f"not a consumer protocol assignment: {err}") from err
+    return {
+        TopicPartition(t.topic, i) for t in assignment.assigned_partitions for i in t.partitions
+    }
 
 
 def encode_consumer_assignment(partitions: Iterable[TopicPartition], version: int = 0) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    parts = [_I16.pack(version), _I32.pack(len(by_topic))]
-    for topic, indexes in sorted(by_topic.items()):
-        name = topic.encode()
-        parts += [_I16.pack(len(name)), name, _I32.pack(len(indexes))]
-        parts += [_I32.pack(i) for i in sorted(indexes)]
-    parts.append(_I32.pack(-1))  # user data: null
-    return b"".join(parts)
+    assignment = ConsumerProtocolAssignment(
+        assigned_partitions=[
+            ConsumerProtocolTopicPartitions(topic=t, partitions=sorted(ps))
+            for t, ps in sorted(by_topic.items())
+        ]
+    )
+    return encode_embedded(assignment, version)
 
 
 # --- records on __consumer_offsets -------------------------------------------------------------
