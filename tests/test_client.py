@@ -203,8 +203,20 @@ def test_consumer_config() -> None:
         load(ConsumerConfig, {"bootstrap.servers": "h:1", "isolation.level": "dirty"}, {})
     with pytest.raises(ConfigError, match=r"auto\.offset\.reset"):
         load(ConsumerConfig, {"bootstrap.servers": "h:1", "auto.offset.reset": "smallest"}, {})
-    with pytest.raises(ConfigError, match=r"group\.id"):
-        Consumer({"bootstrap.servers": "h:1", "group.id": "g"})
+    with pytest.raises(ConfigError, match=r"group\.id: give a non-empty group id"):
+        Consumer({"bootstrap.servers": "h:1", "group.id": ""})
+    with pytest.raises(ConfigError, match=r"partition\.assignment\.strategy='sticky'"):
+        load(
+            ConsumerConfig,
+            {"bootstrap.servers": "h:1", "partition.assignment.strategy": "sticky"},
+            {},
+        )
+    with pytest.raises(ConfigError, match=r"heartbeat\.interval\.ms=9000 must be below"):
+        load(
+            ConsumerConfig,
+            {"bootstrap.servers": "h:1", "heartbeat.interval.ms": 9000, "session.timeout.ms": 6000},
+            {},
+        )
     assert parse_bootstrap(" a:1 , b:2 ") == [("a", 1), ("b", 2)]
 
 

@@ -30,8 +30,10 @@ each task calls ``Producer.transaction_handle()`` and the driver calls
 from replication.client.admin import Admin, OffsetSpec
 from replication.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from replication.client.consumer import Consumer
+from replication.client.consumer_coordinator import ConsumerRebalanceListener, OffsetAndMetadata
 from replication.client.errors import (
     ClientClosedError,
+    ConsumerStateError,
     DeliveryTimeoutError,
     NoOffsetForPartitionError,
     PartitionNotAssignedError,
@@ -68,11 +70,14 @@ __all__ = [
     "ClusterDescription",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "ConsumerStateError",
     "DeliveryTimeoutError",
     "FetchedBatch",
     "NewTopic",
     "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "OffsetSpec",
     "PartitionInfo",

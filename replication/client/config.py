@@ -285,9 +285,14 @@ class ProducerConfig(ClientConfig):
             )
 
 
+#: partition.assignment.strategy names (replication.client.assignors.ASSIGNORS)
+_ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+
+
 @dataclass(frozen=True)
 class ConsumerConfig(ClientConfig):
-    """Consumer settings (Kafka's names and defaults). Consumers use assign(); no groups."""
+    """Consumer settings (Kafka's names and defaults). With ``group.id``, subscribe() joins a
+    consumer group; without it, the consumer uses assign() and commits nothing by itself."""
 
     client_id: str = field(
         default="replog-consumer", metadata=key("client.id", "name sent with every request")
@@ -328,9 +333,63 @@ class ConsumerConfig(ClientConfig):
             "default.api.timeout.ms", "timeout of blocking calls such as end_offsets", minimum=0
         ),
     )
+    group_id: str | None = field(
+        default=None, metadata=key("group.id", "the consumer group (needed by subscribe())")
+    )
+    group_instance_id: str | None = field(
+        default=None,
+        metadata=key(
+            "group.instance.id", "a static member's id: restarting, it keeps its partitions"
+        ),
+    )
+    session_timeout_ms: int = field(
+        default=45_000,
+        metadata=key("session.timeout.ms", "a member silent this long leaves the group", minimum=1),
+    )
+    heartbeat_interval_ms: int = field(
+        default=3_000,
+        metadata=key("heartbeat.interval.ms", "how often a member heartbeats", minimum=1),
+    )
+    max_poll_interval_ms: int = field(
+        default=300_000,
+        metadata=key(
+            "max.poll.interval.ms",
+            "a member that does not poll() for this long leaves the group",
+            minimum=1,
+        ),
+    )
+    enable_auto_commit: bool = field(
+        default=True,
+        metadata=key("enable.auto.commit", "commit positions in the background (with group.id)"),
+    )
+    auto_commit_interval_ms: int = field(
+        default=5_000,
+        metadata=key("auto.commit.interval.ms", "how often positions are committed", minimum=0),
+    )
+    partition_assignment_strategy: str = field(
+        default="range,cooperative-sticky",
+        metadata=key(
+            "partition.assignment.strategy",
+            "assignors in order of preference: range, roundrobin, cooperative-sticky",
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        strategies = [s.strip() for s in self.partition_assignment_strategy.split(",")]
+        unknown = [s for s in strategies if s not in _ASSIGNORS]
+        if unknown or not strategies:
+            raise ConfigError(
+                f"config partition.assignment.strategy={self.partition_assignment_strategy!r}: "
+                f"use a comma list of {', '.join(_ASSIGNORS)}"
+            )
+        if self.group_id == "":
+            raise ConfigError("config group.id: give a non-empty group id, or leave it unset")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                f"config heartbeat.interval.ms={self.heartbeat_interval_ms} must be below "
+                f"session.timeout.ms={self.session_timeout_ms}"
+            )
         object.__setattr__(
             self,
             "isolation_level",
@@ -349,6 +408,10 @@ class ConsumerConfig(ClientConfig):
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == "read_committed"
+
+    @property
+    def assignment_strategies(self) -> list[str]:
+        return [s.strip() for s in self.partition_assignment_strategy.split(",")]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ created a moment ago reaching the metadata of the broker asked (one heartbeat, 5
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -34,8 +35,14 @@ import pyarrow as pa
 
 from replication.client.cluster import Cluster
 from replication.client.config import ConsumerConfig, load
+from replication.client.consumer_coordinator import (
+    ConsumerCoordinator,
+    ConsumerRebalanceListener,
+    OffsetAndMetadata,
+)
 from replication.client.errors import (
     ClientClosedError,
+    ConsumerStateError,
     NoOffsetForPartitionError,
     PartitionNotAssignedError,
 )
@@ -92,7 +99,14 @@ class _Buffered:
 
 
 class Consumer:
-    """Read records from assigned partitions (Kafka's consumer semantics, without groups).
+    """Read records from assigned partitions, or from a consumer group's share of subscribed
+    topics (Kafka's consumer semantics).
+
+    With ``group_id``, :meth:`subscribe` joins the group: the group's coordinator spreads the
+    topics' partitions over its members, poll() follows rebalances, positions start from the
+    group's committed offsets, and positions are committed every auto.commit.interval.ms
+    (``enable_auto_commit``) or by :meth:`commit`. Without it, :meth:`assign` picks the
+    partitions and nothing is committed unless asked.
 
     Parameters
     ----------
@@ -107,6 +121,15 @@ class Consumer:
     >>> consumer.assign([TopicPartition("events", 0)])  # doctest: +SKIP
     >>> for record in consumer.poll(timeout_ms=1000):  # doctest: +SKIP
     ...     print(record.offset, record.value)
+
+    In a group:
+
+    >>> consumer = Consumer(  # doctest: +SKIP
+    ...     bootstrap_servers="127.0.0.1:9092", group_id="billing"
+    ... )
+    >>> consumer.subscribe(["events"])  # doctest: +SKIP
+    >>> records = consumer.poll(timeout_ms=1000)  # doctest: +SKIP
+    >>> consumer.commit()  # doctest: +SKIP
     """
 
     def __init__(self, config: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
@@ -125,6 +148,11 @@ class Consumer:
         self._executor: ThreadPoolExecutor | None = None
         self._round_robin = 0
         self._closed = False
+        self._coordinator: ConsumerCoordinator | None = None
+        self._subscription: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        #: partitions given by the group whose committed offsets are still to be looked up
+        self._awaiting_committed: set[TopicPartition] = set()
 
     def __enter__(self) -> Consumer:
         return self
@@ -140,6 +168,14 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Consume exactly these partitions (replacing the previous assignment)."""
         self._check_open()
+        if self._subscription or self._pattern is not None:
+            raise ConsumerStateError(
+                "assign() on a consumer that subscribe()d: call unsubscribe() first "
+                "(a consumer either joins a group's assignment or picks its own partitions)"
+            )
+        self._set_assignment(partitions)
+
+    def _set_assignment(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         new = list(dict.fromkeys(_as_tp(tp) for tp in partitions))
         for tp in new:
             if not tp.topic or tp.partition < 0:
@@ -158,6 +194,126 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
+
+    # --- consumer groups ------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group ``group_id`` for these topics (or every topic matching ``pattern``);
+        poll() then consumes this member's share. ``listener`` hears of revoked and assigned
+        partitions (in poll(), before and after a rebalance)."""
+        self._check_open()
+        names = {topics} if isinstance(topics, str) else set(topics)
+        if not names and pattern is None:
+            raise ValueError("subscribe(): give topics or a pattern")
+        if self.config.group_id is None:
+            raise ConsumerStateError(
+                "subscribe() needs a consumer group: create the Consumer with group_id=... "
+                "(or pick partitions with assign())"
+            )
+        if self._assignment and self._coordinator is None:
+            raise ConsumerStateError(
+                "subscribe() on a consumer that assign()ed partitions: call unsubscribe() first"
+            )
+        self._subscription = names
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        if self._coordinator is None:
+            self._coordinator = ConsumerCoordinator(
+                self._cluster,
+                self.config,
+                subscribed_topics=self._subscribed_topics,
+                on_assignment=self._group_assignment,
+                positions=lambda: dict(self._positions),
+            )
+        self._coordinator.listener = listener
+        self._coordinator.request_rejoin("the subscription changed")
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription)
+
+    def unsubscribe(self) -> None:
+        """Leave the group and drop the assignment."""
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
+        self._subscription, self._pattern = set(), None
+        self._set_assignment([])
+
+    def _subscribed_topics(self) -> set[str]:
+        if self._pattern is None:
+            return set(self._subscription)
+        self._cluster.refresh(all_topics=True)
+        pattern = self._pattern
+        found = {
+            t
+            for t, info in self._cluster.snapshot.topics.items()
+            if not info.is_internal and not t.startswith("__") and pattern.fullmatch(t)
+        }
+        return found | self._subscription
+
+    def _group_assignment(self, partitions: set[TopicPartition]) -> None:
+        """The group gave this member ``partitions``: start from the committed offsets."""
+        before = set(self._assignment)
+        self._set_assignment(sorted(partitions))
+        self._awaiting_committed = (self._awaiting_committed | (partitions - before)) & partitions
+
+    def _start_from_committed(self) -> None:
+        coordinator = self._coordinator
+        if coordinator is None or not self._awaiting_committed:
+            return
+        wanted = sorted(self._awaiting_committed)
+        committed = coordinator.committed(wanted)
+        for tp in wanted:
+            found = committed.get(tp)
+            if found is not None and tp in self._assignment:
+                self._positions[tp] = found.offset
+                self._resets.pop(tp, None)
+        self._awaiting_committed.clear()
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition) for the group, or the
+        current positions of every assigned partition. CommitFailedError if a rebalance took
+        the partitions away (poll() rejoins)."""
+        coordinator = self._group("commit()")
+        if offsets is None:
+            values = {tp: OffsetAndMetadata(o) for tp, o in self._positions.items()}
+        else:
+            values = {
+                _as_tp(tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v))
+                for tp, v in offsets.items()
+            }
+        coordinator.commit(values, timeout_ms)
+
+    def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where it has none)."""
+        return self._group("committed()").committed(map(_as_tp, partitions), timeout_ms)
+
+    def _group(self, what: str) -> ConsumerCoordinator:
+        self._check_open()
+        if self.config.group_id is None:
+            raise ConsumerStateError(f"{what} needs a consumer group: create it with group_id=...")
+        if self._coordinator is None:
+            # commits of a consumer that assign()s its partitions (generation -1, as Kafka)
+            self._coordinator = ConsumerCoordinator(
+                self._cluster,
+                self.config,
+                subscribed_topics=lambda: set(),
+                on_assignment=lambda _: None,
+                positions=lambda: dict(self._positions),
+            )
+            self._coordinator.stand_alone()
+        return self._coordinator
 
     def _check_assigned(self, tp: TopicPartition) -> None:
         if tp not in self._assignment:
@@ -341,11 +497,18 @@ class Consumer:
         self, timeout_ms: int, limit: int | None
     ) -> list[tuple[TopicPartition, pa.RecordBatch]]:
         self._check_open()
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        grouped = bool(self._subscription or self._pattern is not None)
+        if grouped and self._coordinator is not None:
+            self._coordinator.poll(timeout_ms)
+            self._start_from_committed()
         if not self._assignment:
+            if grouped:
+                time.sleep(max(deadline - time.monotonic(), 0))
+                return []
             raise PartitionNotAssignedError(
                 "poll(): no partitions are assigned to this consumer; call assign() first"
             )
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
             active = [tp for tp in self._assignment if tp not in self._paused]
             try:
@@ -576,9 +739,15 @@ class Consumer:
             raise ClientClosedError("the consumer is closed")
 
     def close(self) -> None:
-        """Close connections; idempotent."""
+        """Leave the group (committing positions with enable.auto.commit), close connections;
+        idempotent."""
         if self._closed:
             return
+        if self._coordinator is not None:
+            try:
+                self._coordinator.close()
+            except ReplogError as err:
+                log.warning("closing the group membership failed: %s", err)
         self._closed = True
         self._buffers.clear()
         if self._executor is not None:

@@ -1,7 +1,8 @@
-"""Requests to the transaction coordinator: find it, send, retry what Kafka's clients retry.
+"""Requests to a coordinator: find it, send, retry what Kafka's clients retry.
 
-The coordinator is the broker leading ``__transaction_state``-0; any broker names it
-(FindCoordinator, which creates the topic on first use). :class:`CoordinatorClient` keeps the
+A transaction coordinator is the broker leading ``__transaction_state``-0; a group's is the
+broker leading its ``__consumer_offsets`` partition. Any broker names it (FindCoordinator,
+which creates the topic on first use). :class:`CoordinatorClient` keeps the
 coordinator's address, sends a request there on a connection of its own (so a long EndTxn does
 not wait behind produce requests), and retries until a deadline:
 
@@ -82,11 +83,25 @@ def response_error(response: Any) -> tuple[int, str | None]:
 
 
 class CoordinatorClient:
-    """Send requests to the transaction coordinator of ``key`` with Kafka's retries."""
+    """Send requests to the coordinator of ``key`` with Kafka's retries.
 
-    def __init__(self, cluster: Cluster, key: str) -> None:
+    ``key_type`` is FindCoordinator's: 1 for a transactional id (the default), 0 for a group
+    id. ``slot`` picks the pooled connection, so that requests that may wait long (a JoinGroup
+    waits for the whole group) do not hold up others (heartbeats) to the same broker.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        key: str,
+        *,
+        key_type: int = _TRANSACTION_KEY_TYPE,
+        slot: int = COORDINATOR_SLOT,
+    ) -> None:
         self.cluster = cluster
         self.key = key
+        self.key_type = key_type
+        self.slot = slot
         self._address: tuple[str, int] | None = None
         self.node_id = -1
 
@@ -105,18 +120,24 @@ class CoordinatorClient:
                 cluster.refresh()  # BrokerUnreachableError at once if no broker answers
             response: FindCoordinatorResponse = cluster.any_connection_send(
                 ApiKey.FIND_COORDINATOR,
-                lambda version: FindCoordinatorRequest(
-                    key=self.key, key_type=_TRANSACTION_KEY_TYPE
-                ),
+                lambda version: FindCoordinatorRequest(key=self.key, key_type=self.key_type),
                 0,
             )
             if response.error_code:
                 cls = for_code(response.error_code) or CoordinatorNotAvailableError
-                raise cls(f"finding the transaction coordinator: {response.error_message or cls()}")
+                what = "group" if self.key_type == 0 else "transaction"
+                raise cls(
+                    f"finding the {what} coordinator of {self.key!r}: "
+                    f"{response.error_message or cls()}"
+                )
             self._address = (response.host, response.port)
             self.node_id = response.node_id
-            log.debug("transaction coordinator of %r is broker %d", self.key, self.node_id)
-        return self.cluster.connection_to(*self._address, COORDINATOR_SLOT)
+            log.debug("coordinator of %r is broker %d", self.key, self.node_id)
+        return self.cluster.connection_to(*self._address, self.slot)
+
+    def with_slot(self, slot: int) -> CoordinatorClient:
+        """A client of the same coordinator on another pooled connection."""
+        return CoordinatorClient(self.cluster, self.key, key_type=self.key_type, slot=slot)
 
     def call(
         self,

@@ -10,6 +10,7 @@ from replication.errors import OffsetOutOfRangeError, ReplogError
 
 __all__ = [
     "ClientClosedError",
+    "ConsumerStateError",
     "DeliveryTimeoutError",
     "NoOffsetForPartitionError",
     "PartitionNotAssignedError",
@@ -45,6 +46,13 @@ class PartitionNotAssignedError(ReplogError, ValueError):
     """The partition is not assigned to this consumer.
 
     assign() it before seek(), position() or pause().
+    """
+
+
+class ConsumerStateError(ReplogError, RuntimeError):
+    """The call is not valid in the consumer's state (Kafka's IllegalStateException).
+
+    A consumer either subscribe()s (with a group.id) or assign()s its partitions, not both.
     """
 
 
