@@ -31,11 +31,13 @@ from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
 from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import ClientClosedError
+from replication.client.group_admin import GroupAdmin
 from replication.client.offsets import OffsetLookup
 from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
+    ConsumerGroupDescription,
     NewTopic,
     PartitionInfo,
     ReplicaLog,
@@ -137,6 +139,7 @@ class Admin:
             self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
         )
         self._coordinator = CoordinatorClient(self._cluster, self.config.client_id)
+        self._groups = GroupAdmin(self._cluster, self.config.default_api_timeout_ms)
         self._closed = False
 
     def __enter__(self) -> Admin:
@@ -484,6 +487,41 @@ class Admin:
         )
 
     # --- transactions and Spark sinks ------------------------------------------------------
+
+    # --- consumer groups --------------------------------------------------------------------
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """(group id, protocol type) of every group the brokers coordinate, sorted."""
+        self._check_open()
+        return self._groups.list()
+
+    def describe_consumer_group(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> ConsumerGroupDescription:
+        """A group's state, assignor, coordinator and members with their partitions."""
+        self._check_open()
+        return self._groups.describe(group_id, timeout_ms)
+
+    def list_consumer_group_offsets(
+        self, group_id: str, *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """The group's committed offset (the next record to read) of each partition."""
+        self._check_open()
+        return self._groups.offsets(group_id, timeout_ms)
+
+    def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> None:
+        """Set the group's committed offsets (GroupNotEmptyError while it has members)."""
+        self._check_open()
+        self._groups.alter_offsets(group_id, offsets, timeout_ms)
+
+    def delete_consumer_groups(
+        self, group_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> None:
+        """Delete empty groups and their offsets (GroupNotEmptyError, GroupIdNotFoundError)."""
+        self._check_open()
+        self._groups.delete(group_ids, timeout_ms)
 
     def list_transactions(self, states: Iterable[str] = ()) -> list[TransactionListing]:
         """The transactions the coordinator knows, optionally only those in ``states``

@@ -29,13 +29,11 @@ from replication.client.assignors import ASSIGNORS, Assignor, Subscription
 from replication.client.cluster import Cluster
 from replication.client.config import ConsumerConfig
 from replication.client.coordinator import COORDINATOR_SLOT, CoordinatorClient
-from replication.client.retry import RetryPolicy, call_with_retries
 from replication.common import TopicPartition
 from replication.errors import (
     BrokerNotAvailableError,
     BrokerUnreachableError,
     CommitFailedError,
-    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -382,34 +380,10 @@ class ConsumerCoordinator:
         wait_ms: int = 0,
         client: CoordinatorClient | None = None,
     ) -> Any:
-        """Send to the group coordinator, finding it again and resending on coordinator
-        errors until ``deadline``; returns the response for the caller to read."""
-        client = client or self._client
-        timeout_ms = self.config.request_timeout_ms + wait_ms
-
-        def attempt() -> Any:
-            try:
-                response = client._find().send(api_key, 0, request, timeout_ms=timeout_ms)
-            except _FIND_AGAIN:
-                client.forget()
-                raise
-            code = getattr(response, "error_code", 0)
-            error = for_code(code)
-            if error is not None and issubclass(
-                error, NotCoordinatorError | CoordinatorNotAvailableError
-            ):
-                client.forget()
-                raise error(f"{what}: {error()}")
-            if error is CoordinatorLoadInProgressError:
-                raise error(f"{what}: {error()}")
-            return response
-
-        return call_with_retries(
-            what,
-            attempt,
-            RetryPolicy.of(self.config, None),
-            retriable=self.cluster.retriable,
-            deadline=deadline,
+        """Send to the group coordinator (found again while it moves); the caller reads the
+        response's errors."""
+        return (client or self._client).request(
+            api_key, request, what=what, deadline=deadline, wait_ms=wait_ms
         )
 
     # --- heartbeats ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from replication.client.retry import RetryPolicy, call_with_retries
 from replication.errors import (
     BrokerNotAvailableError,
     BrokerUnreachableError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NetworkError,
     NotCoordinatorError,
@@ -49,6 +50,8 @@ COORDINATOR_SLOT: Final = 1 << 16
 _TRANSACTION_KEY_TYPE: Final = 1
 #: Errors after which the coordinator may have carried the request out.
 _MAYBE_DONE: Final = (NetworkError, RequestTimedOutError, NotCoordinatorError)
+#: Errors in a response that say the coordinator is elsewhere (or nowhere yet).
+_COORDINATOR_MOVED: Final = (NotCoordinatorError, CoordinatorNotAvailableError)
 #: Errors after which the coordinator is looked up again.
 _FIND_AGAIN: Final = (
     NotCoordinatorError,
@@ -134,6 +137,40 @@ class CoordinatorClient:
             self.node_id = response.node_id
             log.debug("coordinator of %r is broker %d", self.key, self.node_id)
         return self.cluster.connection_to(*self._address, self.slot)
+
+    def request(
+        self, api_key: ApiKey, request: Any, *, what: str, deadline: float, wait_ms: int = 0
+    ) -> Any:
+        """Send ``request`` and return the response whatever its errors, except that a
+        coordinator that moved, is not available or is still loading (NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, a broken connection) is found
+        again and the request resent until ``deadline``. For APIs whose errors the caller reads
+        itself (the group APIs: per member, per partition). ``wait_ms``: how long the
+        coordinator may hold the request (a JoinGroup waits for the other members)."""
+        config = self.cluster.config
+        timeout_ms = config.request_timeout_ms + wait_ms
+
+        def attempt() -> Any:
+            try:
+                response = self._find().send(api_key, 0, request, timeout_ms=timeout_ms)
+            except _FIND_AGAIN:
+                self.forget()
+                raise
+            error = for_code(int(getattr(response, "error_code", 0) or 0))
+            if error is not None and issubclass(error, _COORDINATOR_MOVED):
+                self.forget()
+                raise error(f"{what}: {error()}")
+            if error is CoordinatorLoadInProgressError:
+                raise error(f"{what}: {error()}")
+            return response
+
+        return call_with_retries(
+            what,
+            attempt,
+            RetryPolicy.of(config, None),
+            retriable=self.cluster.retriable,
+            deadline=deadline,
+        )
 
     def with_slot(self, slot: int) -> CoordinatorClient:
         """A client of the same coordinator on another pooled connection."""

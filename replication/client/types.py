@@ -19,9 +19,11 @@ __all__ = [
     "FETCH_SCHEMA",
     "BrokerInfo",
     "ClusterDescription",
+    "ConsumerGroupDescription",
     "ConsumerRecord",
     "FetchedBatch",
     "Header",
+    "MemberDescription",
     "NewTopic",
     "OffsetAndTimestamp",
     "PartitionInfo",
@@ -260,3 +262,27 @@ class ReplicaLog:
     leader_epoch: int
     is_leader: bool
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A member of a consumer group and the partitions assigned to it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A consumer group: its state (Kafka's: Empty, PreparingRebalance, CompletingRebalance,
+    Stable, Dead), assignor, coordinator and members."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    assignor: str
+    coordinator: int
+    members: tuple[MemberDescription, ...]

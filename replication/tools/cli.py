@@ -42,6 +42,9 @@ app.add_typer(cluster_app, name="cluster")
 from replication.tools.cli_transactions import transactions_app  # noqa: E402
 
 app.add_typer(transactions_app, name="transactions")
+from replication.tools.cli_groups import groups_app  # noqa: E402
+
+app.add_typer(groups_app, name="consumer-groups")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )
