@@ -186,6 +186,11 @@ class ClusterView:
 
     # --- aborted transactions -------------------------------------------------------------
 
+    def commit_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` to the consumer group ``group_id`` (it has no members: commits
+        from outside the group, as Kafka's admin tools make)."""
+        self.admin.alter_consumer_group_offsets(group_id, offsets)
+
     def aborted_transactions(self, tp: TopicPartition, start: int) -> tuple[AbortedTxnRange, ...]:
         """The aborted transactions with records at or after ``start`` (below the LSO), as a
         read_committed Fetch at ``start`` reports them: (producer id, first offset)."""

@@ -39,6 +39,9 @@ storage.<name>                      fsspec's <name>, e.g. storage.endpoint_url, 
 fetchOffset.numRetries              retries of offset lookups, >= 0                3
 fetchOffset.retryIntervalMs         ms between them, >= 0                          10
 kafkaConsumer.pollTimeoutMs         ms a broker read may make no progress, > 0     120000
+commitOffsetsToGroup (streaming)    a consumer group id: each finished micro-batch  none
+                                    commits its end offsets to it (lag tools see
+                                    the query; the checkpoint stays the truth)
 ==================================  =============================================  =================
 
 Precedence as in Kafka: startingTimestamp over startingOffsetsByTimestamp over
@@ -125,6 +128,7 @@ KNOWN_OPTIONS: Final = (
     "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs",
     "kafkaConsumer.pollTimeoutMs",
+    "commitOffsetsToGroup",
 )
 STORAGE_PREFIX: Final = "storage."
 #: Kafka's prefix of the settings it hands to its clients (``kafka.bootstrap.servers``).
@@ -209,6 +213,8 @@ class SourceOptions:
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
     poll_timeout_ms: int = 120_000
+    #: commitOffsetsToGroup: the group each finished micro-batch commits its end offsets to
+    commit_group: str | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -479,6 +485,13 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
     if starting is None:
         starting = LatestOffsets() if streaming else EarliestOffsets()
     ending: OffsetSpec | None = None
+    commit_group = opts.get("commitOffsetsToGroup")
+    if commit_group is not None and (not streaming or not commit_group.strip()):
+        raise InvalidOptionError(
+            "commitOffsetsToGroup",
+            commit_group,
+            "a consumer group id, on a streaming read (a batch read has no progress to commit)",
+        )
     if streaming:
         for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
             if opts.get(name) is not None:
@@ -531,6 +544,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         fetch_offset_num_retries=3 if retries is None else retries,
         fetch_offset_retry_interval_ms=10 if interval is None else interval,
         poll_timeout_ms=120_000 if poll is None else poll,
+        commit_group=commit_group,
     )
 
 

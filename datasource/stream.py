@@ -53,6 +53,7 @@ from datasource.partitions import OffsetRangePartition
 from datasource.planner import Planner
 from datasource.reader import read_partition
 from replication.client import TopicPartition
+from replication.errors import ReplogError
 
 __all__ = ["ReplogStreamReader", "offsets_behind_latest"]
 
@@ -82,6 +83,8 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: the latest offsets seen by the last latestOffset (for the query's progress)
         self._latest: Offsets | None = None
         self._last_trigger: float | None = None
+        #: the offsets last committed to commitOffsetsToGroup
+        self._group_committed: Offsets | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the options only: no clients, no driver-side state.
@@ -124,6 +127,9 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = SourceOffset.from_json(start).offsets
+        # Spark plans the next batch once the one ending at ``start`` completed (and asks
+        # once more after the last batch of Trigger.AvailableNow): ``start`` is done.
+        self._commit_to_group(begin)
         view = self.planner.view
         if self._available_now is not None:
             latest = dict(self._available_now)
@@ -196,7 +202,26 @@ class ReplogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: replog has no consumer groups; progress lives in the checkpoint."""
+        """Spark finished the micro-batch ending at ``end``. With ``commitOffsetsToGroup``,
+        commit those offsets to that consumer group, so `replog consumer-groups describe` and
+        lag tools see the query's progress (Spark's Kafka source cannot: SPARK-27549). The
+        checkpoint stays the source of truth: a failed commit is logged, never fatal.
+
+        Spark calls this for a batch only when it plans the next one, so the end of the last
+        batch is committed by :meth:`latestOffset`, which Spark calls after every batch."""
+        self._commit_to_group(SourceOffset.from_json(end).offsets)
+
+    def _commit_to_group(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit the end of a completed micro-batch to ``commitOffsetsToGroup`` (once)."""
+        group = self.options.commit_group
+        if group is None or not offsets or offsets == self._group_committed:
+            return
+        try:
+            self.planner.view.commit_group_offsets(group, offsets)
+        except ReplogError as err:
+            log.warning("committing offsets to group %r failed (the query goes on): %s", group, err)
+            return
+        self._group_committed = dict(offsets)
 
     def stop(self) -> None:
         planner, self._planner = self._planner, None

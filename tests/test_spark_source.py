@@ -10,6 +10,7 @@ fallback, read_committed over raw-protocol transactions, and data loss.
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import threading
@@ -1144,3 +1145,38 @@ def test_a_recreated_topic_is_data_loss_for_a_running_stream(
                 assert "went back from 50 to 10" in caplog.text
         finally:
             again.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.cluster
+def test_commit_offsets_to_group_shows_the_querys_progress_to_lag_tools(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic, group = unique_name("spark"), unique_name("spark-group")
+    create_topic(broker.bootstrap, topic, 2)
+    produce(broker.bootstrap, topic, [i % 2 for i in range(3000)], [b"x"] * 3000)
+    opts = options(
+        broker.bootstrap,
+        topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="1000",
+        commitOffsetsToGroup=group,
+    )
+    query = (
+        stream_df(spark, opts)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    raw = data_batches(query)[-1]["sources"][0]["endOffset"]
+    end = json.loads(raw) if isinstance(raw, str) else raw
+    expected = {TopicPartition(topic, int(p)): o for p, o in end[topic].items()}
+    assert expected == {TopicPartition(topic, 0): 1500, TopicPartition(topic, 1): 1500}
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        # Spark commits a batch's offsets after the batch: wait for the last one
+        wait_until(lambda: admin.list_consumer_group_offsets(group) == expected, timeout=60)
+    # a batch read has no progress to commit
+    with pytest.raises(Exception, match="commitOffsetsToGroup"):
+        batch_df(spark, {**opts, "maxOffsetsPerTrigger": "1000"}).count()
