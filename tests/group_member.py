@@ -2,7 +2,8 @@
 
     python -m tests.group_member --bootstrap H:P --group G --topic T --out FILE
 
-It appends every record it gets to FILE ("partition offset value" lines, flushed) *before*
+It appends every record it gets to FILE ("partition offset value time" lines, time.time() of
+receipt; flushed) *before*
 committing it (at least once), commits after every poll, and writes "commit refused: ..." to
 FILE when the group refuses a commit (a rebalance took its partitions). SIGTERM closes it.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from types import FrameType
 
 from replication.client import Consumer
@@ -47,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         consumer.subscribe([args.topic])
         while not stopping:
             records = consumer.poll(timeout_ms=200)
+            now = time.time()
             for r in records:
-                out.write(f"{r.partition} {r.offset} {(r.value or b'').decode()}\n")
+                out.write(f"{r.partition} {r.offset} {(r.value or b'').decode()} {now:.4f}\n")
             out.flush()
             if records:
                 try:

@@ -870,14 +870,42 @@ def perf_consume(
         list[str] | None,
         typer.Option("--consumer-props", help="any consumer setting key=value, repeatable"),
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option("--group", help="read as this consumer group (subscribe) instead of assign()"),
+    ] = None,
+    members: Annotated[
+        int, typer.Option("--members", help="with --group: consumers in the group (threads)")
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON line instead")] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Read records from the beginning and report records/s and MB/s (key and value bytes),
-    as kafka-consumer-perf-test."""
+    as kafka-consumer-perf-test. With --group, --members consumers of one group share the
+    topic; the time of the first rebalance is reported apart (join_s)."""
     import json
 
-    from replication.tools.perf import consume_perf
+    from replication.tools.perf import consume_group_perf, consume_perf
+
+    if group is not None:
+        grouped = consume_group_perf(
+            bootstrap,
+            topic,
+            messages,
+            group=group,
+            members=members,
+            timeout_ms=timeout,
+            consumer_props=_pairs("--consumer-props", consumer_props),
+        )
+        if as_json:
+            typer.echo(json.dumps(grouped.to_json()))
+        else:
+            typer.echo(
+                f"{grouped.records} records read by {grouped.members} members of group "
+                f"{grouped.group}, {grouped.records_per_s:,.1f} records/sec "
+                f"({grouped.mb_per_s:.2f} MB/sec); first rebalance {grouped.join_s:.3f} s."
+            )
+        return
 
     with _progress(messages, f"consume {topic}", not as_json) as update:
         result = consume_perf(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -399,6 +400,104 @@ def consume_perf(
         records_per_s=round(records / elapsed, 1),
         mb_per_s=round(nbytes / elapsed / MB, 2),
         complete=records >= messages,
+    )
+
+
+@dataclass(frozen=True)
+class GroupConsumePerfResult:
+    """What one :func:`consume_group_perf` run measured."""
+
+    topic: str
+    group: str
+    members: int
+    records: int
+    bytes: int
+    #: from subscribe() until every partition had an owner (the first rebalance)
+    join_s: float
+    #: from the first record to the last (the join not counted, as kafka-consumer-perf-test)
+    elapsed_s: float
+    records_per_s: float
+    mb_per_s: float
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def consume_group_perf(
+    bootstrap_servers: str,
+    topic: str,
+    messages: int,
+    *,
+    group: str,
+    members: int = 3,
+    timeout_ms: int = 10_000,
+    consumer_props: Mapping[str, Any] | None = None,
+) -> GroupConsumePerfResult:
+    """Read ``messages`` records of ``topic`` with ``members`` consumers of one group, each
+    in its own thread (subscribe(), the group's assignment, from the beginning)."""
+    if messages < 1 or members < 1:
+        raise PerfError(f"--messages {messages}, --members {members}: each must be at least 1")
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "auto.offset.reset": "earliest",
+        "group.id": group,
+        "enable.auto.commit": False,
+        **(consumer_props or {}),
+    }
+    with Admin(bootstrap_servers=bootstrap_servers) as admin:
+        partitions = len(describe_topic_waiting(admin, topic).partitions)
+    lock = threading.Lock()
+    counts = {"records": 0, "bytes": 0}
+    owned: list[set[TopicPartition]] = [set() for _ in range(members)]
+    marks: dict[str, float] = {}
+    done = threading.Event()
+    clock = time.perf_counter
+    start = clock()
+
+    def member(index: int) -> None:
+        with Consumer(config) as consumer:
+            consumer.subscribe([topic])
+            idle_since = clock()
+            while not done.is_set():
+                fetched = consumer.poll_arrow(timeout_ms=200)
+                owned[index] = consumer.assignment()
+                if sum(map(len, owned)) >= partitions and "joined" not in marks:
+                    marks.setdefault("joined", clock())
+                if not fetched:
+                    if (clock() - idle_since) * 1000 >= timeout_ms and "first" in marks:
+                        done.set()
+                    continue
+                idle_since = now = clock()
+                with lock:
+                    marks.setdefault("first", now)
+                    for f in fetched:
+                        counts["records"] += f.batch.num_rows
+                        counts["bytes"] += _binary_bytes(f.batch.column(1)) + _binary_bytes(
+                            f.batch.column(2)
+                        )
+                    marks["last"] = now
+                    if counts["records"] >= messages:
+                        done.set()
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(members)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first, last = marks.get("first", start), marks.get("last", start)
+    elapsed = max(last - first, 1e-9)
+    return GroupConsumePerfResult(
+        topic=topic,
+        group=group,
+        members=members,
+        records=counts["records"],
+        bytes=counts["bytes"],
+        join_s=round(marks.get("joined", clock()) - start, 3),
+        elapsed_s=round(elapsed, 3),
+        records_per_s=round(counts["records"] / elapsed, 1),
+        mb_per_s=round(counts["bytes"] / elapsed / MB, 2),
+        complete=counts["records"] >= messages,
     )
 
 
