@@ -16,6 +16,7 @@ from replication.coordinator.group import (
     GroupConfig,
     GroupCoordinator,
     GroupState,
+    JoinRequest,
     JoinResult,
     OffsetAndMetadata,
     _OffsetsPartition,
@@ -89,15 +90,17 @@ class Harness:
         }
         args.update(kw)
         return self.coordinator.join_group(
-            "g",
-            member_id,
-            instance,
-            "client",
-            "",
-            args["session_timeout_ms"],
-            args["rebalance_timeout_ms"],
-            args["protocol_type"],
-            args["protocols"],
+            JoinRequest(
+                "g",
+                member_id,
+                instance,
+                "client",
+                "",
+                args["session_timeout_ms"],
+                args["rebalance_timeout_ms"],
+                args["protocol_type"],
+                tuple(args["protocols"]),
+            )
         )
 
     def group(self) -> Any:

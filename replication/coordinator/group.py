@@ -43,14 +43,15 @@ import logging
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from logstore.batch import Record, build, iter_batches
-from logstore.errors import CorruptRecordError, KafkaStorageError, ReplogError
+from logstore.errors import CorruptRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
+from replication.coordinator.records import versioned_json
 from replication.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -156,6 +157,22 @@ class JoinResult:
     members: tuple[tuple[str, str | None, bytes], ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    """What a JoinGroup asks (and who asks: the client id and host of its connection)."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    #: (name, metadata) in the member's order of preference
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class MemberMetadata:
     member_id: str
@@ -237,7 +254,7 @@ class GroupMetadata:
         sets = [{n for n, _ in m.protocols} for m in self.members.values()]
         return set.intersection(*sets) if sets else set()
 
-    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
         if not self.members:
             return bool(protocols)
         return protocol_type == self.protocol_type and bool(
@@ -354,30 +371,9 @@ class GroupCoordinator:
 
     # --- JoinGroup ---------------------------------------------------------------------------
 
-    async def join_group(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-    ) -> JoinResult:
+    async def join_group(self, request: JoinRequest) -> JoinResult:
         try:
-            waiter = await self._join(
-                group_id,
-                member_id,
-                group_instance_id,
-                client_id,
-                client_host,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                protocol_type,
-                protocols,
-            )
+            waiter = await self._join(request)
         except _MemberIdRequired as required:
             return JoinResult(error=MemberIdRequiredError, member_id=required.member_id)
         except ReplogError as err:
@@ -386,91 +382,54 @@ class GroupCoordinator:
             return waiter
         return await waiter
 
-    async def _join(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-    ) -> JoinResult | asyncio.Future[JoinResult]:
+    async def _join(self, r: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         config = self.config
-        if not config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms:
+        if (
+            not config.min_session_timeout_ms
+            <= r.session_timeout_ms
+            <= config.max_session_timeout_ms
+        ):
             raise InvalidSessionTimeoutError(
-                f"session.timeout.ms={session_timeout_ms} is outside the broker's "
+                f"session.timeout.ms={r.session_timeout_ms} is outside the broker's "
                 f"[{config.min_session_timeout_ms}, {config.max_session_timeout_ms}]"
             )
-        if not protocol_type or not protocols:
+        if not r.protocol_type or not r.protocols:
             raise InconsistentGroupProtocolError(
                 "a member must name its protocol type and protocols"
             )
-        async with self._lock(group_id):
-            group = self._group(group_id, create=not member_id)
+        async with self._lock(r.group_id):
+            group = self._group(r.group_id, create=not r.member_id)
             if group is None:
-                raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
+                raise UnknownMemberIdError(f"group {r.group_id!r} has no member {r.member_id!r}")
             if group.is_(GroupState.DEAD):
                 raise CoordinatorNotAvailableError()
-            if not group.supports(protocol_type, protocols):
+            if not group.supports(r.protocol_type, r.protocols):
                 raise InconsistentGroupProtocolError(
-                    f"group {group_id!r} uses protocol type {group.protocol_type!r} with "
+                    f"group {r.group_id!r} uses protocol type {group.protocol_type!r} with "
                     f"protocols {sorted(group.candidate_protocols())}"
                 )
             now = self._time_ms()
-            if not member_id:
-                if group_instance_id is not None and group_instance_id in group.static_members:
-                    return self._replace_static_member(
-                        group,
-                        group_instance_id,
-                        client_id,
-                        client_host,
-                        session_timeout_ms,
-                        rebalance_timeout_ms,
-                        protocols,
-                        now,
-                    )
+            instance = r.group_instance_id
+            if not r.member_id:
+                if instance is not None and instance in group.static_members:
+                    return self._replace_static_member(group, r, now)
                 if len(group.members) + len(group.pending_members) >= config.max_size:
                     raise GroupMaxSizeReachedError()
-                new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-                if group_instance_id is not None:
+                new_id = f"{r.client_id or 'member'}-{uuid.uuid4()}"
+                if instance is not None:
                     # a static member joins at once: its id must stay its own across restarts
-                    member = self._add_member(
-                        group,
-                        new_id,
-                        group_instance_id,
-                        client_id,
-                        client_host,
-                        session_timeout_ms,
-                        rebalance_timeout_ms,
-                        protocol_type,
-                        protocols,
-                        now,
-                    )
-                    return self._await_join(group, member, now)
+                    return self._await_join(group, self._add_member(group, new_id, r, now), now)
                 group.pending_members.add(new_id)
                 raise _MemberIdRequired(new_id)
-            if member_id in group.pending_members:
-                group.pending_members.discard(member_id)
-                member = self._add_member(
-                    group,
-                    member_id,
-                    group_instance_id,
-                    client_id,
-                    client_host,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                    protocol_type,
-                    protocols,
-                    now,
-                )
+            if r.member_id in group.pending_members:
+                group.pending_members.discard(r.member_id)
+                member = self._add_member(group, r.member_id, r, now)
                 return self._await_join(group, member, now)
-            member = self._member(group, member_id, group_instance_id)
+            member = self._member(group, r.member_id, instance)
             member.last_heartbeat_ms = now
-            member.session_timeout_ms = session_timeout_ms
-            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.session_timeout_ms = r.session_timeout_ms
+            member.rebalance_timeout_ms = r.rebalance_timeout_ms
+            protocols = list(r.protocols)
             same = member.matches(protocols)
             if group.is_(GroupState.PREPARING_REBALANCE):
                 member.protocols = protocols
@@ -478,81 +437,65 @@ class GroupCoordinator:
             if (
                 group.is_(GroupState.COMPLETING_REBALANCE, GroupState.STABLE)
                 and same
-                and (group.is_(GroupState.COMPLETING_REBALANCE) or member_id != group.leader_id)
+                and (group.is_(GroupState.COMPLETING_REBALANCE) or r.member_id != group.leader_id)
             ):
                 # it lost the response, or only rejoins: the current generation stands
                 return self._join_result(group, member)
             member.protocols = protocols
-            self._prepare_rebalance(group, now, f"member {member_id} rejoined")
+            self._prepare_rebalance(group, now, f"member {r.member_id} rejoined")
             return self._await_join(group, member, now)
 
     def _add_member(
-        self,
-        group: GroupMetadata,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        now: int,
+        self, group: GroupMetadata, member_id: str, r: JoinRequest, now: int
     ) -> MemberMetadata:
         if not group.members:
-            group.protocol_type = protocol_type
+            group.protocol_type = r.protocol_type
         member = MemberMetadata(
             member_id,
-            group_instance_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protocols,
+            r.group_instance_id,
+            r.client_id,
+            r.client_host,
+            r.session_timeout_ms,
+            r.rebalance_timeout_ms,
+            r.protocol_type,
+            list(r.protocols),
             last_heartbeat_ms=now,
         )
         group.members[member_id] = member
-        if group_instance_id is not None:
-            group.static_members[group_instance_id] = member_id
+        if r.group_instance_id is not None:
+            group.static_members[r.group_instance_id] = member_id
         self._prepare_rebalance(group, now, f"member {member_id} joined")
         return member
 
     def _replace_static_member(
-        self,
-        group: GroupMetadata,
-        instance_id: str,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocols: list[tuple[str, bytes]],
-        now: int,
+        self, group: GroupMetadata, r: JoinRequest, now: int
     ) -> JoinResult | asyncio.Future[JoinResult]:
         """A static member restarting: a new member id in its old place; the old id is fenced."""
-        old = group.members.pop(group.static_members[instance_id])
+        assert r.group_instance_id is not None
+        instance = r.group_instance_id
+        old = group.members.pop(group.static_members[instance])
         _settle(old.join_waiter, JoinResult(error=FencedInstanceIdError))
         _fail(old.sync_waiter, FencedInstanceIdError())
         member = MemberMetadata(
-            f"{instance_id}-{uuid.uuid4()}",
-            instance_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
+            f"{instance}-{uuid.uuid4()}",
+            instance,
+            r.client_id,
+            r.client_host,
+            r.session_timeout_ms,
+            r.rebalance_timeout_ms,
             old.protocol_type,
-            protocols,
+            list(r.protocols),
             assignment=old.assignment,
             last_heartbeat_ms=now,
         )
         group.members[member.member_id] = member
-        group.static_members[instance_id] = member.member_id
+        group.static_members[instance] = member.member_id
         if group.leader_id == old.member_id:
             group.leader_id = member.member_id
-        if group.is_(GroupState.STABLE) and old.matches(protocols):
+        if group.is_(GroupState.STABLE) and old.matches(list(r.protocols)):
             return self._join_result(group, member)  # no rebalance: it keeps its partitions
         if not group.is_(GroupState.PREPARING_REBALANCE):
-            self._prepare_rebalance(group, now, f"static member {instance_id} rejoined")
+            self._prepare_rebalance(group, now, f"static member {instance} rejoined")
         return self._await_join(group, member, now)
 
     def _member(
@@ -976,19 +919,7 @@ def _tombstones(group: GroupMetadata) -> list[Record]:
 
 
 def _value(record_value: bytes, where: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(record_value)
-    except ValueError as err:
-        raise CorruptRecordError(f"{where}: group record is not JSON ({err})") from err
-    if not isinstance(doc, dict):
-        raise CorruptRecordError(f"{where}: group record is not a JSON object")
-    version = doc.get("format_version", 0)
-    if version not in (0, GROUP_RECORD_FORMAT_VERSION):
-        raise KafkaStorageError(
-            f"{where}: group record format_version {version!r} is newer than this replog reads "
-            f"({GROUP_RECORD_FORMAT_VERSION}); upgrade replog on this broker"
-        )
-    return doc
+    return versioned_json(record_value, where, "group", GROUP_RECORD_FORMAT_VERSION)
 
 
 def _read_groups(partition: Partition, end: int, now: int) -> dict[str, GroupMetadata]:
@@ -1068,6 +999,7 @@ __all__ = [
     "GroupCoordinator",
     "GroupMetadata",
     "GroupState",
+    "JoinRequest",
     "JoinResult",
     "OffsetAndMetadata",
     "decode_consumer_assignment",

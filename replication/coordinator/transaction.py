@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from logstore.batch import Record, build, iter_batches
-from logstore.errors import CorruptRecordError, KafkaStorageError, ReplogError
+from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
+from replication.coordinator.records import versioned_json
 from replication.errors import (
     BrokerUnreachableError,
     ConcurrentTransactionsError,
@@ -73,19 +74,7 @@ TXN_RECORD_FORMAT_VERSION = 1
 
 def _record_doc(value: bytes, where: str) -> dict[str, Any]:
     """A transaction-log record's JSON value, refused if a newer replog wrote it."""
-    try:
-        doc = json.loads(value)
-    except ValueError as err:
-        raise CorruptRecordError(f"{where}: transaction log record is not JSON ({err})") from err
-    if not isinstance(doc, dict):
-        raise CorruptRecordError(f"{where}: transaction log record is not a JSON object")
-    version = doc.get("format_version", 0)
-    if version not in (0, TXN_RECORD_FORMAT_VERSION):
-        raise KafkaStorageError(
-            f"{where}: transaction log record format_version {version!r} is newer than this "
-            f"replog reads ({TXN_RECORD_FORMAT_VERSION}); upgrade replog on this broker"
-        )
-    return doc
+    return versioned_json(value, where, "transaction log", TXN_RECORD_FORMAT_VERSION)
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from replication.coordinator.group import (
     OFFSETS_TOPIC,
     GroupCoordinator,
     GroupState,
+    JoinRequest,
     OffsetAndMetadata,
     partition_for,
 )
@@ -78,15 +79,17 @@ class GroupApis:
 
     async def handle_join_group(self, header: p.RequestHeader, body: p.JoinGroupRequest) -> Any:
         result = await self.coordinator.join_group(
-            body.group_id,
-            body.member_id,
-            body.group_instance_id,
-            header.client_id or "",
-            "",
-            body.session_timeout_ms,
-            body.rebalance_timeout_ms,
-            body.protocol_type,
-            [(proto.name, bytes(proto.metadata)) for proto in body.protocols],
+            JoinRequest(
+                group_id=body.group_id,
+                member_id=body.member_id,
+                group_instance_id=body.group_instance_id,
+                client_id=header.client_id or "",
+                client_host="",
+                session_timeout_ms=body.session_timeout_ms,
+                rebalance_timeout_ms=body.rebalance_timeout_ms,
+                protocol_type=body.protocol_type,
+                protocols=tuple((proto.name, bytes(proto.metadata)) for proto in body.protocols),
+            )
         )
         return p.JoinGroupResponse(
             error_code=(result.error.code or -1) if result.error is not None else 0,
