@@ -30,7 +30,7 @@ each task calls ``Producer.transaction_handle()`` and the driver calls
 from replication.client.admin import Admin, OffsetSpec
 from replication.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from replication.client.consumer import Consumer
-from replication.client.consumer_coordinator import ConsumerRebalanceListener, OffsetAndMetadata
+from replication.client.consumer_coordinator import ConsumerRebalanceListener
 from replication.client.errors import (
     ClientClosedError,
     ConsumerStateError,
@@ -47,10 +47,12 @@ from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConsumerGroupDescription,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     FetchedBatch,
     MemberDescription,
     NewTopic,
+    OffsetAndMetadata,
     OffsetAndTimestamp,
     PartitionInfo,
     RecordBatchMetadata,
@@ -73,6 +75,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerGroupDescription",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerStateError",

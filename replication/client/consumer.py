@@ -49,6 +49,7 @@ from replication.client.errors import (
 from replication.client.fetcher import decode_fetched
 from replication.client.offsets import OffsetLookup
 from replication.client.types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     FetchedBatch,
     OffsetAndTimestamp,
@@ -274,6 +275,17 @@ class Consumer:
                 self._positions[tp] = found.offset
                 self._resets.pop(tp, None)
         self._awaiting_committed.clear()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group, generation and member id, for
+        :meth:`Producer.send_offsets_to_transaction`."""
+        coordinator = self._group("group_metadata()")
+        return ConsumerGroupMetadata(
+            coordinator.group_id,
+            coordinator.generation_id,
+            coordinator.member_id if coordinator.generation_id >= 0 else "",
+            self.config.group_instance_id if coordinator.generation_id >= 0 else None,
+        )
 
     def commit(
         self,

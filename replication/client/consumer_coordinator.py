@@ -29,6 +29,7 @@ from replication.client.assignors import ASSIGNORS, Assignor, Subscription
 from replication.client.cluster import Cluster
 from replication.client.config import ConsumerConfig
 from replication.client.coordinator import COORDINATOR_SLOT, CoordinatorClient
+from replication.client.types import OffsetAndMetadata
 from replication.common import TopicPartition
 from replication.errors import (
     BrokerNotAvailableError,
@@ -97,21 +98,6 @@ class ConsumerRebalanceListener(Protocol):
     def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
-
-
-class OffsetAndMetadata(tuple[int, str | None]):
-    """A committed offset (the next record to read) and its metadata string."""
-
-    def __new__(cls, offset: int, metadata: str | None = None) -> OffsetAndMetadata:
-        return super().__new__(cls, (offset, metadata))
-
-    @property
-    def offset(self) -> int:
-        return self[0]
-
-    @property
-    def metadata(self) -> str | None:
-        return self[1]
 
 
 def _by_topic(partitions: Iterable[TopicPartition]) -> list[ConsumerProtocolTopicPartitions]:

@@ -44,7 +44,9 @@ from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.sender import Sender
 from replication.client.transactions import TransactionManager, TxnState
 from replication.client.types import (
+    ConsumerGroupMetadata,
     Header,
+    OffsetAndMetadata,
     RecordBatchMetadata,
     RecordMetadata,
     TopicPartition,
@@ -333,6 +335,38 @@ class Producer:
         """Start a transaction: records sent until commit or abort belong to it."""
         self._check_open()
         self._txn.begin()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets (the next record to read, per partition) as part
+        of the open transaction: they become the group's committed offsets when it commits,
+        and never if it aborts. The consume-transform-produce loop of Kafka's transactions.
+
+        ``group`` is the consumer's :meth:`Consumer.group_metadata` (its member and generation
+        are checked, so a consumer that lost its partitions cannot commit them), or a group id.
+
+        Examples
+        --------
+        >>> producer.begin_transaction()  # doctest: +SKIP
+        >>> for record in consumer.poll(1000):  # doctest: +SKIP
+        ...     producer.send("out", transform(record.value))
+        >>> producer.send_offsets_to_transaction(  # doctest: +SKIP
+        ...     {tp: consumer.position(tp) for tp in consumer.assignment()},
+        ...     consumer.group_metadata(),
+        ... )
+        >>> producer.commit_transaction()  # doctest: +SKIP
+        """
+        self._check_open()
+        metadata = ConsumerGroupMetadata(group) if isinstance(group, str) else group
+        values = {
+            TopicPartition(*tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(v)
+            for tp, v in offsets.items()
+        }
+        self._txn.send_offsets(values, metadata, timeout)
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Deliver the transaction's records (flush), then commit it (EndTxn): they become

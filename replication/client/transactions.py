@@ -37,17 +37,22 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from logstore.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from replication.client.accumulator import ProducerBatch
 from replication.client.cluster import Cluster
 from replication.client.config import ProducerConfig
-from replication.client.coordinator import CallState, CoordinatorClient
+from replication.client.coordinator import COORDINATOR_SLOT, CallState, CoordinatorClient
 from replication.client.errors import TransactionAbortedError, TransactionStateError
 from replication.client.retry import RetryPolicy
-from replication.client.types import TransactionHandle
+from replication.client.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    TopicPartition,
+    TransactionHandle,
+)
 from replication.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -58,12 +63,17 @@ from replication.errors import (
     for_code,
 )
 from replication.protocol import (
+    GROUP_KEY_TYPE,
+    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
     ApiKey,
     EndTxnRequest,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    TxnOffsetCommitRequest,
 )
 
 __all__ = ["TransactionManager", "TxnState", "increment_sequence"]
@@ -78,6 +88,10 @@ FENCED_ERRORS: Final = (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
 )
+
+
+#: the pooled connection of TxnOffsetCommit requests to a group's coordinator
+_TXN_GROUP_SLOT: Final = COORDINATOR_SLOT + 4
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -419,6 +433,88 @@ class TransactionManager:
                 self.error = error
                 log.warning("transaction of %r must be aborted: %s", self.transactional_id, error)
             self._wake.notify_all()
+
+    def send_offsets(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        group: ConsumerGroupMetadata,
+        timeout: float | None,
+    ) -> None:
+        """AddOffsetsToTxn, then TxnOffsetCommit at the group's coordinator: the offsets
+        commit with the transaction (KIP-98, KIP-447)."""
+        deadline = self._deadline(timeout)
+        with self._lock:
+            self.raise_if_fatal()
+            coordinator = self._coordinator()
+            if self.state is not TxnState.IN_TRANSACTION:
+                raise TransactionStateError(
+                    f"send_offsets_to_transaction() needs an open transaction: the producer is "
+                    f"{self.state.value} (call begin_transaction() first)"
+                )
+            self.maybe_open = True
+        try:
+            coordinator.call(
+                ApiKey.ADD_OFFSETS_TO_TXN,
+                AddOffsetsToTxnRequest(
+                    transactional_id=self.transactional_id or "",
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    group_id=group.group_id,
+                ),
+                what=f"adding group {group.group_id!r}'s offsets to the transaction",
+                deadline=deadline,
+            )
+        except FENCED_ERRORS as err:
+            with self._lock:
+                raise self._fatal(self.fenced_error(err)) from err
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for tp, value in sorted(offsets.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=value.offset,
+                    committed_metadata=value.metadata,
+                )
+            )
+        group_coordinator = CoordinatorClient(
+            self._cluster, group.group_id, key_type=GROUP_KEY_TYPE, slot=_TXN_GROUP_SLOT
+        )
+        response = group_coordinator.request(
+            ApiKey.TXN_OFFSET_COMMIT,
+            TxnOffsetCommitRequest(
+                transactional_id=self.transactional_id or "",
+                group_id=group.group_id,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                generation_id=group.generation_id,
+                member_id=group.member_id,
+                group_instance_id=group.group_instance_id,
+                topics=[
+                    OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()
+                ],
+            ),
+            what=f"committing group {group.group_id!r}'s offsets in the transaction",
+            deadline=deadline,
+        )
+        for topic in response.topics:
+            for part in topic.partitions:
+                error = for_code(part.error_code)
+                if error is None:
+                    continue
+                failure = error(
+                    f"committing {topic.name}-{part.partition_index} of group "
+                    f"{group.group_id!r} in the transaction: {error()}"
+                )
+                with self._lock:
+                    if isinstance(failure, FENCED_ERRORS):
+                        raise self._fatal(self.fenced_error(failure))
+                    # the transaction must not commit without its offsets
+                    self.state = TxnState.ABORTABLE_ERROR
+                    self.error = failure
+                raise CommitFailedError(
+                    f"{failure}; the transaction must be aborted (abort_transaction()), and the "
+                    "consumer rejoin its group before the records are processed again"
+                ) from failure
 
     def init_transactions(self, timeout: float | None) -> None:
         """InitProducerId for transactional.id: a new epoch, fencing older instances."""

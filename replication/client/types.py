@@ -20,11 +20,13 @@ __all__ = [
     "BrokerInfo",
     "ClusterDescription",
     "ConsumerGroupDescription",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "FetchedBatch",
     "Header",
     "MemberDescription",
     "NewTopic",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionInfo",
     "RecordBatchMetadata",
@@ -286,3 +288,30 @@ class ConsumerGroupDescription:
     assignor: str
     coordinator: int
     members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """Who a consumer is in its group, for ``Producer.send_offsets_to_transaction`` (Kafka's
+    ConsumerGroupMetadata): the coordinator refuses the offsets of a member that is no longer
+    part of this generation."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class OffsetAndMetadata(tuple[int, str | None]):
+    """A committed offset (the next record to read) and its metadata string."""
+
+    def __new__(cls, offset: int, metadata: str | None = None) -> OffsetAndMetadata:
+        return super().__new__(cls, (offset, metadata))
+
+    @property
+    def offset(self) -> int:
+        return self[0]
+
+    @property
+    def metadata(self) -> str | None:
+        return self[1]

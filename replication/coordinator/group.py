@@ -47,7 +47,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from logstore.batch import Record, build, iter_batches
+from logstore.batch import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    ControlType,
+    Record,
+    build,
+    iter_batches,
+)
 from logstore.errors import CorruptRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
@@ -290,6 +297,10 @@ class _OffsetsPartition:
     leader_epoch: int
     loaded: bool = False
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
+    #: offsets committed in open transactions: producer id -> group -> offsets
+    pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = field(
+        default_factory=dict
+    )
 
 
 class GroupCoordinator:
@@ -324,10 +335,10 @@ class GroupCoordinator:
                 return
             partition.maybe_increment_high_watermark()
             await asyncio.sleep(0.05)
-        groups = await asyncio.to_thread(_read_groups, partition, end, self._time_ms())
+        groups, pending = await asyncio.to_thread(_read_groups, partition, end, self._time_ms())
         if self.partitions.get(index) is not state:
             return  # unloaded, or loaded again at a newer epoch, meanwhile
-        state.groups, state.loaded = groups, True
+        state.groups, state.pending, state.loaded = groups, pending, True
         log.info(
             "group coordinator for %s-%d (epoch %d): %d groups",
             OFFSETS_TOPIC,
@@ -763,6 +774,68 @@ class GroupCoordinator:
                 errors.update(dict.fromkeys(accepted))
             return errors
 
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, type[ReplogError] | None]:
+        """Offsets committed inside the producer's transaction: written to the offsets log as
+        part of it, visible when its COMMIT marker reaches this partition (:meth:`complete_txn`),
+        dropped on ABORT. A member and generation, when given, are checked as for a commit
+        (KIP-447): a zombie's transaction cannot commit offsets either."""
+        async with self._lock(group_id):
+            state = self._partition(group_id)
+            group = self._group(group_id, create=True)
+            assert group is not None
+            if generation_id >= 0 or member_id:
+                self._check_commit(group, generation_id, member_id, group_instance_id)
+            image = self.image()
+            errors: dict[TopicPartition, type[ReplogError] | None] = {}
+            accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+            now = self._time_ms()
+            for tp, value in offsets.items():
+                topic = image.topic(tp.topic)
+                if topic is None or not 0 <= tp.partition < len(topic.partitions):
+                    errors[tp] = UnknownTopicOrPartitionError
+                else:
+                    accepted[tp] = OffsetAndMetadata(
+                        value.offset, value.leader_epoch, value.metadata, now
+                    )
+            if accepted:
+                records = [_offset_record(group_id, tp, v) for tp, v in accepted.items()]
+                await self._write(
+                    group_id,
+                    records,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                )
+                state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
+                errors.update(dict.fromkeys(accepted))
+            return errors
+
+    def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
+        """The transaction's marker was written to offsets partition ``index``: apply its
+        offsets (COMMIT) or drop them (ABORT)."""
+        state = self.partitions.get(index)
+        if state is None:
+            return  # not led here any more: the next leader replays the marker
+        for group_id, offsets in state.pending.pop(producer_id, {}).items():
+            group = state.groups.get(group_id)
+            if commit and group is not None:
+                group.offsets.update(offsets)
+            log.info(
+                "group %s: %d offsets of producer %d's transaction %s",
+                group_id,
+                len(offsets),
+                producer_id,
+                "committed" if commit else "aborted",
+            )
+
     def _check_commit(
         self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
     ) -> None:
@@ -849,10 +922,23 @@ class GroupCoordinator:
 
     # --- the log -----------------------------------------------------------------------------
 
-    async def _write(self, group_id: str, records: list[Record]) -> None:
+    async def _write(
+        self,
+        group_id: str,
+        records: list[Record],
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> None:
         index = partition_for(group_id, self.config.num_partitions)
+        batch = build(
+            records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=producer_id != NO_PRODUCER_ID,
+        )
         try:
-            await self._append(index, build(records))
+            await self._append(index, batch)
         except ReplogError as err:
             raise CoordinatorNotAvailableError(
                 f"the offsets log {OFFSETS_TOPIC}-{index} refused a write ({err}); retry"
@@ -922,10 +1008,15 @@ def _value(record_value: bytes, where: str) -> dict[str, Any]:
     return versioned_json(record_value, where, "group", GROUP_RECORD_FORMAT_VERSION)
 
 
-def _read_groups(partition: Partition, end: int, now: int) -> dict[str, GroupMetadata]:
-    """Replay an offsets partition up to ``end``: the newest value of each key wins."""
+def _read_groups(
+    partition: Partition, end: int, now: int
+) -> tuple[dict[str, GroupMetadata], dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]]:
+    """Replay an offsets partition up to ``end``: the newest value of each key wins. Offsets
+    of a transaction wait for its marker (COMMIT applies them, ABORT drops them); those of
+    transactions still open come back as pending."""
     plog = partition.log
     groups: dict[str, GroupMetadata] = {}
+    pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
     offset = plog.log_start_offset
     while offset < end:
         batches = list(
@@ -935,6 +1026,13 @@ def _read_groups(partition: Partition, end: int, now: int) -> dict[str, GroupMet
             break
         for batch in batches:
             if batch.is_control:
+                done = pending.pop(batch.producer_id, {})
+                if batch.control_type() is ControlType.COMMIT:
+                    for group_id, offsets in done.items():
+                        target = groups.setdefault(
+                            group_id, GroupMetadata(group_id, state_since_ms=now)
+                        )
+                        target.offsets.update(offsets)
                 continue
             for record in batch.records():
                 if record.offset < offset or record.key is None:
@@ -949,7 +1047,10 @@ def _read_groups(partition: Partition, end: int, now: int) -> dict[str, GroupMet
                         group.offsets.pop(tp, None)
                         continue
                     doc = _value(record.value, where)
-                    group.offsets[tp] = OffsetAndMetadata(
+                    into = group.offsets
+                    if batch.is_transactional:
+                        into = pending.setdefault(batch.producer_id, {}).setdefault(group_id, {})
+                    into[tp] = OffsetAndMetadata(
                         int(doc["offset"]),
                         int(doc.get("leader_epoch", -1)),
                         doc.get("metadata"),
@@ -962,7 +1063,7 @@ def _read_groups(partition: Partition, end: int, now: int) -> dict[str, GroupMet
                         continue
                     _load_group(group, _value(record.value, where), now)
         offset = batches[-1].next_offset
-    return groups
+    return groups, pending
 
 
 def _load_group(group: GroupMetadata, doc: Mapping[str, Any], now: int) -> None:

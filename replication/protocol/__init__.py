@@ -145,6 +145,8 @@ from replication.protocol.groups import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from replication.protocol.metadata import (
     ApiVersionsRequest,
@@ -182,6 +184,8 @@ from replication.protocol.produce import (
     ProduceResponseTopic,
 )
 from replication.protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnPartitionResult,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
@@ -236,6 +240,8 @@ __all__ = [
     "TRANSACTION_KEY_TYPE",
     "UUID",
     "AbortedTransaction",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
     "AddPartitionsToTxnPartitionResult",
     "AddPartitionsToTxnRequest",
     "AddPartitionsToTxnResponse",
@@ -376,6 +382,8 @@ __all__ = [
     "SyncGroupResponse",
     "TransactionListing",
     "TransactionPartition",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
     "UuidType",
     "WireType",
     "WritableTxnMarker",

@@ -82,6 +82,8 @@ from replication.protocol.groups import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from replication.protocol.metadata import (
     ApiVersionsRequest,
@@ -97,6 +99,8 @@ from replication.protocol.metadata import (
 )
 from replication.protocol.produce import ProduceRequest, ProduceResponse
 from replication.protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     AllocateProducerIdsRequest,
@@ -155,6 +159,8 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ),
     ApiKey.COMMIT_SINK_BATCH: _Api(CommitSinkBatchRequest, CommitSinkBatchResponse, 0, 0),
     ApiKey.DESCRIBE_SINK: _Api(DescribeSinkRequest, DescribeSinkResponse, 0, 0),
+    ApiKey.ADD_OFFSETS_TO_TXN: _Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: _Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 0),
     ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, 0, 0),
     ApiKey.OFFSET_FETCH: _Api(OffsetFetchRequest, OffsetFetchResponse, 0, 0),
     ApiKey.JOIN_GROUP: _Api(JoinGroupRequest, JoinGroupResponse, 0, 0),

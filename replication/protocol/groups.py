@@ -1,6 +1,7 @@
 """Messages of the consumer group APIs, as Kafka's classic group protocol: JoinGroup (11),
 SyncGroup (14), Heartbeat (12), LeaveGroup (13), OffsetCommit (8), OffsetFetch (9),
-ListGroups (16), DescribeGroups (15), DeleteGroups (42).
+ListGroups (16), DescribeGroups (15), DeleteGroups (42), and TxnOffsetCommit (28): offsets
+committed inside a transaction (``send_offsets_to_transaction``).
 
 Field names and order are Kafka's (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v3,
 OffsetCommit v7, OffsetFetch v7, ListGroups v3, DescribeGroups v4, DeleteGroups v1: the last
@@ -317,4 +318,32 @@ class DeleteGroupsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     results: list[DeletableGroupResult] = field(
         default_factory=list, metadata=wire(Array(DeletableGroupResult))
+    )
+
+
+# --- TxnOffsetCommit (28) -----------------------------------------------------------------------
+
+
+@message
+class TxnOffsetCommitRequest:
+    """Offsets committed as part of a transaction: visible once its commit marker is written
+    to the group's offsets partition, never if it aborts (Kafka's TxnOffsetCommit v3)."""
+
+    transactional_id: str = field(metadata=wire(STRING))
+    group_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+    generation_id: int = field(default=NO_GENERATION, metadata=wire(INT32))
+    member_id: str = field(default=NO_MEMBER_ID, metadata=wire(STRING))
+    group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    topics: list[OffsetCommitRequestTopic] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitRequestTopic))
+    )
+
+
+@message
+class TxnOffsetCommitResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    topics: list[OffsetCommitResponseTopic] = field(
+        default_factory=list, metadata=wire(Array(OffsetCommitResponseTopic))
     )

@@ -1,4 +1,5 @@
-"""Messages of the transaction APIs: InitProducerId (22), AddPartitionsToTxn (24), EndTxn (26),
+"""Messages of the transaction APIs: InitProducerId (22), AddPartitionsToTxn (24),
+AddOffsetsToTxn (25), EndTxn (26),
 WriteTxnMarkers (27), FindCoordinator (10), AllocateProducerIds (67), ListTransactions (66), and
 replog's own CommitSinkBatch (1001) and DescribeSink (1002)."""
 
@@ -38,6 +39,22 @@ class InitProducerIdResponse:
     error_code: int = field(default=0, metadata=wire(INT16))
     producer_id: int = field(default=-1, metadata=wire(INT64))
     producer_epoch: int = field(default=-1, metadata=wire(INT16))
+
+
+@message
+class AddOffsetsToTxnRequest:
+    """Add the group's offsets partition to the transaction (before a TxnOffsetCommit)."""
+
+    transactional_id: str = field(metadata=wire(STRING))
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT16))
+    group_id: str = field(metadata=wire(STRING))
+
+
+@message
+class AddOffsetsToTxnResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
 
 
 @message

@@ -21,6 +21,7 @@ from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.replica_manager import FetchSpec, ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
+from replication.coordinator.group import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     CoordinatorNotAvailableError,
@@ -74,6 +75,7 @@ class KafkaApis:
                     p.ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
                     p.ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
                     p.ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
+                    p.ApiKey.ADD_OFFSETS_TO_TXN: self.handle_add_offsets_to_txn,
                     p.ApiKey.END_TXN: self.handle_end_txn,
                     p.ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
                     p.ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
@@ -318,6 +320,22 @@ class KafkaApis:
             ]
         )
 
+    async def handle_add_offsets_to_txn(
+        self, header: p.RequestHeader, body: p.AddOffsetsToTxnRequest
+    ) -> Any:
+        """Add the group's __consumer_offsets partition to the transaction, so its markers
+        reach the offsets the transaction commits (Kafka's AddOffsetsToTxn)."""
+        if self.group_apis is None:
+            return p.AddOffsetsToTxnResponse(error_code=CoordinatorNotAvailableError.code)
+        try:
+            tp = await self.group_apis.offsets_partition(body.group_id)
+            await self.txn_coordinator.add_partitions(
+                body.transactional_id, body.producer_id, body.producer_epoch, [tp]
+            )
+        except ReplogError as err:
+            return p.AddOffsetsToTxnResponse(error_code=error_code(err))
+        return p.AddOffsetsToTxnResponse()
+
     async def handle_end_txn(self, header: p.RequestHeader, body: p.EndTxnRequest) -> Any:
         try:
             await self.txn_coordinator.end_txn(
@@ -339,6 +357,11 @@ class KafkaApis:
         results = await self.replica_manager.write_txn_markers(
             markers, self.config.request_timeout_ms
         )
+        if self.group_apis is not None:
+            # markers on __consumer_offsets settle the offsets of the transaction
+            for producer_id, _, result, _, topic, index in markers:
+                if topic == OFFSETS_TOPIC and results[(producer_id, topic, index)] is None:
+                    self.group_apis.coordinator.complete_txn(index, producer_id, bool(result))
         return p.WriteTxnMarkersResponse(
             markers=[
                 p.WritableTxnMarkerResult(

@@ -50,7 +50,18 @@ class GroupApis:
             p.ApiKey.LIST_GROUPS: self.handle_list_groups,
             p.ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
             p.ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+            p.ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
+
+    async def offsets_partition(self, group_id: str) -> TopicPartition:
+        """The group's __consumer_offsets partition (the topic is created on first use)."""
+        info = self.image().topic(OFFSETS_TOPIC)
+        if info is None:
+            await self.find_coordinator(group_id)
+            info = self.image().topic(OFFSETS_TOPIC)
+        if info is None:
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet; retry")
+        return TopicPartition(OFFSETS_TOPIC, partition_for(group_id, len(info.partitions)))
 
     async def find_coordinator(self, group_id: str) -> p.FindCoordinatorResponse:
         """The leader of the group's __consumer_offsets partition, creating the topic on first
@@ -161,17 +172,32 @@ class GroupApis:
             codes = {tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()}
         except ReplogError as err:
             codes = dict.fromkeys(offsets, error_code(err))
-        by_topic: dict[str, list[p.OffsetCommitResponsePartition]] = {}
-        for tp, code in codes.items():
-            by_topic.setdefault(tp.topic, []).append(
-                p.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=code)
+        return p.OffsetCommitResponse(topics=_commit_topics(codes))
+
+    async def handle_txn_offset_commit(
+        self, header: p.RequestHeader, body: p.TxnOffsetCommitRequest
+    ) -> Any:
+        offsets = {
+            TopicPartition(t.name, part.partition_index): OffsetAndMetadata(
+                part.committed_offset, part.committed_leader_epoch, part.committed_metadata
             )
-        return p.OffsetCommitResponse(
-            topics=[
-                p.OffsetCommitResponseTopic(name=name, partitions=parts)
-                for name, parts in by_topic.items()
-            ]
-        )
+            for t in body.topics
+            for part in t.partitions
+        }
+        try:
+            results = await self.coordinator.commit_txn_offsets(
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                body.generation_id,
+                body.member_id,
+                body.group_instance_id,
+                offsets,
+            )
+            codes = {tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()}
+        except ReplogError as err:
+            codes = dict.fromkeys(offsets, error_code(err))
+        return p.TxnOffsetCommitResponse(topics=_commit_topics(codes))
 
     async def handle_offset_fetch(self, header: p.RequestHeader, body: p.OffsetFetchRequest) -> Any:
         wanted = (
@@ -254,6 +280,17 @@ class GroupApis:
                 code = error_code(err)
             results.append(p.DeletableGroupResult(group_id=group_id, error_code=code))
         return p.DeleteGroupsResponse(results=results)
+
+
+def _commit_topics(codes: dict[TopicPartition, int]) -> list[p.OffsetCommitResponseTopic]:
+    by_topic: dict[str, list[p.OffsetCommitResponsePartition]] = {}
+    for tp, code in codes.items():
+        by_topic.setdefault(tp.topic, []).append(
+            p.OffsetCommitResponsePartition(partition_index=tp.partition, error_code=code)
+        )
+    return [
+        p.OffsetCommitResponseTopic(name=name, partitions=parts) for name, parts in by_topic.items()
+    ]
 
 
 __all__ = ["GroupApis"]
