@@ -74,10 +74,11 @@ class Harness:
         for index in range(3):
             self.coordinator.partitions[index] = _OffsetsPartition(index, 0, loaded=True)
 
-    async def append(self, index: int, records: bytes) -> None:
+    async def append(self, index: int, records: bytes) -> int:
         if self.fail_appends:
             raise NotCoordinatorError("the log refused")
         self.appended.append((index, records))
+        return len(self.appended) - 1
 
     def join(
         self, member_id: str = "", instance: str | None = None, **kw: Any
@@ -349,3 +350,31 @@ def test_an_empty_groups_offsets_expire_after_retention() -> None:
 
 
 ReplogErrorAny = Exception
+
+
+def test_a_snapshot_of_the_live_keys_follows_enough_records_but_not_an_open_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import replication.coordinator.group as group_module
+
+    monkeypatch.setattr(group_module, "SNAPSHOT_MIN_RECORDS", 5)
+
+    async def test(h: Harness) -> None:
+        tp = TopicPartition("events", 0)
+        # an open transaction's offsets hold snapshots back
+        await h.coordinator.commit_txn_offsets("g", 42, 0, -1, "", None, {tp: OffsetAndMetadata(1)})
+        for i in range(12):
+            await h.coordinator.commit_offsets("g", -1, "", None, {tp: OffsetAndMetadata(i)})
+        await asyncio.sleep(0)
+        assert len(h.appended) == 13  # no snapshot
+        h.coordinator.complete_txn(partition_for("g", 3), 42, commit=False)
+        await h.coordinator.commit_offsets("g", -1, "", None, {tp: OffsetAndMetadata(99)})
+        for _ in range(3):
+            await asyncio.sleep(0)
+        snapshot = h.appended[-1][1]
+        keys = [r.key or b"" for b in iter_batches(snapshot) for r in b.records()]
+        assert sorted(keys) == [b"group\0g", b"offset\0g\0events\x000"]
+        values = {r.key: r.value for b in iter_batches(snapshot) for r in b.records()}
+        assert b'"offset": 99' in (values[b"offset\0g\0events\x000"] or b"")
+
+    run(test)

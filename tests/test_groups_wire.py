@@ -156,3 +156,37 @@ def _fetch_when_loaded(conn: RawConnection, group: str) -> dict[tuple[str, int],
         for t in response.topics
         for part in t.partitions
     }
+
+
+def test_the_offsets_log_is_cut_at_snapshots_and_the_offsets_survive(tmp_path: Path) -> None:
+    from replication.client import Admin, Consumer
+    from replication.coordinator.group import OFFSETS_TOPIC, SNAPSHOT_MIN_RECORDS, partition_for
+
+    broker = BrokerProcess(tmp_path / "b0", overrides=GROUPS).start()
+    try:
+        with RawConnection(broker.bootstrap) as conn:
+            create_topic(conn, "events", partitions=1)
+        tp = TopicPartition("events", 0)
+        offsets_tp = TopicPartition(OFFSETS_TOPIC, partition_for("busy", 3))
+        with Consumer(bootstrap_servers=broker.bootstrap, group_id="busy") as consumer:
+            consumer.assign([tp])
+            for i in range(SNAPSHOT_MIN_RECORDS + 200):
+                consumer.commit({tp: i})
+
+        def log_start() -> int:
+            with Admin(bootstrap_servers=broker.bootstrap) as admin:
+                logs = admin.describe_log_dirs([offsets_tp])[0]
+                assert isinstance(logs, dict)
+                return logs[offsets_tp].log_start_offset
+
+        wait_until(lambda: log_start() >= SNAPSHOT_MIN_RECORDS, timeout=30, message="a snapshot")
+        broker.kill()
+        broker.start()
+        with Consumer(bootstrap_servers=broker.bootstrap, group_id="busy") as consumer:
+            committed = wait_until(
+                lambda: consumer.committed([tp]).get(tp), timeout=60, message="offsets loaded"
+            )
+            assert committed.offset == SNAPSHOT_MIN_RECORDS + 199
+        assert log_start() >= SNAPSHOT_MIN_RECORDS
+    finally:
+        broker.kill()

@@ -29,8 +29,13 @@ leader's SyncGroup), and offsets are written before a commit is answered, acks=a
 coordinator that takes over knows every acknowledged commit.
 
 Where replog differs from Kafka, and why: Kafka compacts ``__consumer_offsets``; replog's logs
-are objects that are never rewritten, so this topic keeps ``retention.ms=-1`` and a load reads
-it whole (bounding it by snapshots is the next step: see issue 15's note).
+are objects that are never rewritten. Instead, once a partition has taken
+:data:`SNAPSHOT_MIN_RECORDS` records (and at least twice its live keys) since its last snapshot,
+the coordinator appends a snapshot (one record per live key: every group and committed offset)
+and moves the log start to it (DeleteRecords; followers follow the leader's log start). So a
+partition holds its live state plus what came after the last snapshot, and a load reads no
+more. A snapshot waits while a transaction has offsets pending on the partition: their records
+must stay in the log until the marker.
 """
 
 from __future__ import annotations
@@ -90,6 +95,8 @@ from replication.protocol.consumer import (
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+#: records appended to an offsets partition since its last snapshot before the next one
+SNAPSHOT_MIN_RECORDS = 1000
 #: the format of the JSON values on __consumer_offsets; 0 reads as 1
 GROUP_RECORD_FORMAT_VERSION = 1
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -301,6 +308,16 @@ class _OffsetsPartition:
     pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = field(
         default_factory=dict
     )
+    #: the partition (its log is cut at each snapshot); None in unit tests
+    partition: Partition | None = None
+    #: records appended since the last snapshot (or the load)
+    records_since_snapshot: int = 0
+    snapshotting: bool = False
+    #: held around each append, and by a snapshot from building its records to appending them
+    append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def live_keys(self) -> int:
+        return sum(1 + len(g.offsets) for g in self.groups.values())
 
 
 class GroupCoordinator:
@@ -311,7 +328,7 @@ class GroupCoordinator:
         broker_id: int,
         config: GroupConfig,
         image: Callable[[], MetadataImage],
-        append: Callable[[int, bytes], Awaitable[None]],
+        append: Callable[[int, bytes], Awaitable[int]],
         time_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.broker_id = broker_id
@@ -321,13 +338,14 @@ class GroupCoordinator:
         self._time_ms = time_ms
         self.partitions: dict[int, _OffsetsPartition] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # --- becoming (and stopping being) a coordinator -----------------------------------------
 
     async def load(self, partition: Partition) -> None:
         """Read an offsets partition back once its leader's HW covers its log, and serve it."""
         index, epoch = partition.index, partition.leader_epoch
-        state = _OffsetsPartition(index, epoch)
+        state = _OffsetsPartition(index, epoch, partition=partition)
         self.partitions[index] = state
         end = partition.log.log_end_offset
         while partition.high_watermark < end:
@@ -937,12 +955,75 @@ class GroupCoordinator:
             producer_epoch=producer_epoch,
             is_transactional=producer_id != NO_PRODUCER_ID,
         )
+        state = self.partitions.get(index)
+        if state is None:
+            raise NotCoordinatorError(f"broker {self.broker_id} no longer leads {index}")
+        async with state.append_lock:
+            await self._append_to(index, batch)
+        state.records_since_snapshot += len(records)
+        if not state.snapshotting and state.records_since_snapshot >= max(
+            SNAPSHOT_MIN_RECORDS, 2 * state.live_keys()
+        ):
+            state.snapshotting = True
+            task = asyncio.ensure_future(self._snapshot(state))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _append_to(self, index: int, batch: bytes) -> int:
         try:
-            await self._append(index, batch)
+            return await self._append(index, batch)
         except ReplogError as err:
             raise CoordinatorNotAvailableError(
                 f"the offsets log {OFFSETS_TOPIC}-{index} refused a write ({err}); retry"
             ) from err
+
+    async def _snapshot(self, state: _OffsetsPartition) -> None:
+        """Append every live key of the partition, then start its log there."""
+        try:
+            if state.pending:
+                return  # open transactions' records must stay before their markers
+            # No commit of a known group may sit between its append and its in-memory update
+            # while the snapshot reads the state: hold every group's lock (in order), then
+            # the append lock (commits of groups created meanwhile append after the snapshot).
+            locks = [self._lock(g) for g in sorted(state.groups)]
+            for lock in locks:
+                await lock.acquire()
+            try:
+                async with state.append_lock:
+                    now = self._time_ms()
+                    records: list[Record] = []
+                    for group in state.groups.values():
+                        records.append(_group_record(group, now))
+                        records += [
+                            _offset_record(group.group_id, tp, v) for tp, v in group.offsets.items()
+                        ]
+                    if not records or state.pending:
+                        return
+                    base = await self._append_to(state.index, build(records))
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
+            state.records_since_snapshot = 0
+            partition = state.partition
+            if partition is not None and self.partitions.get(state.index) is state and base >= 0:
+                start = await asyncio.to_thread(partition.log.delete_records_before, base)
+                log.info(
+                    "%s-%d: snapshot of %d records at offset %d; log starts at %d",
+                    OFFSETS_TOPIC,
+                    state.index,
+                    len(records),
+                    base,
+                    start,
+                )
+        except ReplogError as err:
+            log.warning("%s-%d: snapshot failed: %s", OFFSETS_TOPIC, state.index, err)
+        finally:
+            state.snapshotting = False
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 # --- Kafka's ConsumerProtocol assignment ------------------------------------------------------

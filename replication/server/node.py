@@ -174,13 +174,14 @@ class Node:
     def _group_coordinator(self, rm: ReplicaManager) -> GroupCoordinator:
         config = self.config
 
-        async def append(index: int, records: bytes) -> None:
+        async def append(index: int, records: bytes) -> int:
             results = await rm.append_records(
                 -1, config.request_timeout_ms, [(OFFSETS_TOPIC, index, records)]
             )
-            error = results[TopicPartition(OFFSETS_TOPIC, index)].error
-            if error is not None:
-                raise error
+            result = results[TopicPartition(OFFSETS_TOPIC, index)]
+            if result.error is not None:
+                raise result.error
+            return result.base_offset
 
         coordinator = GroupCoordinator(
             config.broker_id,
@@ -231,6 +232,7 @@ class Node:
             if task is not None:
                 task.cancel()
         if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
             for index in list(self.group_coordinator.partitions):
                 self.group_coordinator.unload(index)
         if self.coordinator is not None:
