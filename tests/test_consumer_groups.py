@@ -52,6 +52,7 @@ class Member:
     group: str
     topic: str
     strategy: str = "range"
+    instance: str | None = None
     values: list[bytes] = field(default_factory=list)
     assignment: set[TopicPartition] = field(default_factory=set)
     error: BaseException | None = None
@@ -62,6 +63,7 @@ class Member:
             bootstrap_servers=self.bootstrap,
             group_id=self.group,
             partition_assignment_strategy=self.strategy,
+            group_instance_id=self.instance,
             **MEMBER,
         )
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -171,7 +173,6 @@ def test_a_new_member_starts_from_the_committed_offsets(broker: BrokerProcess) -
         assert len(records) == 100 - 2 * 20
 
 
-
 def test_a_member_that_lost_its_partitions_cannot_commit(broker: BrokerProcess) -> None:
     topic, group = make_topic(broker.bootstrap, 2), unique_name("g")
     zombie = Consumer(bootstrap_servers=broker.bootstrap, group_id=group, **MEMBER)
@@ -207,3 +208,59 @@ def test_subscribe_and_assign_are_exclusive_and_subscribe_needs_a_group(
         consumer.subscribe(["x"])
         with pytest.raises(ConsumerStateError, match="unsubscribe"):
             consumer.assign([TopicPartition("x", 0)])
+
+
+class RecordingListener:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, set[TopicPartition]]] = []
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.events.append(("assigned", set(assigned)))
+
+
+def test_pattern_subscription_listener_and_async_commits(broker: BrokerProcess) -> None:
+    prefix = unique_name("pat")
+    topics = [f"{prefix}-a", f"{prefix}-b"]
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(t, 1, 1) for t in [*topics, unique_name("other")]])
+    group = unique_name("g")
+    listener = RecordingListener()
+    with Consumer(bootstrap_servers=broker.bootstrap, group_id=group, **MEMBER) as consumer:
+        consumer.subscribe(pattern=f"{prefix}-.*", listener=listener)
+        wait_until(lambda: consumer.poll(timeout_ms=100) is not None and consumer.assignment())
+        expected = {TopicPartition(t, 0) for t in topics}
+        assert consumer.assignment() == expected  # the matching topics only
+        assert ("assigned", expected) in listener.events
+        done: list[BaseException | None] = []
+        future = consumer.commit_async(
+            {TopicPartition(topics[0], 0): 3}, callback=lambda _, err: done.append(err)
+        )
+        future.result(timeout=30)
+        wait_until(lambda: done == [None])
+        assert consumer.committed([TopicPartition(topics[0], 0)]) == {
+            TopicPartition(topics[0], 0): (3, None)
+        }
+    assert listener.events[-1] == ("revoked", expected)  # close() revokes before leaving
+
+
+def test_a_static_member_restarting_keeps_its_partitions(broker: BrokerProcess) -> None:
+    topic, group = make_topic(broker.bootstrap, 4), unique_name("g")
+    first = Member(broker.bootstrap, group, topic, instance="i-1")
+    second = Member(broker.bootstrap, group, topic, instance="i-2")
+    try:
+        wait_until(lambda: split_evenly([first, second], 4), timeout=60, message="2 + 2")
+        before, others = first.assignment, second.assignment
+        generation = second.consumer.group_metadata().generation_id
+        first.close()  # a static member does not leave: its place waits for it
+        first = Member(broker.bootstrap, group, topic, instance="i-1")
+        wait_until(lambda: first.assignment == before, timeout=60, message="its partitions back")
+        # no rebalance: the same generation, the other member's partitions never moved
+        assert first.consumer.group_metadata().generation_id == generation
+        assert second.consumer.group_metadata().generation_id == generation
+        assert second.assignment == others
+    finally:
+        first.close()
+        second.close()

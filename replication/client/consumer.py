@@ -26,8 +26,8 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -147,6 +147,7 @@ class Consumer:
             self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
         )
         self._executor: ThreadPoolExecutor | None = None
+        self._commit_executor: ThreadPoolExecutor | None = None
         self._round_robin = 0
         self._closed = False
         self._coordinator: ConsumerCoordinator | None = None
@@ -296,14 +297,35 @@ class Consumer:
         current positions of every assigned partition. CommitFailedError if a rebalance took
         the partitions away (poll() rejoins)."""
         coordinator = self._group("commit()")
+        coordinator.commit(self._commit_values(offsets), timeout_ms)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
+        | None = None,
+    ) -> Future[None]:
+        """Like :meth:`commit`, without waiting: the commit runs on a thread of its own (in
+        order with other async commits); ``callback(offsets, error)`` runs when it is done
+        (error None if it succeeded). Returns its future."""
+        coordinator = self._group("commit_async()")
+        values = self._commit_values(offsets)
+        if self._commit_executor is None:
+            self._commit_executor = ThreadPoolExecutor(1, thread_name_prefix="replog-commit")
+        future = self._commit_executor.submit(coordinator.commit, values, None)
+        if callback is not None:
+            future.add_done_callback(lambda f: callback(values, f.exception()))
+        return future
+
+    def _commit_values(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
-            values = {tp: OffsetAndMetadata(o) for tp, o in self._positions.items()}
-        else:
-            values = {
-                _as_tp(tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v))
-                for tp, v in offsets.items()
-            }
-        coordinator.commit(values, timeout_ms)
+            return {tp: OffsetAndMetadata(o) for tp, o in self._positions.items()}
+        return {
+            _as_tp(tp): v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v))
+            for tp, v in offsets.items()
+        }
 
     def committed(
         self, partitions: Iterable[TopicPartition | tuple[str, int]], timeout_ms: int | None = None
@@ -755,6 +777,8 @@ class Consumer:
         idempotent."""
         if self._closed:
             return
+        if self._commit_executor is not None:
+            self._commit_executor.shutdown(wait=True)  # async commits finish first
         if self._coordinator is not None:
             try:
                 self._coordinator.close()
