@@ -648,6 +648,11 @@ class Log:
                 offset = self._batch_base(offset)
             with self._lock:
                 if offset >= self._leo:
+                    # Nothing to cut, but an epoch may start at the LEO with no batch (it was
+                    # assigned, and its append never landed). It must go, or a follower keeps
+                    # naming it as its last fetched epoch and the leader keeps answering
+                    # "diverged" with the same truncation point (Kafka trims it here too).
+                    self.leader_epoch_cache.truncate_from_end(self._leo)
                     return self._leo
                 if offset <= self._log_start_offset:
                     end = self._truncate_fully_locked(self._log_start_offset)

@@ -251,6 +251,27 @@ def test_truncate_to(storage: Storage) -> None:
     assert values(Log.open(storage)) == []
 
 
+def test_truncating_at_the_end_forgets_an_epoch_that_holds_no_batch(storage: Storage) -> None:
+    # A replica became leader at epoch 1 (its epoch starts at its LEO, 2) and lost leadership
+    # before any append landed; the new leader (epoch 2) holds epoch 0 up to 2. Told that its
+    # log diverges at the end of epoch 0 (offset 2), the replica truncates to 2: nothing to cut,
+    # but epoch 1 must go, or it names epoch 1 as its last fetched epoch forever and the
+    # leader answers "diverged at 2" forever (the chaos harness found this livelock).
+    follower, leader = Log.open(storage), Log.open(Storage.from_url("memory://leader-of-it"))
+    for log in (follower, leader):
+        log.append(batch_of(b"a", b"b"), leader_epoch=0)
+        log.flush()
+    follower.leader_epoch_cache.assign(1, follower.log_end_offset)
+    leader.append(batch_of(b"c"), leader_epoch=2)
+    leader.flush()
+    assert follower.latest_epoch == 1
+    assert leader.end_offset_for_epoch(follower.latest_epoch) == (0, 2)  # "diverged at 2"
+    assert follower.truncate_to(2) == 2
+    assert follower.latest_epoch == 0
+    assert leader.end_offset_for_epoch(follower.latest_epoch) == (0, 2)  # consistent: fetch on
+    assert values(follower) == [(0, b"a"), (1, b"b")]
+
+
 def test_truncate_inside_a_batch_removes_the_whole_batch(storage: Storage) -> None:
     log = Log.open(storage)
     log.append(batch_of(b"a", b"b"), leader_epoch=0)
