@@ -264,3 +264,20 @@ def test_a_static_member_restarting_keeps_its_partitions(broker: BrokerProcess) 
     finally:
         first.close()
         second.close()
+
+
+def test_auto_commit_commits_the_positions_in_the_background(broker: BrokerProcess) -> None:
+    topic, group = make_topic(broker.bootstrap, 1), unique_name("g")
+    produce(broker.bootstrap, topic, range(50))
+    tp = TopicPartition(topic, 0)
+    settings = {**MEMBER, "enable_auto_commit": True, "auto_commit_interval_ms": 100}
+    with Consumer(bootstrap_servers=broker.bootstrap, group_id=group, **settings) as consumer:
+        consumer.subscribe([topic])
+        seen: list[int] = []
+
+        def all_read_and_committed() -> bool:
+            seen.extend(r.offset for r in consumer.poll(timeout_ms=100))
+            committed = consumer.committed([tp])[tp]
+            return len(seen) == 50 and committed is not None and committed.offset == 50
+
+        wait_until(all_read_and_committed, timeout=60, message="the position auto-committed")
