@@ -29,6 +29,7 @@ from replication.client.assignors import ASSIGNORS, Assignor, Subscription
 from replication.client.cluster import Cluster
 from replication.client.config import ConsumerConfig
 from replication.client.coordinator import COORDINATOR_SLOT, CoordinatorClient
+from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import OffsetAndMetadata
 from replication.common import TopicPartition
 from replication.errors import (
@@ -155,12 +156,20 @@ class ConsumerCoordinator:
     # --- driven by poll() ---------------------------------------------------------------------
 
     def poll(self, timeout_ms: int) -> None:
-        """Rejoin if the group needs it, and auto-commit when due. Called by Consumer.poll."""
+        """Rejoin if the group needs it, and auto-commit when due. Called by Consumer.poll.
+
+        A coordinator that is moving or unreachable does not fail poll(): the rejoin is tried
+        again at the next poll, as Kafka's consumer does (its partitions wait meanwhile)."""
         self._last_poll = time.monotonic()
         if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
             self._auto_commit()
         if self.need_rejoin():
-            self.join(max(timeout_ms, self.config.request_timeout_ms))
+            try:
+                self.join(max(timeout_ms, self.config.request_timeout_ms))
+            except ReplogError as err:
+                if not self.cluster.retriable(err):
+                    raise
+                log.warning("group %s: joining failed (%s); poll() tries again", self.group_id, err)
 
     def stand_alone(self) -> None:
         """Commit and fetch offsets only, never join: for a consumer that assign()s its own
@@ -183,12 +192,13 @@ class ConsumerCoordinator:
         eager = not self._cooperative()
         if eager and self.assignment:
             self._revoke(set(self.assignment))
-        deadline = time.monotonic() + timeout_ms / 1000 + self.config.max_poll_interval_ms / 1000
+        # each round (JoinGroup, then SyncGroup) may wait up to the rebalance timeout
+        budget = timeout_ms / 1000 + self.config.max_poll_interval_ms / 1000
         while True:
-            joined = self._join_once(deadline)
+            joined = self._join_once(time.monotonic() + budget)
             if joined is None:
                 continue
-            assignment = self._sync(joined, deadline)
+            assignment = self._sync(joined, time.monotonic() + budget)
             if assignment is not None:
                 break
         with self._lock:
@@ -453,29 +463,43 @@ class ConsumerCoordinator:
             topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )
         timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        response = self._send(
-            ApiKey.OFFSET_COMMIT,
-            request,
-            what=f"committing offsets of group {self.group_id!r}",
-            deadline=time.monotonic() + timeout / 1000,
-        )
-        for topic in response.topics:
-            for part in topic.partitions:
-                error = for_code(part.error_code)
-                if error is None:
-                    continue
-                where = f"{topic.name}-{part.partition_index}"
-                if error in (*_MEMBERSHIP_LOST, RebalanceInProgressError):
-                    if error is not RebalanceInProgressError:
-                        self._reset_generation(error is not IllegalGenerationError)
-                    else:
-                        self.request_rejoin("the group is rebalancing")
-                    raise CommitFailedError(
-                        f"committing {where} for group {self.group_id!r} failed: "
-                        f"{error.__name__} (the group rebalanced; its partitions may have "
-                        "moved to another member): poll() again to rejoin"
+        deadline = time.monotonic() + timeout / 1000
+        what = f"committing offsets of group {self.group_id!r}"
+
+        def attempt() -> None:
+            response = self._send(ApiKey.OFFSET_COMMIT, request, what=what, deadline=deadline)
+            for topic in response.topics:
+                for part in topic.partitions:
+                    self._check_commit_error(
+                        for_code(part.error_code), f"{topic.name}-{part.partition_index}"
                     )
-                raise error(f"committing {where} for group {self.group_id!r}: {error()}")
+
+        # A coordinator that could not store the offsets (its log refused the write, it is
+        # moving) answers per partition: find it again and commit again, as Kafka's client.
+        call_with_retries(
+            what,
+            attempt,
+            RetryPolicy.of(self.config, None),
+            retriable=self.cluster.retriable,
+            deadline=deadline,
+        )
+
+    def _check_commit_error(self, error: type[ReplogError] | None, where: str) -> None:
+        if error is None:
+            return
+        if error in (*_MEMBERSHIP_LOST, RebalanceInProgressError):
+            if error is not RebalanceInProgressError:
+                self._reset_generation(error is not IllegalGenerationError)
+            else:
+                self.request_rejoin("the group is rebalancing")
+            raise CommitFailedError(
+                f"committing {where} for group {self.group_id!r} failed: "
+                f"{error.__name__} (the group rebalanced; its partitions may have "
+                "moved to another member): poll() again to rejoin"
+            )
+        if issubclass(error, NotCoordinatorError | CoordinatorNotAvailableError):
+            self._client.forget()
+        raise error(f"committing {where} for group {self.group_id!r}: {error()}")
 
     def _auto_commit(self) -> None:
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000

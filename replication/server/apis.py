@@ -220,8 +220,7 @@ class KafkaApis:
         """The leader of __transaction_state-0, creating the topic on first use (as Kafka)."""
         info = self.image.topic(TRANSACTION_TOPIC)
         if info is None:
-            live = len([b for b in self.image.brokers if not b.fenced])
-            await self.create_internal_topic(TRANSACTION_TOPIC, 1, max(1, min(3, live)))
+            await self.create_internal_topic(TRANSACTION_TOPIC, 1, 3)
             info = self.image.topic(TRANSACTION_TOPIC)
         return info.partitions[0].leader if info is not None else -1
 
@@ -230,10 +229,26 @@ class KafkaApis:
         self.group_apis = group_apis
         self.handlers.update(group_apis.handlers)
 
-    async def create_internal_topic(
-        self, name: str, partitions: int, replication_factor: int
-    ) -> None:
-        """Create an internal topic (min ISR 2 where it can be; kept whole: no retention)."""
+    async def create_internal_topic(self, name: str, partitions: int, replication: int) -> None:
+        """Create an internal topic (min ISR 2 where it can be; kept whole: no retention).
+
+        Its replication factor is ``replication``, or the number of registered brokers if
+        fewer, and it waits until that many are live: created while one of three brokers is
+        restarting, it would get 2 replicas with min ISR 2 and stop taking writes at the next
+        failure. Until then nothing is created, and the caller answers
+        COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka refuses likewise until
+        offsets.topic.replication.factor brokers are up)."""
+        registered = len(self.image.brokers)
+        live = len([b for b in self.image.brokers if not b.fenced])
+        replication_factor = max(1, min(replication, registered))
+        if live < replication_factor:
+            log.info(
+                "not creating %s yet: %d of the %d brokers it needs are live",
+                name,
+                live,
+                replication_factor,
+            )
+            return
         await self.handle_create_topics(
             p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
             p.CreateTopicsRequest(

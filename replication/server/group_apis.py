@@ -69,10 +69,10 @@ class GroupApis:
         image = self.image()
         info = image.topic(OFFSETS_TOPIC)
         if info is None:
-            live = len([b for b in image.brokers if not b.fenced])
-            rf = max(1, min(self.config.offsets_topic_replication_factor, live))
             await self._create_internal_topic(
-                OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, rf
+                OFFSETS_TOPIC,
+                self.config.offsets_topic_num_partitions,
+                self.config.offsets_topic_replication_factor,
             )
             info = self.image().topic(OFFSETS_TOPIC)
         leader = -1
