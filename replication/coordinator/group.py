@@ -769,21 +769,7 @@ class GroupCoordinator:
             if group is None:
                 raise IllegalGenerationError(f"group {group_id!r} does not exist; rejoin")
             self._check_commit(group, generation_id, member_id, group_instance_id)
-            owned = self._owned(group, member_id)
-            image = self.image()
-            errors: dict[TopicPartition, type[ReplogError] | None] = {}
-            accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-            now = self._time_ms()
-            for tp, value in offsets.items():
-                topic = image.topic(tp.topic)
-                if topic is None or not 0 <= tp.partition < len(topic.partitions):
-                    errors[tp] = UnknownTopicOrPartitionError
-                elif owned is not None and tp not in owned:
-                    errors[tp] = IllegalGenerationError
-                else:
-                    accepted[tp] = OffsetAndMetadata(
-                        value.offset, value.leader_epoch, value.metadata, now
-                    )
+            errors, accepted = self._screen(offsets, self._owned(group, member_id))
             if accepted:
                 await self._write(
                     group_id, [_offset_record(group_id, tp, v) for tp, v in accepted.items()]
@@ -812,18 +798,7 @@ class GroupCoordinator:
             assert group is not None
             if generation_id >= 0 or member_id:
                 self._check_commit(group, generation_id, member_id, group_instance_id)
-            image = self.image()
-            errors: dict[TopicPartition, type[ReplogError] | None] = {}
-            accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-            now = self._time_ms()
-            for tp, value in offsets.items():
-                topic = image.topic(tp.topic)
-                if topic is None or not 0 <= tp.partition < len(topic.partitions):
-                    errors[tp] = UnknownTopicOrPartitionError
-                else:
-                    accepted[tp] = OffsetAndMetadata(
-                        value.offset, value.leader_epoch, value.metadata, now
-                    )
+            errors, accepted = self._screen(offsets, None)
             if accepted:
                 records = [_offset_record(group_id, tp, v) for tp, v in accepted.items()]
                 await self._write(
@@ -835,6 +810,31 @@ class GroupCoordinator:
                 state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
                 errors.update(dict.fromkeys(accepted))
             return errors
+
+    def _screen(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        owned: set[TopicPartition] | None,
+    ) -> tuple[
+        dict[TopicPartition, type[ReplogError] | None], dict[TopicPartition, OffsetAndMetadata]
+    ]:
+        """Split a commit into refused partitions (unknown, or not owned by the member) and
+        accepted offsets, stamped with the commit time."""
+        image = self.image()
+        errors: dict[TopicPartition, type[ReplogError] | None] = {}
+        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+        now = self._time_ms()
+        for tp, value in offsets.items():
+            topic = image.topic(tp.topic)
+            if topic is None or not 0 <= tp.partition < len(topic.partitions):
+                errors[tp] = UnknownTopicOrPartitionError
+            elif owned is not None and tp not in owned:
+                errors[tp] = IllegalGenerationError
+            else:
+                accepted[tp] = OffsetAndMetadata(
+                    value.offset, value.leader_epoch, value.metadata, now
+                )
+        return errors, accepted
 
     def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker was written to offsets partition ``index``: apply its

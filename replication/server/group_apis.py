@@ -158,13 +158,7 @@ class GroupApis:
     async def handle_offset_commit(
         self, header: p.RequestHeader, body: p.OffsetCommitRequest
     ) -> Any:
-        offsets = {
-            TopicPartition(t.name, part.partition_index): OffsetAndMetadata(
-                part.committed_offset, part.committed_leader_epoch, part.committed_metadata
-            )
-            for t in body.topics
-            for part in t.partitions
-        }
+        offsets = _offsets_of(body.topics)
         try:
             results = await self.coordinator.commit_offsets(
                 body.group_id, body.generation_id, body.member_id, body.group_instance_id, offsets
@@ -177,13 +171,7 @@ class GroupApis:
     async def handle_txn_offset_commit(
         self, header: p.RequestHeader, body: p.TxnOffsetCommitRequest
     ) -> Any:
-        offsets = {
-            TopicPartition(t.name, part.partition_index): OffsetAndMetadata(
-                part.committed_offset, part.committed_leader_epoch, part.committed_metadata
-            )
-            for t in body.topics
-            for part in t.partitions
-        }
+        offsets = _offsets_of(body.topics)
         try:
             results = await self.coordinator.commit_txn_offsets(
                 body.group_id,
@@ -280,6 +268,18 @@ class GroupApis:
                 code = error_code(err)
             results.append(p.DeletableGroupResult(group_id=group_id, error_code=code))
         return p.DeleteGroupsResponse(results=results)
+
+
+def _offsets_of(
+    topics: list[p.OffsetCommitRequestTopic],
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {
+        TopicPartition(t.name, part.partition_index): OffsetAndMetadata(
+            part.committed_offset, part.committed_leader_epoch, part.committed_metadata
+        )
+        for t in topics
+        for part in t.partitions
+    }
 
 
 def _commit_topics(codes: dict[TopicPartition, int]) -> list[p.OffsetCommitResponseTopic]:
