@@ -95,6 +95,7 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
     "UnsupportedVersionError",
     "WireError",
     "for_code",
@@ -365,6 +366,16 @@ class FencedInstanceIdError(WireError):
     """
 
     code = 82
+
+
+class UnstableOffsetCommitError(WireError):
+    """A transaction has committed offsets of this partition that it has not finished yet.
+
+    Retry: the answer settles when the transaction commits or aborts.
+    """
+
+    code = 88
+    retriable = True
 
 
 class UnsupportedVersionError(WireError):

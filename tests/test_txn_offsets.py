@@ -155,3 +155,34 @@ def test_consume_transform_produce_sigkilled_again_and_again_is_exactly_once(
             worker.terminate()
             worker.wait(timeout=30)
         broker.kill()
+
+
+def test_read_committed_consumers_wait_for_offsets_of_an_open_transaction(tmp_path: Path) -> None:
+    from replication.client import Consumer
+    from replication.errors import UnstableOffsetCommitError
+
+    broker = BrokerProcess(tmp_path / "b", overrides=GROUPS).start()
+    try:
+        bootstrap = broker.bootstrap
+        source, group = unique_name("in"), unique_name("g")
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([NewTopic(source, 1, 1)])
+        tp = TopicPartition(source, 0)
+        with Producer(bootstrap_servers=bootstrap, transactional_id=unique_name("t")) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({tp: 5}, group)
+            producer.commit_transaction()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({tp: 9}, group)  # open: not stable yet
+            with Consumer(
+                bootstrap_servers=bootstrap, group_id=group, isolation_level="read_committed"
+            ) as stable:
+                with pytest.raises(UnstableOffsetCommitError):
+                    stable.committed([tp], timeout_ms=500)
+                with Consumer(bootstrap_servers=bootstrap, group_id=group) as eager:
+                    assert eager.committed([tp])[tp] == (5, None)  # read_uncommitted: as it is
+                producer.commit_transaction()
+                assert stable.committed([tp])[tp] == (9, None)
+    finally:
+        broker.kill()

@@ -516,34 +516,49 @@ class ConsumerCoordinator:
     def committed(
         self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offset of each partition (None where there is none)."""
+        """The group's committed offset of each partition (None where there is none).
+
+        With read_committed, offsets a transaction has committed but not finished are waited
+        for (``require_stable``, KIP-447): starting before them would read records that
+        transaction is about to account for."""
         tps = list(partitions)
         topics: dict[str, list[int]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(tp.partition)
         timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        response = self._send(
-            ApiKey.OFFSET_FETCH,
-            OffsetFetchRequest(
-                group_id=self.group_id,
-                topics=[
-                    OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                    for t, ps in topics.items()
-                ],
-            ),
-            what=f"fetching committed offsets of group {self.group_id!r}",
-            deadline=time.monotonic() + timeout / 1000,
+        deadline = time.monotonic() + timeout / 1000
+        what = f"fetching committed offsets of group {self.group_id!r}"
+        request = OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[
+                OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in topics.items()
+            ],
+            require_stable=self.config.read_committed,
         )
-        if response.error_code:
-            error = for_code(response.error_code) or ReplogError
-            raise error(f"fetching committed offsets of group {self.group_id!r}: {error()}")
-        found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(tps)
-        for topic in response.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                if part.committed_offset >= 0:
-                    found[tp] = OffsetAndMetadata(part.committed_offset, part.metadata)
-        return found
+
+        def attempt() -> dict[TopicPartition, OffsetAndMetadata | None]:
+            response = self._send(ApiKey.OFFSET_FETCH, request, what=what, deadline=deadline)
+            if response.error_code:
+                error = for_code(response.error_code) or ReplogError
+                raise error(f"{what}: {error()}")
+            found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(tps)
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition_index)
+                    failed = for_code(part.error_code)
+                    if failed is not None:
+                        raise failed(f"{what}: {tp}: {failed()}")
+                    if part.committed_offset >= 0:
+                        found[tp] = OffsetAndMetadata(part.committed_offset, part.metadata)
+            return found
+
+        return call_with_retries(
+            what,
+            attempt,
+            RetryPolicy.of(self.config, None),
+            retriable=self.cluster.retriable,
+            deadline=deadline,
+        )
 
     # --- leaving ------------------------------------------------------------------------------
 

@@ -891,6 +891,13 @@ class GroupCoordinator:
             return dict(offsets)
         return {tp: offsets.get(tp) for tp in partitions}
 
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with offsets in a transaction that has not ended: a
+        read_committed consumer asks with ``require_stable`` and waits for them (KIP-447), or
+        it could start before what an open transaction will commit."""
+        state = self._partition(group_id)
+        return {tp for txn in state.pending.values() for tp in txn.get(group_id, {})}
+
     async def _expire_offsets(
         self, state: _OffsetsPartition, group: GroupMetadata, now: int
     ) -> None:

@@ -23,7 +23,11 @@ from replication.coordinator.group import (
     OffsetAndMetadata,
     partition_for,
 )
-from replication.errors import CoordinatorNotAvailableError, ReplogError
+from replication.errors import (
+    CoordinatorNotAvailableError,
+    ReplogError,
+    UnstableOffsetCommitError,
+)
 from replication.metadata.image import MetadataImage
 from replication.server.responses import Handler, error_code
 
@@ -195,6 +199,7 @@ class GroupApis:
         )
         try:
             offsets = self.coordinator.fetch_offsets(body.group_id, wanted)
+            unstable = self.coordinator.unstable(body.group_id) if body.require_stable else set()
         except ReplogError as err:
             return p.OffsetFetchResponse(error_code=error_code(err))
         by_topic: dict[str, list[p.OffsetFetchResponsePartition]] = {}
@@ -205,6 +210,7 @@ class GroupApis:
                     committed_offset=value.offset if value is not None else -1,
                     committed_leader_epoch=value.leader_epoch if value is not None else -1,
                     metadata=value.metadata if value is not None else None,
+                    error_code=UnstableOffsetCommitError.code if tp in unstable else 0,
                 )
             )
         return p.OffsetFetchResponse(
