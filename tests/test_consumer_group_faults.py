@@ -189,6 +189,8 @@ def test_the_coordinators_broker_sigkilled_while_members_commit(
     bootstrap = cluster.bootstrap
     topic, group = unique_name("faults"), unique_name("g")
     with Admin(bootstrap_servers=bootstrap) as admin:
+        # every broker registered first: __consumer_offsets gets 3 replicas, not fewer
+        wait_until(lambda: len(admin.describe_cluster().brokers) == 3, timeout=60)
         admin.create_topics([NewTopic(topic, 4, 3, {"min.insync.replicas": "2"})])
     members = [MemberProcess(bootstrap, group, topic, tmp_path / f"m{i}") for i in range(2)]
     watch = OffsetWatch(bootstrap, group)
