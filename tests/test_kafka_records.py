@@ -485,6 +485,17 @@ def test_bad_offset_delta() -> None:
     refused(raw_batch(section, 3), InvalidRecordError, "record 1", "offset delta 2, expected 1")
 
 
+def test_non_canonical_varints_are_read_as_kafka_reads_them() -> None:
+    """Kafka's readVarint accepts padded encodings (0x80 0x00 is 0): so does the decoder."""
+    padded_zero = b"\x80\x80\x00"
+    body = b"\x00" + varint(0) + padded_zero + varint(1) + b"k" + varint(1) + b"v" + padded_zero
+    section = varint(len(body)) + body + raw_record(1)
+    data = raw_batch(section, 2)
+    theirs = [(r.offset, r.key, r.value, r.headers) for r in DefaultRecordBatch(data)]
+    assert theirs == [(0, b"k", b"v", []), (1, None, b"v", [])]
+    assert [r[:2] for r in replog_records(kafka_to_replog(data))] == [(b"k", b"v"), (None, b"v")]
+
+
 def test_record_attributes_must_be_zero() -> None:
     section = raw_record(0) + raw_record(1, attributes=4)
     refused(raw_batch(section, 2), InvalidRecordError, "record 1", "attributes 4")

@@ -233,6 +233,13 @@ def _invalid(message: str) -> NoReturn:
     raise InvalidRecordError(message)
 
 
+def _bad_offset_delta(index: int, offset_delta: int) -> NoReturn:
+    raise InvalidRecordError(
+        f"record {index}: offset delta {offset_delta}, expected {index} "
+        "(offset deltas must be 0, 1, 2, ...)"
+    )
+
+
 def _decode_records(buf: bytes, count: int) -> _Records:
     """Kafka records (uncompressed) as Python lists; InvalidRecordError names what is wrong.
 
@@ -255,8 +262,8 @@ def _decode_records(buf: bytes, count: int) -> _Records:
             if b < 0x80:
                 pos += 1
                 length = (b >> 1) ^ -(b & 1)
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
+            elif (c := buf[pos + 1]) < 0x80:
+                b = (b & 0x7F) | (c << 7)
                 pos += 2
                 length = (b >> 1) ^ -(b & 1)
             else:
@@ -273,50 +280,54 @@ def _decode_records(buf: bytes, count: int) -> _Records:
             if b < 0x80:
                 pos += 1
                 deltas((b >> 1) ^ -(b & 1))
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
+            elif (c := buf[pos + 1]) < 0x80:
+                b = (b & 0x7F) | (c << 7)
                 pos += 2
                 deltas((b >> 1) ^ -(b & 1))
             else:
                 delta, pos = _varint(buf, pos)
                 deltas(delta)
-            # offsetDelta: varint, must be i (replog's offsets have no gaps)
+            # offsetDelta: varint, must be i (replog's offsets have no gaps): compared in its
+            # zigzag form, 2i, when it takes one or two bytes
             b = buf[pos]
             if b < 0x80:
                 pos += 1
-                offset_delta = (b >> 1) ^ -(b & 1)
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                if b != i << 1:
+                    _bad_offset_delta(i, (b >> 1) ^ -(b & 1))
+            elif (c := buf[pos + 1]) < 0x80:
                 pos += 2
-                offset_delta = (b >> 1) ^ -(b & 1)
+                b = (b & 0x7F) | (c << 7)
+                if b != i << 1:
+                    _bad_offset_delta(i, (b >> 1) ^ -(b & 1))
             else:
                 offset_delta, pos = _varint(buf, pos)
-            if offset_delta != i:
-                _invalid(
-                    f"record {i}: offset delta {offset_delta}, expected {i} "
-                    "(offset deltas must be 0, 1, 2, ...)"
-                )
+                if offset_delta != i:
+                    _bad_offset_delta(i, offset_delta)
             # key: varint length (-1: null), bytes
             b = buf[pos]
-            if b < 0x80:
+            if b == 1:  # -1: null, the common case
                 pos += 1
-                n = (b >> 1) ^ -(b & 1)
-            else:
-                n, pos = _varint(buf, pos)
-            if n >= 0:
-                keys(buf[pos : pos + n])
-                pos += n
-            elif n == -1:
                 keys(None)
             else:
-                _invalid(f"record {i}: invalid key length {n}")
+                if b < 0x80:
+                    pos += 1
+                    n = (b >> 1) ^ -(b & 1)
+                else:
+                    n, pos = _varint(buf, pos)
+                if n >= 0:
+                    keys(buf[pos : pos + n])
+                    pos += n
+                elif n == -1:
+                    keys(None)
+                else:
+                    _invalid(f"record {i}: invalid key length {n}")
             # value: varint length (-1: null), bytes
             b = buf[pos]
             if b < 0x80:
                 pos += 1
                 n = (b >> 1) ^ -(b & 1)
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
+            elif (c := buf[pos + 1]) < 0x80:
+                b = (b & 0x7F) | (c << 7)
                 pos += 2
                 n = (b >> 1) ^ -(b & 1)
             else:
@@ -329,16 +340,14 @@ def _decode_records(buf: bytes, count: int) -> _Records:
             else:
                 _invalid(f"record {i}: invalid value length {n}")
             # headers: varint count, then (varint length + UTF-8 key, varint length + value)
-            b = buf[pos]
-            if b < 0x80:
+            if buf[pos] == 0:
                 pos += 1
-                n = (b >> 1) ^ -(b & 1)
             else:
                 n, pos = _varint(buf, pos)
-            if n:
-                if not 0 < n <= (end - pos) // 2:
+                if not 0 <= n <= (end - pos) // 2:
                     _invalid(f"record {i}: invalid header count {n}")
-                out.header_counts.append((i, n))
+                if n:
+                    out.header_counts.append((i, n))
                 for _ in range(n):
                     key_length, pos = _varint(buf, pos)
                     if key_length < 0:
