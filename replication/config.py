@@ -16,6 +16,9 @@ from logstore.config import LogConfig, keys_of, parse
 from logstore.config import key as k
 from logstore.errors import ConfigError
 
+#: Listener names: replog's own protocol, and Kafka's (for Kafka clients and tools).
+LISTENER_NAMES = ("REPLOG", "KAFKA")
+
 
 @dataclass(frozen=True)
 class BrokerConfig:
@@ -26,13 +29,18 @@ class BrokerConfig:
     )
     listeners: str = field(
         default="127.0.0.1:9092",
-        metadata=k("listeners", "HOST:PORT to listen on (PLAINTEXT:// optional)"),
+        metadata=k(
+            "listeners",
+            "where to listen: REPLOG://HOST:PORT (replog's protocol; REPLOG:// optional) and "
+            "optionally KAFKA://HOST:PORT (Kafka's protocol, for Kafka clients)",
+        ),
     )
     advertised_listeners: str = field(
         default="",
         metadata=k(
             "advertised.listeners",
-            "HOST:PORT clients and peers are told to use (default: listeners)",
+            "addresses clients and peers are told to use, by listener name as in listeners "
+            "(default: listeners)",
         ),
     )
     log_dir: str = field(
@@ -250,30 +258,54 @@ class BrokerConfig:
             )
         return roles
 
+    @staticmethod
+    def _endpoints(key: str, text: str) -> dict[str, tuple[str, int]]:
+        """``NAME://HOST:PORT`` entries by listener name. An entry without a name, or named
+        PLAINTEXT, is replog's own listener (REPLOG); KAFKA is the Kafka protocol listener."""
+        endpoints: dict[str, tuple[str, int]] = {}
+        for entry in (e.strip() for e in text.split(",")):
+            if not entry:
+                continue
+            name, sep, address = entry.partition("://")
+            if not sep:
+                name, address = "REPLOG", entry
+            name = name.upper()
+            if name == "PLAINTEXT":
+                name = "REPLOG"
+            host, _, port = address.rpartition(":")
+            if name not in LISTENER_NAMES or not port.isdigit() or name in endpoints:
+                raise ConfigError(
+                    f"config {key}={text!r}: expected comma-separated NAME://HOST:PORT with "
+                    f"NAME one of {', '.join(LISTENER_NAMES)}, each at most once "
+                    '(e.g. "REPLOG://0.0.0.0:9092,KAFKA://0.0.0.0:9093")'
+                )
+            endpoints[name] = (host or "127.0.0.1", int(port))
+        if key == "listeners" and "REPLOG" not in endpoints:
+            raise ConfigError(
+                f"config listeners={text!r}: a REPLOG://HOST:PORT listener is required "
+                "(brokers, controllers and replog's clients speak through it)"
+            )
+        return endpoints
+
     @property
     def host_port(self) -> tuple[str, int]:
-        text = self.listeners.split(",")[0].strip()
-        if "://" in text:
-            text = text.split("://", 1)[1]
-        host, _, port = text.rpartition(":")
-        try:
-            return host or "127.0.0.1", int(port)
-        except ValueError:
-            raise ConfigError(f"config listeners={self.listeners!r}: expected HOST:PORT") from None
+        """The address of replog's own listener."""
+        return self._endpoints("listeners", self.listeners)["REPLOG"]
+
+    @property
+    def kafka_host_port(self) -> tuple[str, int] | None:
+        """The address of the Kafka protocol listener, if one is configured."""
+        return self._endpoints("listeners", self.listeners).get("KAFKA")
 
     @property
     def advertised_host_port(self) -> tuple[str, int] | None:
-        """The address to register, if it differs from the listener."""
-        if not self.advertised_listeners:
-            return None
-        text = self.advertised_listeners.split(",")[0].strip().split("://")[-1]
-        host, _, port = text.rpartition(":")
-        try:
-            return host or "127.0.0.1", int(port)
-        except ValueError:
-            raise ConfigError(
-                f"config advertised.listeners={self.advertised_listeners!r}: expected HOST:PORT"
-            ) from None
+        """The address to register for replog's listener, if it differs from the listener."""
+        return self._endpoints("advertised.listeners", self.advertised_listeners).get("REPLOG")
+
+    @property
+    def advertised_kafka_host_port(self) -> tuple[str, int] | None:
+        """The address Kafka clients are told to use, if it differs from the listener."""
+        return self._endpoints("advertised.listeners", self.advertised_listeners).get("KAFKA")
 
     @property
     def metadata_root(self) -> str:

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from replication.server.node import READY_LINE
+from replication.server.node import KAFKA_READY_LINE, READY_LINE
 from tests.helpers import wait_until as wait_until  # re-exported: tests import it from here
 
 START_TIMEOUT_S = 60
 _READY_PREFIX = READY_LINE.split("{", 1)[0]
+_KAFKA_READY_PREFIX = KAFKA_READY_LINE.split("{", 1)[0]
 
 
 class BrokerProcess:
@@ -39,8 +40,12 @@ class BrokerProcess:
         overrides: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
         role: str = "broker",
+        kafka: bool = False,
     ) -> None:
         self.role = role
+        #: whether the broker has a Kafka listener (its port is kept across restarts)
+        self.kafka = kafka
+        self.kafka_port = 0
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.broker_id = broker_id
@@ -56,6 +61,11 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def kafka_bootstrap(self) -> str:
+        assert self.kafka, "this broker has no Kafka listener"
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
@@ -63,7 +73,8 @@ class BrokerProcess:
     def command(self) -> list[str]:
         settings = {
             "broker.id": str(self.broker_id),
-            "listeners": f"127.0.0.1:{self.port}",
+            "listeners": f"REPLOG://127.0.0.1:{self.port}"
+            + (f",KAFKA://127.0.0.1:{self.kafka_port}" if self.kafka else ""),
             "log.dir": self.log_dir,
             **self.overrides,
         }
@@ -81,6 +92,9 @@ class BrokerProcess:
         )
         stderr.close()
         line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
+        if self.kafka and line.startswith(_KAFKA_READY_PREFIX):
+            self.kafka_port = int(line.strip().rsplit(":", 1)[1])
+            line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
         if not line.startswith(_READY_PREFIX):
             self.proc.kill()
             self.proc.wait()
@@ -192,6 +206,7 @@ class Cluster:
         overrides: dict[str, str] | None = None,
         broker_log_dirs: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
+        kafka: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
@@ -210,6 +225,7 @@ class Cluster:
                 log_dir=(broker_log_dirs or {}).get(i),
                 overrides=common,
                 env=env,
+                kafka=kafka,
             )
             for i in range(brokers)
         }
@@ -223,6 +239,11 @@ class Cluster:
         for broker in self.brokers.values():
             broker.start()
         return self
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners of the live brokers (a cluster made with kafka=True)."""
+        return ",".join(b.kafka_bootstrap for b in self.brokers.values() if b.alive)
 
     def broker_by_port(self, port: int) -> BrokerProcess:
         return next(b for b in self.brokers.values() if b.port == port)

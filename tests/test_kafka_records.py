@@ -9,7 +9,6 @@ blocks, zstd frames without a content size) are assembled here by hand from Kafk
 from __future__ import annotations
 
 import struct
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,19 +18,14 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-with warnings.catch_warnings():
-    # kafka-python 3 reads its protocol schemas with importlib.resources' legacy read_text,
-    # which warns at import; the project's filterwarnings turns warnings into errors.
-    warnings.filterwarnings("ignore", "(read_text|open_text) is deprecated", DeprecationWarning)
-    from kafka.record.default_records import (
-        ControlRecord,
-        DefaultRecordBatch,
-        DefaultRecordBatchBuilder,
-    )
-    from kafka.record.legacy_records import LegacyRecordBatchBuilder
-    from kafka.record.memory_records import MemoryRecords
-    from kafka.record.util import calc_crc32c, encode_varint
+from kafka.record.default_records import (
+    ControlRecord,
+    DefaultRecordBatch,
+    DefaultRecordBatchBuilder,
+)
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+from kafka.record.util import calc_crc32c, encode_varint
 
 from logstore.batch import (
     HEADER_SIZE,

@@ -130,7 +130,22 @@ def test_metadata_keeps_incarnations_and_reads_format_1() -> None:
     old["brokers"] = [b[:6] for b in old["brokers"]]
     read = MetadataImage.from_bytes(json.dumps(old).encode())
     assert read.brokers[0] == BrokerInfo(0, "h", 1, None, 2, False, "")
-    assert FORMAT_VERSION == 2
+    assert FORMAT_VERSION == 3
+
+
+def test_metadata_keeps_each_broker_s_kafka_listener_and_reads_format_2() -> None:
+    kafka = (("KAFKA", "h", 9093),)
+    image = MetadataImage(version=3, brokers=(BrokerInfo(0, "h", 1, None, 2, False, "inc", kafka),))
+    read = MetadataImage.from_bytes(image.to_bytes()).brokers[0]
+    assert read.endpoints == kafka
+    assert read.endpoint("KAFKA") == ("h", 9093)
+    assert read.endpoint("REPLOG") is None
+    old = json.loads(image.to_bytes())
+    old["format_version"] = 2
+    old["brokers"] = [b[:7] for b in old["brokers"]]
+    assert MetadataImage.from_bytes(json.dumps(old).encode()).brokers[0] == BrokerInfo(
+        0, "h", 1, None, 2, False, "inc"
+    )
 
 
 def test_a_broker_takes_no_role_before_its_registration_is_in_the_metadata() -> None:

@@ -57,6 +57,8 @@ class BrokerLifecycle:
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
         self.incarnation = uuid.uuid4()
+        #: the broker's other listeners to register: (name, advertised host, port)
+        self.endpoints: tuple[tuple[str, str, int], ...] = ()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="lifecycle")
@@ -139,7 +141,11 @@ class BrokerLifecycle:
                 cluster_id="",
                 incarnation_id=self.incarnation,
                 listeners=[
-                    p.BrokerRegistrationListener(name="PLAINTEXT", host=self.host, port=self.port)
+                    p.BrokerRegistrationListener(name="REPLOG", host=self.host, port=self.port),
+                    *(
+                        p.BrokerRegistrationListener(name=name, host=host, port=port)
+                        for name, host, port in self.endpoints
+                    ),
                 ],
                 rack=self.config.broker_rack or None,
             ),

@@ -238,7 +238,13 @@ class Controller:
     # --- brokers ------------------------------------------------------------------------------
 
     def register_broker(
-        self, broker_id: int, host: str, port: int, rack: str | None, incarnation: str = ""
+        self,
+        broker_id: int,
+        host: str,
+        port: int,
+        rack: str | None,
+        incarnation: str = "",
+        endpoints: tuple[tuple[str, str, int], ...] = (),
     ) -> BrokerInfo:
         """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed.
 
@@ -290,6 +296,7 @@ class Controller:
                 rack or None,
                 (old.epoch + 1) if old else 1,
                 incarnation=incarnation,
+                endpoints=endpoints,
             )
             self._last_heartbeat[broker_id] = now
             self._commit(self._elect_offline_leaders(image.with_broker(info)))

@@ -13,9 +13,10 @@ from typing import Any
 
 from logstore.errors import CorruptRecordError
 
-#: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation
-FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = frozenset({1, 2})
+#: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation.
+#: 3 added each broker's other listeners (endpoints); older files are read with none.
+FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3})
 NO_LEADER = -1
 
 
@@ -31,6 +32,16 @@ class BrokerInfo:
     #: the process that holds this registration (a new one at every broker start); a new
     #: incarnation lost whatever its predecessor had not flushed
     incarnation: str = ""
+    #: the broker's listeners other than replog's own (host, port): (name, host, port), e.g.
+    #: ("KAFKA", host, port) for the Kafka protocol listener
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, name: str) -> tuple[str, int] | None:
+        """(host, port) of the listener ``name``, if this broker has one."""
+        for listener, host, port in self.endpoints:
+            if listener == name:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +116,16 @@ class MetadataImage:
             "cluster_id": self.cluster_id,
             "next_producer_id": self.next_producer_id,
             "brokers": [
-                [b.broker_id, b.host, b.port, b.rack, b.epoch, b.fenced, b.incarnation]
+                [
+                    b.broker_id,
+                    b.host,
+                    b.port,
+                    b.rack,
+                    b.epoch,
+                    b.fenced,
+                    b.incarnation,
+                    [list(e) for e in b.endpoints],
+                ]
                 for b in self.brokers
             ],
             "topics": [
@@ -160,6 +180,16 @@ class MetadataImage:
 def _broker(fields: list[Any]) -> BrokerInfo:
     broker_id, host, port, rack, epoch, fenced, *rest = fields
     incarnation = str(rest[0]) if rest else ""  # format 1 had no incarnation
+    endpoints = tuple(  # formats 1 and 2 had no other listeners
+        (str(name), str(ehost), int(eport)) for name, ehost, eport in (rest[1] if rest[1:] else ())
+    )
     return BrokerInfo(
-        int(broker_id), str(host), int(port), rack, int(epoch), bool(fenced), incarnation
+        int(broker_id),
+        str(host),
+        int(port),
+        rack,
+        int(epoch),
+        bool(fenced),
+        incarnation,
+        endpoints,
     )

@@ -14,7 +14,7 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
-from replication.errors import NotControllerError
+from replication.errors import InvalidRequestError, NotControllerError
 from replication.metadata.image import MetadataImage
 from replication.server.responses import Handler, error_code, error_message
 
@@ -156,7 +156,10 @@ class ControllerApis:
         controller = self.active_controller
         if controller is None:
             return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
+        if not body.listeners:
+            return p.BrokerRegistrationResponse(error_code=InvalidRequestError.code)
         listener = body.listeners[0]
+        endpoints = tuple((e.name, e.host, e.port) for e in body.listeners[1:])
         try:
             info = await asyncio.to_thread(
                 controller.register_broker,
@@ -165,6 +168,7 @@ class ControllerApis:
                 listener.port,
                 body.rack,
                 str(body.incarnation_id),
+                endpoints,
             )
         except ReplogError as err:
             return p.BrokerRegistrationResponse(error_code=error_code(err))

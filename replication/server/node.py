@@ -29,15 +29,18 @@ from replication.controller.service import ControllerService
 from replication.coordinator.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import NotCoordinatorError, raise_for_code
+from replication.kafka.apis import KAFKA_LISTENER, KafkaProtocolApis
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
-from replication.server.socket_server import SocketServer
+from replication.server.socket_server import ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
 
 READY_LINE = "replog {role} {broker_id} listening on {host}:{port}"
+#: printed before READY_LINE by a broker with a Kafka listener
+KAFKA_READY_LINE = "replog broker {broker_id} listening for Kafka clients on {host}:{port}"
 
 
 class Node:
@@ -69,7 +72,17 @@ class Node:
             else None
         )
         self.apis = KafkaApis(config, self.replica_manager, controller_apis, None)
-        self.server = SocketServer(self.apis, self.host, self.port, config.socket_request_max_bytes)
+        self.server = SocketServer(
+            ReplogChannel(self.apis), self.host, self.port, config.socket_request_max_bytes
+        )
+        #: the Kafka protocol listener, on brokers whose listeners name one
+        self.kafka_server: SocketServer | None = None
+        kafka = config.kafka_host_port
+        if kafka is not None and self.replica_manager is not None:
+            self.kafka_host, self.kafka_port = kafka
+            self.kafka_server = SocketServer(
+                KafkaProtocolApis(self.apis), *kafka, config.socket_request_max_bytes
+            )
 
     @property
     def role(self) -> str:
@@ -89,6 +102,14 @@ class Node:
         if rm is None:
             return
         advertised = self.config.advertised_host_port or (self.host, self.port)
+        endpoints: tuple[tuple[str, str, int], ...] = ()
+        if self.kafka_server is not None:
+            self.kafka_port = await self.kafka_server.start()
+            host, port = self.config.advertised_kafka_host_port or (
+                self.kafka_host,
+                self.kafka_port,
+            )
+            endpoints = ((KAFKA_LISTENER, host, port),)
         self.lifecycle = BrokerLifecycle(
             self.config,
             self.metadata_store,
@@ -97,6 +118,7 @@ class Node:
             rm.registered,
             *advertised,
         )
+        self.lifecycle.endpoints = endpoints
         self.apis.lifecycle = self.lifecycle
         self.fetchers = ReplicaFetcherManager(self.config, rm, lambda: rm.image)
         rm.fetchers = self.fetchers
@@ -237,6 +259,8 @@ class Node:
                 self.group_coordinator.unload(index)
         if self.coordinator is not None:
             await self.coordinator.stop()
+        if self.kafka_server is not None:
+            await self.kafka_server.stop()
         await self.server.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
@@ -255,6 +279,13 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if node.kafka_server is not None:
+        print(
+            KAFKA_READY_LINE.format(
+                broker_id=config.broker_id, host=node.kafka_host, port=node.kafka_port
+            ),
+            flush=True,
+        )
     print(
         READY_LINE.format(
             role=node.role, broker_id=config.broker_id, host=node.host, port=node.port

@@ -4,6 +4,10 @@ As Kafka's SocketServer, requests on one connection are handled in order and the
 go back in order. Anything wrong with a connection's bytes (a malformed frame, a frame over
 ``socket.request.max.bytes``, an unknown API or version) closes that connection and nothing
 else; a bug in a handler is logged and closes that connection too.
+
+The server is the same for every listener; what a frame means is its
+:class:`RequestChannel`'s: replog's own protocol (:class:`ReplogChannel`) or Kafka's
+(:class:`replication.kafka.apis.KafkaProtocolApis`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from logstore.errors import ReplogError
 from replication import protocol as p
@@ -21,9 +25,64 @@ from replication.server.apis import KafkaApis
 log = logging.getLogger(__name__)
 
 
-class SocketServer:
-    def __init__(self, apis: KafkaApis, host: str, port: int, max_request_bytes: int) -> None:
+class RequestChannel(Protocol):
+    """What a listener's frames mean: how to read a request, handle it and answer it."""
+
+    def decode(self, frame: bytes) -> Any:
+        """The request in a frame; CorruptFrameError or UnsupportedVersionError if none."""
+
+    async def handle(self, request: Any) -> p.Parts | None:
+        """The encoded response (length prefix included), or None to send none."""
+
+    async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> p.Parts | None:
+        """The answer to a request of an API or version not served, or None to close."""
+
+    def describe(self, request: Any) -> str:
+        """The request's API, for logs."""
+
+
+class ReplogChannel:
+    """replog's own protocol, handled by :class:`KafkaApis`."""
+
+    def __init__(self, apis: KafkaApis) -> None:
         self.apis = apis
+
+    def decode(self, frame: bytes) -> Any:
+        return p.decode_request(frame)
+
+    async def handle(self, request: Any) -> p.Parts | None:
+        header, body = request
+        response = await self.apis.handle(header, body)
+        if response is None:
+            return None
+        return p.encode_response_parts(
+            header.correlation_id, header.api_key, header.api_version, response
+        )
+
+    async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> p.Parts | None:
+        """ApiVersions of an unknown version gets UNSUPPORTED_VERSION at v0 (as Kafka); any
+        other unknown API or version closes the connection."""
+        try:
+            header, _ = p.decode_request_header(frame)
+        except CorruptFrameError:
+            return None
+        if header.api_key != p.ApiKey.API_VERSIONS:
+            return None
+        versions = dataclasses.replace(
+            await self.apis.handle_api_versions(header, None),
+            error_code=UnsupportedVersionError.code,
+        )
+        return p.encode_response_parts(header.correlation_id, p.ApiKey.API_VERSIONS, 0, versions)
+
+    def describe(self, request: Any) -> str:
+        return p.ApiKey(request[0].api_key).name
+
+
+class SocketServer:
+    def __init__(
+        self, channel: RequestChannel, host: str, port: int, max_request_bytes: int
+    ) -> None:
+        self.channel = channel
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
@@ -72,15 +131,22 @@ class SocketServer:
     async def _handle_frame(self, frame: bytes, writer: asyncio.StreamWriter, peer: object) -> bool:
         """Handle one request; False closes the connection."""
         try:
-            header, body = p.decode_request(frame)
+            request = self.channel.decode(frame)
         except UnsupportedVersionError as err:
-            return await self._unsupported(frame, writer, peer, err)
+            parts = await self.channel.unsupported(frame, err)
+            if parts is None:
+                self.connections_closed_for_errors += 1
+                log.warning("closing connection from %s: %s", peer, err)
+                return False
+            writer.writelines(parts)
+            await writer.drain()
+            return True
         except CorruptFrameError as err:
             self.connections_closed_for_errors += 1
             log.warning("closing connection from %s: %s", peer, err)
             return False
         try:
-            response = await self.apis.handle(header, body)
+            parts = await self.channel.handle(request)
         except ReplogError as err:
             self.connections_closed_for_errors += 1
             log.warning("closing connection from %s: %s", peer, err)
@@ -89,39 +155,11 @@ class SocketServer:
             self.connections_closed_for_errors += 1
             log.exception(
                 "bug: %s request from %s failed; closing that connection",
-                p.ApiKey(header.api_key).name,
+                self.channel.describe(request),
                 peer,
             )
             return False
-        if response is None:
-            return True
-        writer.writelines(
-            p.encode_response_parts(
-                header.correlation_id, header.api_key, header.api_version, response
-            )
-        )
-        await writer.drain()
-        return True
-
-    async def _unsupported(
-        self, frame: bytes, writer: asyncio.StreamWriter, peer: object, err: ReplogError
-    ) -> bool:
-        """ApiVersions of an unknown version gets UNSUPPORTED_VERSION at v0 (as Kafka); any
-        other unknown API or version closes the connection."""
-        try:
-            header, _ = p.decode_request_header(frame)
-        except CorruptFrameError:
-            header = None
-        if header is not None and header.api_key == p.ApiKey.API_VERSIONS:
-            versions = dataclasses.replace(
-                await self.apis.handle_api_versions(header, None),
-                error_code=UnsupportedVersionError.code,
-            )
-            writer.writelines(
-                p.encode_response_parts(header.correlation_id, p.ApiKey.API_VERSIONS, 0, versions)
-            )
+        if parts:
+            writer.writelines(parts)
             await writer.drain()
-            return True
-        self.connections_closed_for_errors += 1
-        log.warning("closing connection from %s: %s", peer, err)
-        return False
+        return True

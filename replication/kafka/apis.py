@@ -1,0 +1,304 @@
+"""The Kafka listener's request handlers: Kafka's messages in, replog's handlers behind them.
+
+Every request is read at the version the client chose (:mod:`replication.kafka.wire`),
+translated to replog's message (:mod:`replication.kafka.translate`), handled by the broker's
+own :class:`~replication.server.apis.KafkaApis` (or the group APIs), and the answer is
+translated back at the same version. So a Kafka client gets exactly what replog's own
+clients get: the same log, fetch sessions, transaction and group coordinators, and errors.
+What differs is handled here:
+
+- records: a Kafka RecordBatch v2 is transcoded to replog's Arrow batch on Produce and back
+  on Fetch (:mod:`replication.kafka.records`, which says why);
+- addresses: Metadata and FindCoordinator name each broker's Kafka listener, not its
+  replog one (a broker without a Kafka listener is left out, as Kafka leaves out brokers
+  without the listener a client connected to);
+- a Kafka client is never a follower: Fetch's replica id is forced to -1 (consumer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from logstore.errors import ReplogError
+from replication import protocol as p
+from replication.common import TopicPartition
+from replication.errors import CoordinatorNotAvailableError, UnsupportedVersionError
+from replication.kafka.records import kafka_to_replog, replog_to_kafka
+from replication.kafka.translate import to_kafka, to_replog
+from replication.kafka.wire import (
+    SERVED_VERSIONS,
+    KafkaRequest,
+    decode_request,
+    encode_response,
+    peek_header,
+    response_class,
+)
+from replication.metadata.image import MetadataImage
+from replication.protocol.codec import Parts
+from replication.server.apis import KafkaApis
+from replication.server.responses import error_code, error_message
+
+log = logging.getLogger(__name__)
+
+#: The listener name under which brokers register their Kafka address.
+KAFKA_LISTENER: Final = "KAFKA"
+
+#: replog's request class for each API served through the generic translation.
+_REQUESTS: Final[dict[p.ApiKey, type]] = {
+    p.ApiKey.FETCH: p.FetchRequest,
+    p.ApiKey.LIST_OFFSETS: p.ListOffsetsRequest,
+    p.ApiKey.METADATA: p.MetadataRequest,
+    p.ApiKey.OFFSET_COMMIT: p.OffsetCommitRequest,
+    p.ApiKey.OFFSET_FETCH: p.OffsetFetchRequest,
+    p.ApiKey.FIND_COORDINATOR: p.FindCoordinatorRequest,
+    p.ApiKey.JOIN_GROUP: p.JoinGroupRequest,
+    p.ApiKey.HEARTBEAT: p.HeartbeatRequest,
+    p.ApiKey.LEAVE_GROUP: p.LeaveGroupRequest,
+    p.ApiKey.SYNC_GROUP: p.SyncGroupRequest,
+    p.ApiKey.DESCRIBE_GROUPS: p.DescribeGroupsRequest,
+    p.ApiKey.LIST_GROUPS: p.ListGroupsRequest,
+    p.ApiKey.CREATE_TOPICS: p.CreateTopicsRequest,
+    p.ApiKey.DELETE_TOPICS: p.DeleteTopicsRequest,
+    p.ApiKey.INIT_PRODUCER_ID: p.InitProducerIdRequest,
+    p.ApiKey.OFFSET_FOR_LEADER_EPOCH: p.OffsetsForLeaderEpochRequest,
+    p.ApiKey.ADD_PARTITIONS_TO_TXN: p.AddPartitionsToTxnRequest,
+    p.ApiKey.ADD_OFFSETS_TO_TXN: p.AddOffsetsToTxnRequest,
+    p.ApiKey.END_TXN: p.EndTxnRequest,
+    p.ApiKey.TXN_OFFSET_COMMIT: p.TxnOffsetCommitRequest,
+    p.ApiKey.DELETE_GROUPS: p.DeleteGroupsRequest,
+}
+
+_Handler = Callable[[KafkaRequest, p.RequestHeader], Awaitable[Any]]
+
+
+class KafkaProtocolApis:
+    """The request channel of a broker's Kafka listener (see
+    :class:`~replication.server.socket_server.RequestChannel`)."""
+
+    def __init__(self, apis: KafkaApis) -> None:
+        self.apis = apis
+        self._special: dict[int, _Handler] = {
+            p.ApiKey.API_VERSIONS: self._api_versions,
+            p.ApiKey.PRODUCE: self._produce,
+            p.ApiKey.FETCH: self._fetch,
+            p.ApiKey.METADATA: self._metadata,
+            p.ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            p.ApiKey.LEAVE_GROUP: self._leave_group,
+        }
+
+    # --- RequestChannel ---------------------------------------------------------------------
+
+    def decode(self, frame: bytes) -> KafkaRequest:
+        request = decode_request(frame)
+        if not self._serves(request.api_key):
+            raise UnsupportedVersionError(
+                f"{p.ApiKey(request.api_key).name} is not served by this node yet"
+            )
+        return request
+
+    async def handle(self, request: KafkaRequest) -> Parts | None:
+        header = p.RequestHeader(
+            api_key=request.api_key,
+            api_version=0,
+            correlation_id=request.correlation_id,
+            client_id=request.client_id,
+        )
+        special = self._special.get(request.api_key)
+        if special is not None:
+            response = await special(request, header)
+        else:
+            replog_request: Any = to_replog(request.body, _REQUESTS[p.ApiKey(request.api_key)])
+            response = await self.apis.handle(header, replog_request)
+        if response is None:
+            return None
+        return self._encode(request.api_key, request.api_version, request.correlation_id, response)
+
+    async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> Parts | None:
+        """ApiVersions at a version this listener does not know: UNSUPPORTED_VERSION at v0,
+        with the versions it does serve, so the client can retry with one of them (as Kafka
+        answers); any other API or version closes the connection."""
+        head = peek_header(frame)
+        if head is None or head[0] != p.ApiKey.API_VERSIONS:
+            return None
+        body = {"error_code": UnsupportedVersionError.code, "api_keys": self._api_keys()}
+        return self._encode(p.ApiKey.API_VERSIONS, 0, head[2], body)
+
+    def describe(self, request: KafkaRequest) -> str:
+        return f"Kafka {p.ApiKey(request.api_key).name} v{request.api_version}"
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _serves(self, api_key: int) -> bool:
+        return api_key == p.ApiKey.API_VERSIONS or api_key in self.apis.handlers
+
+    def _api_keys(self) -> list[dict[str, int]]:
+        return [
+            {"api_key": int(key), "min_version": lo, "max_version": hi}
+            for key, (lo, hi) in sorted(SERVED_VERSIONS.items())
+            if self._serves(key)
+        ]
+
+    @staticmethod
+    def _encode(api_key: int, api_version: int, correlation_id: int, response: Any) -> Parts:
+        body: Any = to_kafka(response, response_class(api_key, api_version))
+        return encode_response(api_key, api_version, correlation_id, body)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.apis.image
+
+    def _kafka_address(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.image.broker(broker_id)
+        return broker.endpoint(KAFKA_LISTENER) if broker is not None else None
+
+    # --- handlers that are more than a translation ------------------------------------------
+
+    async def _api_versions(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        return {"api_keys": self._api_keys()}
+
+    async def _produce(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        body: Any = request.body
+        entries: list[tuple[str, int, bytes | bytearray | memoryview | None]] = []
+        refused: dict[TopicPartition, ReplogError] = {}
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                try:
+                    records = kafka_to_replog(part.records if part.records is not None else b"")
+                except ReplogError as err:
+                    refused[TopicPartition(topic.name, part.index)] = err
+                    continue
+                entries.append((topic.name, part.index, records))
+        timeout_ms = int(body.timeout.total_seconds() * 1000)
+        results = await self.apis.replica_manager.append_records(body.acks, timeout_ms, entries)
+        if body.acks == 0:
+            return None
+        responses = []
+        for topic in body.topic_data:
+            partitions = []
+            for part in topic.partition_data:
+                key = TopicPartition(topic.name, part.index)
+                error = refused.get(key)
+                if error is not None:
+                    partitions.append(
+                        {
+                            "index": part.index,
+                            "error_code": error_code(error),
+                            "base_offset": -1,
+                            "error_message": error_message(error),
+                        }
+                    )
+                    continue
+                r = results[key]
+                partitions.append(
+                    {
+                        "index": part.index,
+                        "error_code": error_code(r.error),
+                        "base_offset": r.base_offset,
+                        "log_append_time_ms": -1,
+                        "log_start_offset": r.log_start_offset,
+                        "error_message": error_message(r.error),
+                    }
+                )
+            responses.append({"name": topic.name, "partition_responses": partitions})
+        return {"responses": responses}
+
+    async def _fetch(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        fetch = to_replog(request.body, p.FetchRequest)
+        # A Kafka client is a consumer, whatever replica id it sends: only replog's own
+        # followers (on the replog listener) may fetch past the high watermark.
+        fetch = dataclasses.replace(fetch, replica_id=p.CONSUMER_REPLICA_ID)
+        response: p.FetchResponse = await self.apis.handle(header, fetch)
+        return {
+            "error_code": response.error_code,
+            "session_id": response.session_id,
+            "responses": [
+                {
+                    "topic": t.topic,
+                    "partitions": [
+                        {**vars_of(part), "records": _kafka_records(part.records)}
+                        for part in t.partitions
+                    ],
+                }
+                for t in response.responses
+            ],
+        }
+
+    async def _metadata(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        response: p.MetadataResponse = await self.apis.handle(
+            header, to_replog(request.body, p.MetadataRequest)
+        )
+        image = self.image
+        brokers = []
+        for b in image.brokers:
+            address = b.endpoint(KAFKA_LISTENER)
+            if address is not None and not b.fenced:
+                brokers.append(
+                    {"node_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack}
+                )
+        topics = []
+        for t in response.topics:
+            info = image.topic(t.name)
+            topic_id = uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
+            topics.append({**vars_of(t), "topic_id": topic_id or uuid.UUID(int=0)})
+        return {
+            "brokers": brokers,
+            "cluster_id": response.cluster_id,
+            # Any broker forwards what Kafka sends to the controller (CreateTopics, ...), so
+            # this one is the controller as far as a Kafka client needs to know.
+            "controller_id": self.apis.config.broker_id,
+            "topics": topics,
+        }
+
+    async def _find_coordinator(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        body = request.body
+        keys = list(getattr(body, "coordinator_keys", ())) or [getattr(body, "key", "")]
+        coordinators = []
+        for key in keys:
+            found: p.FindCoordinatorResponse = await self.apis.handle(
+                header, p.FindCoordinatorRequest(key=key, key_type=body.key_type)
+            )
+            entry: dict[str, Any] = {
+                "key": key,
+                "error_code": found.error_code,
+                "error_message": found.error_message,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+            if found.error_code == 0:
+                address = self._kafka_address(found.node_id)
+                if address is None:
+                    entry["error_code"] = CoordinatorNotAvailableError.code
+                    entry["error_message"] = (
+                        f"broker {found.node_id} coordinates {key!r} but has no Kafka listener"
+                    )
+                else:
+                    entry.update(node_id=found.node_id, host=address[0], port=address[1])
+            coordinators.append(entry)
+        if request.api_version >= 4:
+            return {"coordinators": coordinators}
+        return coordinators[0]
+
+    async def _leave_group(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        leave = to_replog(request.body, p.LeaveGroupRequest)
+        member_id = getattr(request.body, "member_id", None)
+        if member_id is not None:  # v0-v2: one member, by id
+            leave = p.LeaveGroupRequest(
+                group_id=leave.group_id, members=[p.MemberIdentity(member_id=member_id)]
+            )
+        return await self.apis.handle(header, leave)
+
+
+def vars_of(message: Any) -> dict[str, Any]:
+    """The fields of a replog message as a dict (shallow)."""
+    return {name: getattr(message, name) for name in message.__dataclass_fields__}
+
+
+def _kafka_records(records: Any) -> bytes | None:
+    if records is None:
+        return None
+    return replog_to_kafka(records) if len(records) else b""

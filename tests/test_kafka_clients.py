@@ -1,0 +1,312 @@
+"""Kafka clients nobody here wrote, against replog's Kafka listener on real broker processes:
+confluent-kafka (librdkafka), kafka-python and kcat produce to and consume from a cluster of
+three brokers, with every compression codec, keys, headers and timestamps, and read what
+replog's own client wrote (and the other way round)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from replication import protocol as p
+from replication.client import Producer as ReplogProducer
+from replication.common import TopicPartition
+from tests.cluster import Cluster
+from tests.helpers import read_to_end, unique_name, wait_until
+from tests.wire import RawConnection
+
+pytestmark = pytest.mark.cluster
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+#: a fixed CreateTime in the past (2023-11-14), so that timestamps cannot come from the broker
+BASE_TIMESTAMP = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("kafka-clients"), brokers=3, kafka=True).start()
+    yield c
+    c.stop()
+
+
+def create_topic(cluster: Cluster, partitions: int = 3, replication: int = 3) -> str:
+    """A new topic, created through the Kafka listener, with a leader for every partition."""
+    topic = unique_name("kafka")
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                partitions,
+                replication,
+                config={"min.insync.replicas": str(min(2, replication))},
+            )
+        ]
+    )
+    futures[topic].result(timeout=30)
+
+    # Each broker learns of the topic from the cluster metadata on its own (as Kafka's do), and
+    # a Kafka client may ask any of them: ask every one, on its own connection.
+    def ready() -> bool:
+        for broker in cluster.brokers.values():
+            with RawConnection(broker.bootstrap) as conn:
+                response = conn.request(
+                    p.ApiKey.METADATA,
+                    p.MetadataRequest(topics=[p.MetadataRequestTopic(name=topic)]),
+                )
+            (info,) = response.topics
+            if info.error_code or len(info.partitions) != partitions:
+                return False
+            if any(part.leader_id < 0 for part in info.partitions):
+                return False
+        return True
+
+    wait_until(ready, timeout=30, message=f"every broker knows {topic} and its leaders")
+    return topic
+
+
+def sample(n: int) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]], int]]:
+    """(key, value, headers, timestamp) records, with a null value and header value among them."""
+    out: list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]], int]] = []
+    for i in range(n):
+        value = None if i % 97 == 13 else (f"value-{i}-" * 8).encode()
+        headers: list[tuple[str, bytes | None]] = [("i", str(i).encode()), ("h2", None)]
+        out.append((f"key-{i}".encode(), value, headers if i % 3 else [], BASE_TIMESTAMP + i))
+    return out
+
+
+def confluent_consume(
+    bootstrap: str, topic: str, partitions: int, count: int, **config: Any
+) -> list[Any]:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_name("g"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **config,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(out) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            out.append(message)
+        assert len(out) == count, f"read {len(out)} of {count} records"
+        return out
+    finally:
+        consumer.close()
+
+
+def as_tuples(messages: list[Any]) -> set[Any]:
+    return {(m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]) for m in messages}
+
+
+def expected(records: list[Any]) -> set[Any]:
+    return {(k, v, tuple(h), ts) for k, v, h, ts in records}
+
+
+# --- confluent-kafka ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_confluent_kafka_produces_and_consumes_with_every_codec(
+    cluster: Cluster, codec: str
+) -> None:
+    topic = create_topic(cluster)
+    records: list[Any] = sample(600)
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "compression.type": codec,
+            "linger.ms": 5,
+        }
+    )
+    delivered: dict[Any, Any] = {}
+    failed: list[Any] = []
+
+    def on_delivery(err: Any, message: Any) -> None:
+        if err is not None:
+            failed.append(err)
+        else:
+            delivered[(message.partition(), message.offset())] = message.key()
+
+    for key, value, headers, ts in records:
+        producer.produce(
+            topic, value=value, key=key, headers=headers, timestamp=ts, on_delivery=on_delivery
+        )
+    assert producer.flush(60) == 0
+    assert failed == []
+    assert len(delivered) == len(records)
+
+    messages = confluent_consume(cluster.kafka_bootstrap, topic, 3, len(records))
+    assert as_tuples(messages) == expected(records)
+    # every record is where its delivery report said, and offsets are dense from 0
+    assert {(m.partition(), m.offset()): m.key() for m in messages} == delivered
+    for partition in range(3):
+        offsets = sorted(m.offset() for m in messages if m.partition() == partition)
+        assert offsets == list(range(len(offsets)))
+
+
+# --- kafka-python ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kafka_python_produces_and_consumes_with_every_codec(cluster: Cluster, codec: str) -> None:
+    topic = create_topic(cluster)
+    # kafka-python takes no null header values
+    records: list[Any] = [
+        (k, v, [(hk, hv if hv is not None else b"") for hk, hv in h], ts)
+        for k, v, h, ts in sample(300)
+    ]
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        acks="all",
+        compression_type=None if codec == "none" else codec,
+        linger_ms=5,
+    )
+    futures = [
+        producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=ts)
+        for key, value, headers, ts in records
+    ]
+    producer.flush(60)
+    metadata = [f.get(timeout=30) for f in futures]
+    producer.close()
+    assert len({(m.partition, m.offset) for m in metadata}) == len(records)
+
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=20_000,
+    )
+    consumer.assign([kafka.TopicPartition(topic, p) for p in range(3)])
+    got = []
+    for message in consumer:
+        got.append(message)
+        if len(got) == len(records):
+            break
+    consumer.close()
+    assert {(m.key, m.value, tuple(m.headers), m.timestamp) for m in got} == expected(records)
+
+
+# --- kcat --------------------------------------------------------------------------------------
+
+
+def kcat() -> str:
+    path = shutil.which("kcat") or shutil.which("kafkacat")
+    assert path, "kcat is not installed: install Debian's kcat package (apt-get install kcat)"
+    return path
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_kcat_produces_and_consumes_with_every_codec(
+    cluster: Cluster, codec: str, tmp_path: Path
+) -> None:
+    topic = create_topic(cluster)
+    lines = [f"key-{i}\tvalue-{i}" for i in range(200)]
+    produced = subprocess.run(
+        [
+            kcat(),
+            "-P",
+            "-b",
+            cluster.kafka_bootstrap,
+            "-t",
+            topic,
+            "-K",
+            "\t",
+            "-z",
+            codec,
+            "-H",
+            "source=kcat",
+            "-X",
+            "acks=all",
+        ],
+        input="\n".join(lines) + "\n",
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [
+            kcat(),
+            "-C",
+            "-b",
+            cluster.kafka_bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%k\t%s\t%h\n",
+        ],
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    got = sorted(line for line in consumed.stdout.splitlines() if line)
+    assert got == sorted(f"{line}\tsource=kcat" for line in lines)
+
+
+def test_kcat_lists_the_brokers_kafka_listeners(cluster: Cluster) -> None:
+    topic = create_topic(cluster, partitions=2)
+    listed = subprocess.run(
+        [kcat(), "-L", "-b", cluster.kafka_bootstrap, "-t", topic],
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    for broker in cluster.brokers.values():
+        assert f"broker {broker.broker_id} at 127.0.0.1:{broker.kafka_port}" in listed.stdout
+    assert f'topic "{topic}" with 2 partitions' in listed.stdout
+
+
+# --- both protocols ----------------------------------------------------------------------------
+
+
+def test_replog_reads_what_a_kafka_client_wrote(cluster: Cluster) -> None:
+    topic = create_topic(cluster)
+    records: list[Any] = sample(300)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all", "compression.type": "lz4"}
+    )
+    for key, value, headers, ts in records:
+        producer.produce(topic, value=value, key=key, headers=headers, timestamp=ts)
+    assert producer.flush(60) == 0
+    read = read_to_end(cluster.bootstrap, [TopicPartition(topic, p) for p in range(3)])
+    got = {(r.key, r.value, tuple(r.headers), r.timestamp) for r in read.records}
+    assert got == expected(records)
+
+
+def test_a_kafka_client_reads_what_replog_wrote(cluster: Cluster) -> None:
+    topic = create_topic(cluster)
+    records = sample(300)
+    with ReplogProducer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
+        futures = [
+            producer.send(topic, value=value, key=key, headers=headers, timestamp=ts)
+            for key, value, headers, ts in records
+        ]
+        offsets = {(f.result(30).partition, f.result(30).offset) for f in futures}
+    messages = confluent_consume(cluster.kafka_bootstrap, topic, 3, len(records))
+    assert as_tuples(messages) == expected(records)
+    assert {(m.partition(), m.offset()) for m in messages} == offsets
