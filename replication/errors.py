@@ -59,6 +59,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
@@ -412,6 +413,16 @@ class InvalidReplicationFactorError(WireError, ValueError):
     """
 
     code = 38
+
+
+class InvalidReplicaAssignmentError(WireError, ValueError):
+    """A replica assignment is not valid: wrong count, repeated or unknown brokers.
+
+    Name, for each new partition, as many distinct live brokers as the topic's replication
+    factor, or leave the assignment to the controller.
+    """
+
+    code = 39
 
 
 class NotControllerError(WireError):

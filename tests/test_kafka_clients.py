@@ -15,7 +15,12 @@ from typing import Any
 import confluent_kafka
 import kafka
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
 from replication import protocol as p
 from replication.client import Producer as ReplogProducer
@@ -54,8 +59,16 @@ def create_topic(cluster: Cluster, partitions: int = 3, replication: int = 3) ->
     )
     futures[topic].result(timeout=30)
 
-    # Each broker learns of the topic from the cluster metadata on its own (as Kafka's do), and
-    # a Kafka client may ask any of them: ask every one, on its own connection.
+    wait_known(cluster, topic, partitions)
+    return topic
+
+
+def wait_known(cluster: Cluster, topic: str, partitions: int) -> None:
+    """Wait until every broker knows ``topic`` with ``partitions`` partitions and their leaders.
+
+    Each broker learns of a change from the cluster metadata on its own (as Kafka's do), and
+    a Kafka client may ask any of them: ask every one, on its own connection."""
+
     def ready() -> bool:
         for broker in cluster.brokers.values():
             with RawConnection(broker.bootstrap) as conn:
@@ -71,7 +84,6 @@ def create_topic(cluster: Cluster, partitions: int = 3, replication: int = 3) ->
         return True
 
     wait_until(ready, timeout=30, message=f"every broker knows {topic} and its leaders")
-    return topic
 
 
 def sample(n: int) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]], int]]:
@@ -97,7 +109,12 @@ def confluent_consume(
         }
     )
     try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(partitions)
+            ]
+        )
         out: list[Any] = []
         deadline = time.monotonic() + 60
         while len(out) < count and time.monotonic() < deadline:
@@ -310,3 +327,50 @@ def test_a_kafka_client_reads_what_replog_wrote(cluster: Cluster) -> None:
     messages = confluent_consume(cluster.kafka_bootstrap, topic, 3, len(records))
     assert as_tuples(messages) == expected(records)
     assert {(m.partition(), m.offset()) for m in messages} == offsets
+
+
+# --- admin -------------------------------------------------------------------------------------
+
+
+def test_kafka_admin_describes_the_cluster_and_configs_grows_topics_and_deletes_records(
+    cluster: Cluster,
+) -> None:
+    topic = create_topic(cluster, partitions=2)
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+
+    described = admin.describe_cluster(request_timeout=30).result(30)
+    assert sorted((n.id, n.port) for n in described.nodes) == sorted(
+        (b.broker_id, b.kafka_port) for b in cluster.brokers.values()
+    )
+    assert described.cluster_id
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["min.insync.replicas"].value == "2"  # the topic's own
+    assert configs["retention.ms"].value is not None  # the broker's default
+    assert not configs["min.insync.replicas"].is_default
+
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+    wait_known(cluster, topic, 4)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"}
+    )
+    failed: list[Any] = []
+
+    def on_delivery(err: Any, message: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for i in range(40):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 4, on_delivery=on_delivery)
+    assert producer.flush(60) == 0
+    assert failed == []
+    deleted = admin.delete_records([confluent_kafka.TopicPartition(topic, 3, 4)])
+    (result,) = deleted.values()
+    assert result.result(30).low_watermark == 4
+    messages = confluent_consume(cluster.kafka_bootstrap, topic, 4, 36)
+    assert min(m.offset() for m in messages if m.partition() == 3) == 4
+    assert {m.partition() for m in messages} == {0, 1, 2, 3}

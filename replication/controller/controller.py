@@ -26,6 +26,7 @@ from replication.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -501,6 +502,67 @@ class Controller:
             if not validate_only:
                 self._commit(self.image.next().with_topic(topic))
             return topic
+
+    def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions).
+
+        The new partitions get the topic's replication factor, on the replicas ``assignments``
+        names (one list per new partition) or else chosen as at creation. Partitions only grow:
+        records keep their partition, but keys hash to new partitions from now on, as in Kafka.
+        """
+        with self._lock:
+            info = self.image.topic(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            current = len(info.partitions)
+            if not current < count <= MAX_PARTITIONS_PER_TOPIC:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {current} partitions: a new count must be between "
+                    f"{current + 1} and {MAX_PARTITIONS_PER_TOPIC}, got {count}"
+                )
+            rf = len(info.partitions[0].replicas)
+            live = [b for b in self.image.brokers if not b.fenced]
+            live_ids = {b.broker_id for b in live}
+            if assignments is None:
+                if rf > len(live):
+                    raise InvalidReplicationFactorError(
+                        f"topic {name!r} has replication factor {rf} but only {len(live)} "
+                        "broker(s) are live"
+                    )
+                new = assign_replicas(live, count - current, rf)
+            else:
+                new = [list(a) for a in assignments]
+                if len(new) != count - current:
+                    raise InvalidReplicaAssignmentError(
+                        f"topic {name!r}: {len(new)} assignments for {count - current} new "
+                        "partitions"
+                    )
+                for replicas in new:
+                    if len(replicas) != rf or len(set(replicas)) != rf:
+                        raise InvalidReplicaAssignmentError(
+                            f"topic {name!r}: assignment {replicas} does not name {rf} "
+                            "distinct brokers (the topic's replication factor)"
+                        )
+                    if not set(replicas) <= live_ids:
+                        raise InvalidReplicaAssignmentError(
+                            f"topic {name!r}: assignment {replicas} names brokers that are not "
+                            f"live (live: {sorted(live_ids)})"
+                        )
+            grown = replace(
+                info,
+                partitions=info.partitions
+                + tuple(PartitionState(tuple(r), tuple(r), r[0], 0, 0) for r in new),
+            )
+            if not validate_only:
+                self._commit(self.image.next().with_topic(grown))
+            return grown
 
     def delete_topic(self, name: str) -> None:
         with self._lock:

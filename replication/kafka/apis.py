@@ -70,7 +70,13 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.END_TXN: p.EndTxnRequest,
     p.ApiKey.TXN_OFFSET_COMMIT: p.TxnOffsetCommitRequest,
     p.ApiKey.DELETE_GROUPS: p.DeleteGroupsRequest,
+    p.ApiKey.DELETE_RECORDS: p.DeleteRecordsRequest,
+    p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
+    p.ApiKey.CREATE_PARTITIONS: p.CreatePartitionsRequest,
 }
+
+#: APIs the Kafka listener answers itself, with no replog handler behind them.
+_OWN: Final = frozenset({p.ApiKey.API_VERSIONS, p.ApiKey.DESCRIBE_CLUSTER})
 
 _Handler = Callable[[KafkaRequest, p.RequestHeader], Awaitable[Any]]
 
@@ -88,6 +94,7 @@ class KafkaProtocolApis:
             p.ApiKey.METADATA: self._metadata,
             p.ApiKey.FIND_COORDINATOR: self._find_coordinator,
             p.ApiKey.LEAVE_GROUP: self._leave_group,
+            p.ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
         }
 
     # --- RequestChannel ---------------------------------------------------------------------
@@ -133,7 +140,7 @@ class KafkaProtocolApis:
     # --- helpers ----------------------------------------------------------------------------
 
     def _serves(self, api_key: int) -> bool:
-        return api_key == p.ApiKey.API_VERSIONS or api_key in self.apis.handlers
+        return api_key in _OWN or api_key in self.apis.handlers
 
     def _api_keys(self) -> list[dict[str, int]]:
         return [
@@ -227,25 +234,42 @@ class KafkaProtocolApis:
             ],
         }
 
+    def _kafka_brokers(self) -> list[dict[str, Any]]:
+        """The live brokers, at their Kafka listeners."""
+        brokers = []
+        for b in self.image.brokers:
+            address = b.endpoint(KAFKA_LISTENER)
+            if address is not None and not b.fenced:
+                brokers.append(
+                    {
+                        "node_id": b.broker_id,
+                        "broker_id": b.broker_id,
+                        "host": address[0],
+                        "port": address[1],
+                        "rack": b.rack,
+                    }
+                )
+        return brokers
+
+    async def _describe_cluster(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        return {
+            "cluster_id": self.image.cluster_id,
+            "controller_id": self.apis.config.broker_id,
+            "brokers": self._kafka_brokers(),
+        }
+
     async def _metadata(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
         response: p.MetadataResponse = await self.apis.handle(
             header, to_replog(request.body, p.MetadataRequest)
         )
         image = self.image
-        brokers = []
-        for b in image.brokers:
-            address = b.endpoint(KAFKA_LISTENER)
-            if address is not None and not b.fenced:
-                brokers.append(
-                    {"node_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack}
-                )
         topics = []
         for t in response.topics:
             info = image.topic(t.name)
             topic_id = uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
             topics.append({**vars_of(t), "topic_id": topic_id or uuid.UUID(int=0)})
         return {
-            "brokers": brokers,
+            "brokers": self._kafka_brokers(),
             "cluster_id": response.cluster_id,
             # Any broker forwards what Kafka sends to the controller (CreateTopics, ...), so
             # this one is the controller as far as a Kafka client needs to know.

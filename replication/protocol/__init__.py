@@ -1,14 +1,37 @@
 """replog's wire protocol, one module per part: :mod:`.codec` (wire types and the generic
-codec), :mod:`.api` (API keys, header, constants), the messages by API family (:mod:`.metadata`,
-:mod:`.produce`, :mod:`.fetch`, :mod:`.transactions`, :mod:`.groups`, :mod:`.controller`),
-:mod:`.framing` (the API table, frames) and :mod:`.rpc` (an asyncio connection for
-broker-to-broker requests).
+codec), :mod:`.api` (API keys, header, constants), the messages by API family
+(:mod:`.metadata`, :mod:`.produce`, :mod:`.fetch`, :mod:`.transactions`, :mod:`.groups`,
+:mod:`.admin`, :mod:`.controller`), :mod:`.framing` (the API table, frames) and :mod:`.rpc` (an
+asyncio connection for broker-to-broker requests).
 
 Callers use the package as one namespace: ``from replication import protocol as p``.
 """
 
 from __future__ import annotations
 
+from replication.protocol.admin import (
+    BROKER_RESOURCE,
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    TOPIC_RESOURCE,
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
+    DeleteRecordsPartition,
+    DeleteRecordsPartitionResult,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopic,
+    DeleteRecordsTopicResult,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+)
 from replication.protocol.api import (
     CONSUMER_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -219,8 +242,11 @@ from replication.protocol.transactions import (
 
 __all__ = [
     "BOOL",
+    "BROKER_RESOURCE",
     "BYTES",
     "CONSUMER_REPLICA_ID",
+    "DEFAULT_CONFIG",
+    "DYNAMIC_TOPIC_CONFIG",
     "EARLIEST_TIMESTAMP",
     "FLOAT64",
     "GROUP_KEY_TYPE",
@@ -235,8 +261,10 @@ __all__ = [
     "NULLABLE_STRING",
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
+    "STATIC_BROKER_CONFIG",
     "STRING",
     "SUPPORTED_VERSIONS",
+    "TOPIC_RESOURCE",
     "TRANSACTION_KEY_TYPE",
     "UUID",
     "AbortedTransaction",
@@ -274,6 +302,11 @@ __all__ = [
     "CreatableTopic",
     "CreatableTopicConfig",
     "CreatableTopicResult",
+    "CreatePartitionsAssignment",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
+    "CreatePartitionsTopic",
+    "CreatePartitionsTopicResult",
     "CreateTopicsRequest",
     "CreateTopicsResponse",
     "DecodeStep",
@@ -282,9 +315,20 @@ __all__ = [
     "DeletableTopicResult",
     "DeleteGroupsRequest",
     "DeleteGroupsResponse",
+    "DeleteRecordsPartition",
+    "DeleteRecordsPartitionResult",
+    "DeleteRecordsRequest",
+    "DeleteRecordsResponse",
+    "DeleteRecordsTopic",
+    "DeleteRecordsTopicResult",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
     "DescribableLogDirTopic",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResource",
+    "DescribeConfigsResourceResult",
+    "DescribeConfigsResponse",
+    "DescribeConfigsResult",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
     "DescribeLogDirsPartition",

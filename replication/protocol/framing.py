@@ -33,6 +33,14 @@ from replication.errors import (
     InvalidFrameLengthError,
     UnsupportedVersionError,
 )
+from replication.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from replication.protocol.api import ApiKey, RequestHeader
 from replication.protocol.codec import (
     _I32,
@@ -170,6 +178,9 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.DESCRIBE_GROUPS: _Api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 0),
     ApiKey.LIST_GROUPS: _Api(ListGroupsRequest, ListGroupsResponse, 0, 0),
     ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 0),
+    ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 0),
+    ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 0),
+    ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 0),
 }
 
 #: The (min, max) version replog speaks for each API.

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from logstore.errors import ReplogError
+from logstore.errors import OffsetOutOfRangeError, ReplogError
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
@@ -31,9 +31,11 @@ from replication.errors import (
     UnsupportedVersionError,
 )
 from replication.metadata.image import MetadataImage
+from replication.server.configs import describe_configs
 from replication.server.controller_apis import (
     ControllerApis,
     not_controller_create,
+    not_controller_create_partitions,
     not_controller_delete,
 )
 from replication.server.group_apis import GroupApis
@@ -63,6 +65,7 @@ class KafkaApis:
             p.ApiKey.METADATA: self.handle_metadata,
             p.ApiKey.CREATE_TOPICS: self.handle_create_topics,
             p.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            p.ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
         }
         if replica_manager is not None:
             self.handlers.update(
@@ -72,6 +75,8 @@ class KafkaApis:
                     p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
                     p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
                     p.ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+                    p.ApiKey.DELETE_RECORDS: self.handle_delete_records,
+                    p.ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
                     p.ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
                     p.ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
                     p.ApiKey.ADD_PARTITIONS_TO_TXN: self.handle_add_partitions_to_txn,
@@ -208,6 +213,67 @@ class KafkaApis:
             response = not_controller_delete(body)
         await self._after_controller_change()
         return response
+
+    async def handle_create_partitions(
+        self, header: p.RequestHeader, body: p.CreatePartitionsRequest
+    ) -> Any:
+        controller = self.controller_apis
+        if controller is not None and (controller.active or self.lifecycle is None):
+            response = await controller.create_partitions(body)
+        elif self.lifecycle is not None:
+            response = await self.lifecycle.controller_request(p.ApiKey.CREATE_PARTITIONS, body)
+        else:  # a broker still starting: no way to the controller yet
+            response = not_controller_create_partitions(body)
+        await self._after_controller_change()
+        return response
+
+    async def handle_delete_records(
+        self, header: p.RequestHeader, body: p.DeleteRecordsRequest
+    ) -> Any:
+        """Advance each partition's log start offset on its leader (offset -1: the high
+        watermark). Followers follow through the log start offset in their fetches.
+
+        Kafka answers once every replica has deleted (the low watermark of the replicas); here
+        the leader's new log start offset is the answer, since no replica serves records below
+        it to a consumer once the leader has moved it (followers are not read by consumers)."""
+        rm = self.replica_manager
+        topics = []
+        for t in body.topics:
+            parts = []
+            for part in t.partitions:
+                try:
+                    partition = rm.get_partition(t.name, part.partition_index)
+                    partition.check_leader_epoch(-1, require_leader=True)
+                    plog = partition.log
+                    offset = plog.high_watermark if part.offset == -1 else part.offset
+                    if not plog.log_start_offset <= offset <= plog.high_watermark:
+                        raise OffsetOutOfRangeError(
+                            f"{t.name}-{part.partition_index}: cannot delete records before "
+                            f"offset {part.offset}: it must be between the log start offset "
+                            f"{plog.log_start_offset} and the high watermark "
+                            f"{plog.high_watermark} (or -1 for the high watermark)"
+                        )
+                    low = await asyncio.to_thread(plog.delete_records_before, offset)
+                    parts.append(
+                        p.DeleteRecordsPartitionResult(
+                            partition_index=part.partition_index, low_watermark=low
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.DeleteRecordsPartitionResult(
+                            partition_index=part.partition_index, error_code=error_code(err)
+                        )
+                    )
+            topics.append(p.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        return p.DeleteRecordsResponse(topics=topics)
+
+    async def handle_describe_configs(
+        self, header: p.RequestHeader, body: p.DescribeConfigsRequest
+    ) -> Any:
+        return p.DescribeConfigsResponse(
+            results=[describe_configs(self.config, self.image, r) for r in body.resources]
+        )
 
     # --- transactions --------------------------------------------------------------------------
 

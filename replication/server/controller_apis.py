@@ -43,6 +43,22 @@ def not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse
     )
 
 
+def not_controller_create_partitions(
+    body: p.CreatePartitionsRequest,
+) -> p.CreatePartitionsResponse:
+    """CreatePartitions answered by a node that cannot reach the active controller."""
+    return p.CreatePartitionsResponse(
+        results=[
+            p.CreatePartitionsTopicResult(
+                name=t.name,
+                error_code=NotControllerError.code,
+                error_message="this controller is a standby; send it to the active controller",
+            )
+            for t in body.topics
+        ]
+    )
+
+
 def not_controller_delete(body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
     """DeleteTopics answered by a node that cannot reach the active controller."""
     return p.DeleteTopicsResponse(
@@ -116,6 +132,35 @@ class ControllerApis:
                     )
                 )
         return p.CreateTopicsResponse(topics=results)
+
+    async def create_partitions(
+        self, body: p.CreatePartitionsRequest
+    ) -> p.CreatePartitionsResponse:
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_create_partitions(body)
+        results = []
+        for topic in body.topics:
+            try:
+                await asyncio.to_thread(
+                    controller.create_partitions,
+                    topic.name,
+                    topic.count,
+                    None
+                    if topic.assignments is None
+                    else [a.broker_ids for a in topic.assignments],
+                    validate_only=body.validate_only,
+                )
+                results.append(p.CreatePartitionsTopicResult(name=topic.name))
+            except ReplogError as err:
+                results.append(
+                    p.CreatePartitionsTopicResult(
+                        name=topic.name,
+                        error_code=error_code(err),
+                        error_message=error_message(err),
+                    )
+                )
+        return p.CreatePartitionsResponse(results=results)
 
     async def delete_topics(self, body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
         controller = self.active_controller
