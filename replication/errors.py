@@ -97,6 +97,7 @@ __all__ = [
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
+    "UnsupportedCompressionTypeError",
     "UnsupportedVersionError",
     "WireError",
     "for_code",
@@ -413,6 +414,16 @@ class InvalidReplicationFactorError(WireError, ValueError):
     """
 
     code = 38
+
+
+class UnsupportedCompressionTypeError(WireError):
+    """The request's version cannot carry the records' compression codec (zstd needs Produce
+    v7 or later, as in Kafka).
+
+    Upgrade the client, or produce with another codec.
+    """
+
+    code = 76
 
 
 class InvalidReplicaAssignmentError(WireError, ValueError):

@@ -5,9 +5,14 @@ replog's own client wrote (and the other way round)."""
 
 from __future__ import annotations
 
+import datetime
+import io
 import shutil
+import socket
+import struct
 import subprocess
 import time
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +26,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewPartitions,
     NewTopic,
 )
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
 
 from replication import protocol as p
 from replication.client import Producer as ReplogProducer
@@ -374,3 +382,84 @@ def test_kafka_admin_describes_the_cluster_and_configs_grows_topics_and_deletes_
     messages = confluent_consume(cluster.kafka_bootstrap, topic, 4, 36)
     assert min(m.offset() for m in messages if m.partition() == 3) == 4
     assert {m.partition() for m in messages} == {0, 1, 2, 3}
+
+
+def test_zstd_on_produce_before_v7_is_refused_as_kafka_refuses_it(cluster: Cluster) -> None:
+    """KIP-110: zstd batches need Produce v7; older versions get UNSUPPORTED_COMPRESSION_TYPE."""
+    topic = create_topic(cluster, partitions=1, replication=1)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=4,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    builder.append(0, timestamp=BASE_TIMESTAMP, key=b"k", value=b"v" * 100, headers=[])
+    records = bytes(builder.build())
+    leader = cluster.brokers[_leader(cluster, topic)]
+    for version, expected_code in ((6, 76), (7, 0)):
+        request_cls: Any = load_request_schema(0, version)
+        body = request_cls(
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=10),
+            topic_data=(
+                _topic_cls(request_cls)(
+                    name=topic,
+                    partition_data=(_partition_cls(request_cls)(index=0, records=records),),
+                ),
+            ),
+        )
+        response = _kafka_request(leader.kafka_port, 0, version, body)
+        (partition,) = response.responses[0].partition_responses
+        assert partition.error_code.value == expected_code
+
+
+def _topic_cls(request_cls: Any) -> Any:
+    return typing.get_type_hints(request_cls)["topic_data"].__args__[0]
+
+
+def _partition_cls(request_cls: Any) -> Any:
+    return typing.get_type_hints(_topic_cls(request_cls))["partition_data"].__args__[0]
+
+
+def _leader(cluster: Cluster, topic: str) -> int:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+
+
+def _kafka_request(port: int, api_key: int, version: int, body: Any) -> Any:
+    """One Kafka request on a new connection, encoded and decoded with kio."""
+    request_cls = type(body)
+    header_cls = request_cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=7,
+            client_id="test",
+        ),
+    )
+    entity_writer(request_cls)(out, body)
+    frame = out.getvalue()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", _recv(sock, 4))[0]
+        data = _recv(sock, size)
+    response_cls = load_response_schema(api_key, version)
+    header, offset = entity_reader(response_cls.__header_schema__)(data, 0)
+    assert header.correlation_id == 7
+    return entity_reader(response_cls)(data, offset)[0]
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data

@@ -33,7 +33,7 @@ def test_idempotent_producer_retries_lost_responses_without_duplicates(tmp_path:
     sequence on a new connection: the broker answers it as the duplicate it is."""
     broker = BrokerProcess(tmp_path / "broker", kafka=True)
     broker.kafka_port = free_port()
-    proxy = TcpProxy("127.0.0.1", broker.kafka_port, record=False).start()
+    proxy = TcpProxy("127.0.0.1", broker.kafka_port).start()
     broker.overrides["advertised.listeners"] = f"KAFKA://127.0.0.1:{proxy.port}"
     broker.start()
     try:
@@ -64,6 +64,7 @@ def test_idempotent_producer_retries_lost_responses_without_duplicates(tmp_path:
             producer.produce(topic, value=f"r{i}".encode(), on_delivery=on_delivery)
         assert producer.flush(60) == 0
         assert failed == []
+        assert sum(r.dropped for r in proxy.responses) == n // 300  # the faults happened
         read = read_to_end(broker.bootstrap, [TopicPartition(topic, q) for q in range(2)])
         values = [r.value or b"" for r in read.records]
         assert len(values) == n, f"{len(values) - len(set(values))} duplicates"

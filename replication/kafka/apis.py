@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -26,7 +27,11 @@ from typing import Any, Final
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.common import TopicPartition
-from replication.errors import CoordinatorNotAvailableError, UnsupportedVersionError
+from replication.errors import (
+    CoordinatorNotAvailableError,
+    UnsupportedCompressionTypeError,
+    UnsupportedVersionError,
+)
 from replication.kafka.records import kafka_to_replog, replog_to_kafka
 from replication.kafka.translate import to_kafka, to_replog
 from replication.kafka.wire import (
@@ -74,6 +79,20 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
     p.ApiKey.CREATE_PARTITIONS: p.CreatePartitionsRequest,
 }
+
+#: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)
+_ZSTD_SINCE: Final = 7
+_ZSTD: Final = 4
+_ATTRIBUTES: Final = struct.Struct(">h")
+_ATTRIBUTES_OFFSET: Final = 21  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
+
+
+def _codec(records: bytes) -> int:
+    """The compression codec of a Kafka batch, from its attributes (-1 if too short)."""
+    if len(records) < _ATTRIBUTES_OFFSET + 2:
+        return -1
+    return int(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0]) & 0x07
+
 
 #: APIs the Kafka listener answers itself, with no replog handler behind them.
 _OWN: Final = frozenset({p.ApiKey.API_VERSIONS, p.ApiKey.DESCRIBE_CLUSTER})
@@ -174,7 +193,13 @@ class KafkaProtocolApis:
         for topic in body.topic_data:
             for part in topic.partition_data:
                 try:
-                    records = kafka_to_replog(part.records if part.records is not None else b"")
+                    data = part.records if part.records is not None else b""
+                    if request.api_version < _ZSTD_SINCE and _codec(data) == _ZSTD:
+                        raise UnsupportedCompressionTypeError(
+                            f"zstd needs Produce v{_ZSTD_SINCE} or later; this request is "
+                            f"v{request.api_version}"
+                        )
+                    records = kafka_to_replog(data)
                 except ReplogError as err:
                     refused[TopicPartition(topic.name, part.index)] = err
                     continue
