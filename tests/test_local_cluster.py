@@ -48,6 +48,9 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
     )
     try:
         bootstrap = up.stdout.split("bootstrap servers: ")[1].split()[0]
+        kafka_bootstrap = up.stdout.split("Kafka clients (kcat, confluent-kafka, ...): ")[
+            1
+        ].split()[0]
         status = json.loads(replog("cluster", "status", "--data", data, "--json").stdout)
         assert [n["role"] for n in status["nodes"]] == ["controller", "broker", "broker", "broker"]
         assert all(n["alive"] and n["answering"] for n in status["nodes"])
@@ -56,6 +59,16 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         with RawConnection(bootstrap.split(",")[0]) as conn:
             assert create_topic(conn, "events", 3, 3).topics[0].error_code == 0
         wait_until(lambda: len(partition_state(bootstrap, "events").isr_nodes) == 3)
+        # every broker has a Kafka listener, which Kafka's tools find
+        listed = subprocess.run(
+            ["kcat", "-L", "-b", kafka_bootstrap.split(",")[0], "-t", "events"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
+        for address in kafka_bootstrap.split(","):
+            assert f"at {address}" in listed.stdout
         # each broker holds its replicas on its own storage root
         for i in range(3):
             wait_until(lambda i=i: (Path(data) / f"broker-{i}" / "events" / "0").is_dir())

@@ -39,8 +39,9 @@ from replication.server.socket_server import ReplogChannel, SocketServer
 log = logging.getLogger(__name__)
 
 READY_LINE = "replog {role} {broker_id} listening on {host}:{port}"
-#: printed before READY_LINE by a broker with a Kafka listener
-KAFKA_READY_LINE = "replog broker {broker_id} listening for Kafka clients on {host}:{port}"
+#: printed before READY_LINE by a broker with a Kafka listener (not starting with READY_LINE's
+#: "replog ", so that whoever waits for READY_LINE does not take this line for it)
+KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
 
 
 class Node:

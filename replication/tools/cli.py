@@ -65,6 +65,13 @@ def cluster_up(
     brokers: Annotated[int, typer.Option("--brokers", help="how many brokers")] = 3,
     data: DataOption = "replog-data",
     port_base: Annotated[int, typer.Option("--port-base", help="port of broker 0")] = 9092,
+    kafka_port_base: Annotated[
+        int,
+        typer.Option(
+            "--kafka-port-base",
+            help="port of broker 0's Kafka listener, for Kafka clients (-1: no Kafka listener)",
+        ),
+    ] = 19092,
     detach: Annotated[bool, typer.Option("--detach", help="return once the cluster is up")] = False,
     conf_dir: Annotated[
         str, typer.Option("--conf-dir", help="where broker.toml and controller.toml live")
@@ -83,6 +90,7 @@ def cluster_up(
         data,
         brokers,
         port_base,
+        kafka_port_base=None if kafka_port_base < 0 else kafka_port_base,
         conf_dir=Path(conf_dir),
         overrides=parse_overrides(overrides or []),
     )
@@ -90,6 +98,9 @@ def cluster_up(
     for n in nodes:
         typer.echo(f"{n.role} {n.node_id} on {n.address} (pid {n.pid}, log {n.log_file})")
     typer.echo(f"bootstrap servers: {bootstrap}")
+    kafka = ",".join(f"127.0.0.1:{n.kafka_port}" for n in nodes if n.kafka_port)
+    if kafka:
+        typer.echo(f"Kafka clients (kcat, confluent-kafka, ...): {kafka}")
     if detach:
         typer.echo(
             "stop it with: replog cluster down"

@@ -23,7 +23,7 @@ from logstore.errors import ConfigError, ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.metadata.store import MetadataStore
-from replication.server.node import READY_LINE
+from replication.server.node import KAFKA_READY_LINE, READY_LINE
 
 STATE_FILE = "cluster.json"
 #: processes this process started, so stop_nodes can reap them (no zombies, no warnings)
@@ -43,6 +43,8 @@ class NodeProcess:
     port: int
     pid: int
     log_file: str
+    #: the broker's Kafka listener (0: none)
+    kafka_port: int = 0
 
     @property
     def address(self) -> str:
@@ -118,14 +120,19 @@ def port_answers(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], log_file: Path, what: str) -> int:
+def _wait_ready(proc: subprocess.Popen[bytes], log_file: Path, what: str) -> tuple[int, int]:
+    """(port, Kafka listener port or 0) once the node printed its ready line."""
     deadline = time.monotonic() + START_TIMEOUT_S
     prefix = READY_LINE.split("{", 1)[0]
+    kafka_prefix = KAFKA_READY_LINE.split("{", 1)[0]
     while time.monotonic() < deadline:
         if log_file.exists():
+            kafka_port = 0
             for line in log_file.read_text(errors="replace").splitlines():
+                if line.startswith(kafka_prefix):
+                    kafka_port = int(line.rsplit(":", 1)[1])
                 if line.startswith(prefix):
-                    return int(line.rsplit(":", 1)[1])
+                    return int(line.rsplit(":", 1)[1]), kafka_port
         if proc.poll() is not None:
             tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
             raise ClusterError(f"{what} exited with status {proc.returncode}:\n{tail}")
@@ -156,8 +163,8 @@ def start_node(
             stdin=subprocess.DEVNULL,
         )
     _CHILDREN[proc.pid] = proc
-    port = _wait_ready(proc, log_file, f"{role} {node_id}")
-    return NodeProcess(role, node_id, port, proc.pid, str(log_file))
+    port, kafka_port = _wait_ready(proc, log_file, f"{role} {node_id}")
+    return NodeProcess(role, node_id, port, proc.pid, str(log_file), kafka_port)
 
 
 def cluster_up(
@@ -165,10 +172,15 @@ def cluster_up(
     brokers: int,
     port_base: int,
     *,
+    kafka_port_base: int | None = None,
     conf_dir: Path | None = None,
     overrides: dict[str, str] | None = None,
 ) -> list[NodeProcess]:
-    """Start a controller and ``brokers`` brokers; returns the processes (state saved)."""
+    """Start a controller and ``brokers`` brokers; returns the processes (state saved).
+
+    Broker i listens at ``port_base + i`` (replog's protocol) and, unless
+    ``kafka_port_base`` is None, at ``kafka_port_base + i`` for Kafka clients. A
+    ``port_base`` of 0 lets the OS pick a free port for every listener."""
     if brokers < 1:
         raise ConfigError(f"--brokers {brokers}: a cluster needs at least one broker")
     layout = ClusterLayout.of(data)
@@ -209,6 +221,10 @@ def cluster_up(
         )
         for i in range(brokers):
             port = port_base + i if port_base else 0
+            listeners = f"REPLOG://127.0.0.1:{port}"
+            if kafka_port_base is not None:
+                kafka_port = kafka_port_base + i if kafka_port_base and port_base else 0
+                listeners += f",KAFKA://127.0.0.1:{kafka_port}"
             nodes.append(
                 start_node(
                     layout,
@@ -219,7 +235,7 @@ def cluster_up(
                     {
                         **common,
                         "broker.id": str(i),
-                        "listeners": f"127.0.0.1:{port}",
+                        "listeners": listeners,
                         "log.dir": layout.broker_root(i),
                     },
                 )
