@@ -94,6 +94,9 @@ def _codec(records: bytes) -> int:
     return int(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0]) & 0x07
 
 
+#: Kafka's UNKNOWN_TOPIC_ID: a topic named by an id no topic has
+_UNKNOWN_TOPIC_ID: Final = 100
+
 #: APIs the Kafka listener answers itself, with no replog handler behind them.
 _OWN: Final = frozenset({p.ApiKey.API_VERSIONS, p.ApiKey.DESCRIBE_CLUSTER})
 
@@ -284,11 +287,28 @@ class KafkaProtocolApis:
         }
 
     async def _metadata(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
-        response: p.MetadataResponse = await self.apis.handle(
-            header, to_replog(request.body, p.MetadataRequest)
-        )
+        metadata = to_replog(request.body, p.MetadataRequest)
         image = self.image
-        topics = []
+        unknown_ids: list[uuid.UUID] = []
+        if request.body.topics is not None:
+            # Metadata v10+ may name a topic by id instead (the name null): answer by name, or
+            # UNKNOWN_TOPIC_ID for an id no topic has
+            by_id = {t.topic_id: t.name for t in image.topics}
+            names = []
+            for t in request.body.topics:
+                if t.name is not None:
+                    names.append(p.MetadataRequestTopic(name=t.name))
+                elif (name := by_id.get(t.topic_id.hex)) is not None:
+                    names.append(p.MetadataRequestTopic(name=name))
+                else:
+                    unknown_ids.append(t.topic_id)
+            metadata = dataclasses.replace(metadata, topics=names)
+        response: p.MetadataResponse = await self.apis.handle(header, metadata)
+        image = self.image
+        topics: list[dict[str, Any]] = [
+            {"error_code": _UNKNOWN_TOPIC_ID, "name": "", "topic_id": topic_id}
+            for topic_id in unknown_ids
+        ]
         for t in response.topics:
             info = image.topic(t.name)
             topic_id = uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
@@ -308,7 +328,7 @@ class KafkaProtocolApis:
         coordinators = []
         for key in keys:
             found: p.FindCoordinatorResponse = await self.apis.handle(
-                header, p.FindCoordinatorRequest(key=key, key_type=body.key_type)
+                header, p.FindCoordinatorRequest(key=key, key_type=getattr(body, "key_type", 0))
             )
             entry: dict[str, Any] = {
                 "key": key,

@@ -27,6 +27,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from replication.errors import CorruptFrameError, UnsupportedVersionError
+from replication.kafka.frame_check import check_request
 from replication.protocol.api import ApiKey
 from replication.protocol.codec import Parts
 
@@ -143,6 +144,7 @@ def decode_request(frame: bytes) -> KafkaRequest:
         )
     read_header, read_body = _request_codec(api_key, api_version)
     what = f"{ApiKey(api_key).name} v{api_version} request"
+    check_request(load_request_schema(api_key, api_version), frame, what)
     try:
         header, size = read_header(frame, 0)
         body, _ = read_body(frame, size)
