@@ -298,10 +298,10 @@ class KafkaProtocolApis:
             for t in request.body.topics:
                 if t.name is not None:
                     names.append(p.MetadataRequestTopic(name=t.name))
-                elif (name := by_id.get(t.topic_id.hex)) is not None:
+                elif t.topic_id is not None and (name := by_id.get(t.topic_id.hex)) is not None:
                     names.append(p.MetadataRequestTopic(name=name))
                 else:
-                    unknown_ids.append(t.topic_id)
+                    unknown_ids.append(t.topic_id or uuid.UUID(int=0))
             metadata = dataclasses.replace(metadata, topics=names)
         response: p.MetadataResponse = await self.apis.handle(header, metadata)
         image = self.image

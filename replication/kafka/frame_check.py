@@ -178,7 +178,8 @@ def check_request(cls: Any, frame: bytes, what: str) -> None:
     has every length within the frame and no null where Kafka allows none."""
     flexible = bool(cls.__flexible__)
     scan = _Scan(frame, _HEADER_FIXED, False, what)
-    scan.length("client_id", wide=False)  # a classic string, also in header v2
+    client_id = scan.length("client_id", wide=False)  # a classic string, also in header v2
+    scan.skip(client_id or 0, "client_id")
     scan.flexible = flexible
     scan.tagged_fields("the request header")
     scan.entity(cls)
