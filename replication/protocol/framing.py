@@ -194,7 +194,9 @@ def _api(api_key: int, version: int) -> _Api:
         key = ApiKey(api_key)
     except ValueError:
         raise UnsupportedVersionError(f"unknown API key {api_key}") from None
-    api = _APIS[key]
+    api = _APIS.get(key)
+    if api is None:  # a Kafka API that only the Kafka listener serves (DescribeCluster)
+        raise UnsupportedVersionError(f"{key.name} is not part of replog's protocol")
     if not api.min_version <= version <= api.max_version:
         raise UnsupportedVersionError(
             f"{key.name} version {version} is not supported "

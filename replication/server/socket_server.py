@@ -145,6 +145,10 @@ class SocketServer:
             self.connections_closed_for_errors += 1
             log.warning("closing connection from %s: %s", peer, err)
             return False
+        except Exception:
+            self.connections_closed_for_errors += 1
+            log.exception("bug: a frame from %s failed to decode; closing that connection", peer)
+            return False
         try:
             parts = await self.channel.handle(request)
         except ReplogError as err:
