@@ -686,6 +686,9 @@ _VARIANTS: dict[p.ApiKey, list[dict[str, Any]]] = {
         },
     ],
     p.ApiKey.DELETE_TOPICS: [{"__string__": FUZZ_TEMP_TOPIC}],
+    # these change a topic for good: never the one whose log the test checks
+    p.ApiKey.DELETE_RECORDS: [{"__string__": FUZZ_TEMP_TOPIC}],
+    p.ApiKey.CREATE_PARTITIONS: [{"__string__": FUZZ_TEMP_TOPIC}],
 }
 
 
