@@ -463,3 +463,29 @@ def _recv(sock: socket.socket, n: int) -> bytes:
         assert chunk, "the broker closed the connection"
         data += chunk
     return data
+
+
+def test_offsets_for_times_and_the_ends_of_a_partition(cluster: Cluster) -> None:
+    """ListOffsets through a Kafka client: by timestamp, earliest and latest."""
+    topic = create_topic(cluster, partitions=1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"}
+    )
+    for i in range(200):
+        producer.produce(topic, value=f"v{i}".encode(), timestamp=BASE_TIMESTAMP + 10 * i)
+    assert producer.flush(60) == 0
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": unique_name("g")}
+    )
+    try:
+        wanted = [confluent_kafka.TopicPartition(topic, 0, BASE_TIMESTAMP + 10 * 57 - 5)]
+        (found,) = consumer.offsets_for_times(wanted, 30)
+        assert found.offset == 57  # the first record at or after the timestamp
+        (beyond,) = consumer.offsets_for_times(
+            [confluent_kafka.TopicPartition(topic, 0, BASE_TIMESTAMP + 10_000)], 30
+        )
+        assert beyond.offset == -1  # none that late: Kafka's "no offset" (end)
+        low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), 30)
+        assert (low, high) == (0, 200)
+    finally:
+        consumer.close()
