@@ -65,7 +65,7 @@ def create_topic(cluster: Cluster, partitions: int = 3, replication: int = 3) ->
             )
         ]
     )
-    futures[topic].result(timeout=30)
+    futures[topic].result(timeout=60)
 
     wait_known(cluster, topic, partitions)
     return topic
@@ -91,7 +91,7 @@ def wait_known(cluster: Cluster, topic: str, partitions: int) -> None:
                 return False
         return True
 
-    wait_until(ready, timeout=30, message=f"every broker knows {topic} and its leaders")
+    wait_until(ready, timeout=60, message=f"every broker knows {topic} and its leaders")
 
 
 def sample(n: int) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes | None]], int]]:
