@@ -181,6 +181,14 @@ class BrokerConfig:
             minimum=1,
         ),
     )
+    logging_format: str = field(
+        default="text",
+        metadata=k(
+            "logging.format",
+            "how the process logs on stderr: text (lines for people) or json (one JSON object "
+            "per line, events' fields as keys); replog's key, Kafka has none",
+        ),
+    )
     transaction_timeout_ms: int = field(
         default=60_000,
         metadata=k(

@@ -37,6 +37,7 @@ from logstore.batch import ControlType, build_control, iter_batches, parse_heade
 from logstore.config import LogConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, ObjectNotFoundError
 from logstore.log import AppendInfo, Log
+from replication import events
 from replication.broker.producer_state import SNAPSHOT_NAME, ProducerStateManager
 from replication.common import TopicPartition
 from replication.errors import (
@@ -186,6 +187,15 @@ class Partition:
     def check_leader_epoch(self, current_leader_epoch: int, *, require_leader: bool) -> None:
         if current_leader_epoch != NO_EPOCH_CHECK:
             if current_leader_epoch < self.state.leader_epoch:
+                events.event(
+                    log,
+                    events.FENCED_LEADER_EPOCH,
+                    topic=self.topic,
+                    partition=self.index,
+                    request_leader_epoch=current_leader_epoch,
+                    leader_epoch=self.state.leader_epoch,
+                    broker_id=self.broker_id,
+                )
                 raise FencedLeaderEpochError(
                     f"{self.topic}-{self.index}: request epoch {current_leader_epoch} is older "
                     f"than the current leader epoch {self.state.leader_epoch}; refresh metadata"

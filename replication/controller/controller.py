@@ -21,6 +21,8 @@ from dataclasses import replace
 
 from logstore.config import LogConfig, keys_of, parse
 from logstore.errors import ConfigError
+from replication import events
+from replication.controller.state_change import log_state_changes
 from replication.errors import (
     DuplicateBrokerRegistrationError,
     FencedLeaderEpochError,
@@ -193,11 +195,12 @@ class Controller:
                     )
                 except StaleControllerEpochError:
                     continue
-                log.info(
-                    "controller %d active at epoch %d (metadata version %d)",
-                    self.controller_id,
-                    epoch,
-                    committed.version,
+                events.event(
+                    log,
+                    events.CONTROLLER_ACTIVE,
+                    controller_id=self.controller_id,
+                    controller_epoch=epoch,
+                    metadata_version=committed.version,
                 )
                 return committed
             raise StaleControllerEpochError(
@@ -211,6 +214,8 @@ class Controller:
                 f"controller {self.controller_id} is not the active controller; retry on the "
                 "active one"
             )
+        # the version this one follows (not so when activating on a version read from storage)
+        before = self.image if image.version == self.image.version + 1 else None
         try:
             image = self.store.write(image)
         except StaleControllerEpochError:
@@ -222,6 +227,8 @@ class Controller:
                 image.version,
             )
             raise
+        if before is not None:
+            log_state_changes(before, image)
         self.image = image
         if image.version % PRUNE_INTERVAL_VERSIONS == 0:
             self._prune(image.version - RETAINED_VERSIONS)
@@ -284,11 +291,14 @@ class Controller:
                 image = self._fence_replicas(
                     image.with_broker(replace(old, fenced=True)), {broker_id}
                 )
-                log.info(
-                    "broker %d: new incarnation %s replaces %s, which is fenced",
-                    broker_id,
-                    incarnation,
-                    old.incarnation or "(unknown)",
+                events.event(
+                    log,
+                    events.BROKER_FENCED,
+                    broker_id=broker_id,
+                    broker_epoch=old.epoch,
+                    reason="replaced by a new incarnation",
+                    old_incarnation=old.incarnation or None,
+                    new_incarnation=incarnation,
                 )
             info = BrokerInfo(
                 broker_id,
@@ -301,8 +311,14 @@ class Controller:
             )
             self._last_heartbeat[broker_id] = now
             self._commit(self._elect_offline_leaders(image.with_broker(info)))
-            log.info(
-                "broker %d registered at %s:%d (broker epoch %d)", broker_id, host, port, info.epoch
+            events.event(
+                log,
+                events.BROKER_REGISTERED,
+                broker_id=broker_id,
+                broker_epoch=info.epoch,
+                host=host,
+                port=port,
+                incarnation=incarnation,
             )
             return info
 
@@ -320,7 +336,9 @@ class Controller:
                 info = replace(info, fenced=False)
                 image = self.image.next().with_broker(info)
                 self._commit(self._elect_offline_leaders(image))
-                log.info("broker %d is back: unfenced", broker_id)
+                events.event(
+                    log, events.BROKER_UNFENCED, broker_id=broker_id, broker_epoch=info.epoch
+                )
             return info
 
     def check_sessions(self) -> list[int]:
@@ -342,9 +360,15 @@ class Controller:
                 image = image.with_broker(replace(info, fenced=True))
             image = self._fence_replicas(image, set(expired))
             self._commit(image)
-            log.warning(
-                "fenced broker(s) %s: no heartbeat for %d ms", expired, self.session_timeout_ms
-            )
+            epochs = {b.broker_id: b.epoch for b in self.image.brokers}
+            for broker_id in expired:
+                events.event(
+                    log,
+                    events.BROKER_FENCED,
+                    broker_id=broker_id,
+                    broker_epoch=epochs[broker_id],
+                    reason=f"no heartbeat for {self.session_timeout_ms} ms",
+                )
             return expired
 
     # --- leadership and ISR ---------------------------------------------------------------------
@@ -366,7 +390,6 @@ class Controller:
             outside = [r for r in state.replicas if r in live] if unclean else []
             if outside:
                 leader, isr = outside[0], (outside[0],)
-                log.warning("unclean leader election: %d leads with ISR %s", leader, isr)
             else:
                 leader, isr = NO_LEADER, state.isr
         if leader == state.leader and isr == state.isr:
@@ -460,7 +483,6 @@ class Controller:
                 )
             new_state = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
             self.update_partition(topic, index, new_state)
-            log.info("%s-%d: ISR %s -> %s", topic, index, list(state.isr), list(isr))
             return new_state
 
     # --- topics -------------------------------------------------------------------------------

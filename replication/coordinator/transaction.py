@@ -29,6 +29,7 @@ from typing import Any
 
 from logstore.batch import Record, build, iter_batches
 from logstore.errors import ReplogError
+from replication import events
 from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
@@ -306,6 +307,14 @@ class TransactionCoordinator:
                 "call init_transactions()"
             )
         if producer_epoch < meta.producer_epoch:
+            events.event(
+                log,
+                events.PRODUCER_FENCED,
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                current_producer_epoch=meta.producer_epoch,
+            )
             raise ProducerFencedError(
                 f"transaction {transactional_id!r}: producer epoch {producer_epoch} was fenced "
                 f"by a newer instance (epoch {meta.producer_epoch})"

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from typing import Any
 
 from logstore.errors import ReplogError
@@ -30,6 +29,7 @@ from replication.coordinator.group import OFFSETS_TOPIC, GroupConfig, GroupCoord
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import NotCoordinatorError, raise_for_code
 from replication.kafka.apis import KAFKA_LISTENER, KafkaProtocolApis
+from replication.log_format import configure_logging
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
@@ -325,9 +325,5 @@ def _exit_stuck(node: Node, config: BrokerConfig) -> None:
 
 
 def run_node(config: BrokerConfig, *, log_level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level, config.logging_format)
     asyncio.run(_serve(config))

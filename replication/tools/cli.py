@@ -202,6 +202,15 @@ def log_dump(
         raise typer.Exit(2)
 
 
+LogFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format",
+        help="text or json (one JSON object per line); the config key logging.format",
+    ),
+]
+
+
 @broker_app.command("start")
 def broker_start(
     conf: Annotated[str | None, typer.Option("--conf", help="broker TOML file (see conf/)")] = None,
@@ -209,6 +218,7 @@ def broker_start(
         list[str] | None, typer.Option("--set", help="override one key: --set broker.id=1")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    log_format: LogFormatOption = None,
 ) -> None:
     """Start a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully).
 
@@ -218,7 +228,8 @@ def broker_start(
     from replication.config import load_broker_config, parse_overrides
     from replication.server.node import run_node
 
-    run_node(load_broker_config(conf, parse_overrides(overrides or [])), log_level=log_level)
+    values = {**parse_overrides(overrides or []), **_log_format(log_format)}
+    run_node(load_broker_config(conf, values), log_level=log_level)
 
 
 @controller_app.command("start")
@@ -230,13 +241,23 @@ def controller_start(
         list[str] | None, typer.Option("--set", help="override one key: --set broker.id=100")
     ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    log_format: LogFormatOption = None,
 ) -> None:
     """Start a controller alone (process.roles=controller) in the foreground."""
     from replication.config import load_broker_config, parse_overrides
     from replication.server.node import run_node
 
-    values = {"process.roles": "controller", **parse_overrides(overrides or [])}
+    values = {
+        "process.roles": "controller",
+        **parse_overrides(overrides or []),
+        **_log_format(log_format),
+    }
     run_node(load_broker_config(conf, values), log_level=log_level)
+
+
+def _log_format(log_format: str | None) -> dict[str, str]:
+    """``--log-format`` is ``--set logging.format=...``: the flag wins over the file."""
+    return {} if log_format is None else {"logging.format": log_format}
 
 
 @app.command("demo")
