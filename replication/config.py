@@ -254,6 +254,22 @@ class BrokerConfig:
         default=1_000_000,
         metadata=k("group.max.size", "most members a consumer group may have", minimum=1),
     )
+    metrics_port: int = field(
+        default=-1,
+        metadata=k(
+            "metrics.port",
+            "port of the Prometheus endpoint (http://HOST:PORT/metrics); -1: none, 0: any free "
+            "port (printed at start)",
+            minimum=-1,
+        ),
+    )
+    metrics_host: str = field(
+        default="",
+        metadata=k(
+            "metrics.host",
+            "address the Prometheus endpoint listens on (default: the REPLOG listener's host)",
+        ),
+    )
     log: LogConfig = field(default_factory=LogConfig)
 
     @property

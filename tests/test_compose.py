@@ -6,6 +6,7 @@ configuration accepted by the local tooling. CI also runs `docker-compose config
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -39,6 +40,13 @@ SERVICE_KEYS = {
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 #: services that run once and exit: they must retry, and others wait for their success
 ONE_SHOT = {"minio-init", "topics", "spark-job"}
+#: commands the third-party images hold, for their health checks (each image's documentation:
+#: MinIO ships mc; Prometheus's and Grafana's images are busybox/Alpine based, with wget)
+IMAGE_COMMANDS = {
+    "minio/minio": {"mc", "minio"},
+    "prom/prometheus": {"wget", "prometheus", "promtool"},
+    "grafana/grafana": {"wget", "grafana", "grafana-cli", "grafana-server"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +182,13 @@ def test_services_wait_for_each_other_by_health_not_start_order(
 def test_health_checks_run_commands_that_exist(services: dict[str, dict[str, object]]) -> None:
     for name, service in services.items():
         test = service["healthcheck"]["test"] if "healthcheck" in service else None  # type: ignore[index]
-        if not test or test[1] not in ("replog", "python"):
+        if not test:
+            continue
+        if test[1] not in ("replog", "python"):
+            image = str(service.get("image", "")).split(":")[0]
+            assert test[1] in IMAGE_COMMANDS.get(image, set()), (
+                f"{name}: {test[1]} is not a command known to be in {image}"
+            )
             continue
         args = test[1:]
         if args[0] == "python":
@@ -200,3 +214,199 @@ def test_the_image_is_pinned_to_a_debian_release_with_java_17() -> None:
     assert re.fullmatch(pinned, base.group(1)), base.group(1)
     assert "openjdk-17-jre-headless" in text
     assert '"/app[spark]"' in text  # the image runs the Spark job too
+
+
+# --- monitoring: Prometheus scrapes every node, Grafana shows the dashboard ------------------
+
+PROMETHEUS_DIR = ROOT / "conf" / "docker" / "prometheus"
+GRAFANA_DIR = ROOT / "conf" / "docker" / "grafana"
+DASHBOARD = GRAFANA_DIR / "dashboards" / "replog.json"
+
+#: the metric names fixed for issue 17 (named as the Prometheus JMX exporter names Kafka's JMX
+#: metrics): what the dashboard and the alerts may use
+METRICS = {
+    "kafka_server_replicamanager_underreplicatedpartitions",
+    "kafka_server_replicamanager_underminisrpartitioncount",
+    "kafka_server_replicamanager_offlinereplicacount",
+    "kafka_server_replicamanager_leadercount",
+    "kafka_server_replicamanager_partitioncount",
+    "kafka_server_replicamanager_isrshrinks_total",
+    "kafka_server_replicamanager_isrexpands_total",
+    "kafka_server_brokertopicmetrics_messagesin_total",
+    "kafka_server_brokertopicmetrics_bytesin_total",
+    "kafka_server_brokertopicmetrics_messagesout_total",
+    "kafka_server_brokertopicmetrics_bytesout_total",
+    "kafka_network_requestmetrics_requests_total",
+    "kafka_server_delayedoperationpurgatory_purgatorysize",
+    "kafka_server_replicafetchermanager_maxlag",
+    "kafka_log_log_logendoffset",
+    "kafka_log_log_highwatermark",
+    "kafka_log_log_size",
+    "kafka_server_fetchsessioncache_numincrementalfetchsessions",
+    "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
+    "kafka_coordinator_transaction_transactions",
+    "kafka_consumergroup_lag",
+    "replog_storage_requests_total",
+    "replog_storage_errors_total",
+    "kafka_controller_kafkacontroller_activecontrollercount",
+    "kafka_controller_kafkacontroller_offlinepartitionscount",
+    "kafka_controller_kafkacontroller_globalpartitioncount",
+    "kafka_controller_kafkacontroller_globaltopiccount",
+    "kafka_controller_kafkacontroller_activebrokercount",
+    "kafka_controller_kafkacontroller_fencedbrokercount",
+}
+HISTOGRAMS = {
+    "kafka_network_requestmetrics_totaltime_seconds",
+    "replog_storage_request_duration_seconds",
+    "replog_metadata_write_duration_seconds",
+}
+KNOWN = METRICS | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+#: what the issue asks the dashboard to show
+SHOWN = {
+    "kafka_server_replicamanager_underreplicatedpartitions",
+    "kafka_server_replicamanager_underminisrpartitioncount",
+    "kafka_controller_kafkacontroller_offlinepartitionscount",
+    "kafka_controller_kafkacontroller_activecontrollercount",
+    "kafka_server_brokertopicmetrics_messagesin_total",
+    "kafka_server_brokertopicmetrics_bytesin_total",
+    "kafka_server_brokertopicmetrics_bytesout_total",
+    "kafka_network_requestmetrics_requests_total",
+    "kafka_network_requestmetrics_totaltime_seconds_bucket",
+    "kafka_server_delayedoperationpurgatory_purgatorysize",
+    "kafka_server_replicafetchermanager_maxlag",
+    "kafka_server_replicamanager_isrshrinks_total",
+    "kafka_server_replicamanager_isrexpands_total",
+    "kafka_consumergroup_lag",
+    "kafka_coordinator_transaction_transactions",
+    "replog_storage_requests_total",
+    "replog_storage_request_duration_seconds_bucket",
+    "replog_storage_errors_total",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b(?:kafka|replog)_[a-z0-9_]+\b", expr))
+
+
+def mounts(service: dict[str, object]) -> dict[str, Path]:
+    """A service's bind mounts: path in the container -> file in this repository."""
+    out = {}
+    for volume in service.get("volumes", []):  # type: ignore[attr-defined]
+        source, target, *_ = str(volume).split(":")
+        assert source.startswith("./"), f"{volume}: mount a file of this repository"
+        assert (ROOT / source).exists(), f"{volume}: {source} does not exist"
+        out[target] = ROOT / source
+    return out
+
+
+def node_metrics_targets(services: dict[str, dict[str, object]]) -> dict[str, set[str]]:
+    """Each node's scrape target, "service:metrics.port", by Prometheus job."""
+    out: dict[str, set[str]] = {"replog-broker": set(), "replog-controller": set()}
+    for name, args in replog_commands(services).items():
+        if args[1:2] != ["start"]:
+            continue
+        sets = parse_overrides([args[i + 1] for i, a in enumerate(args) if a == "--set"])
+        if args[0] == "controller":
+            sets = {"process.roles": "controller", **sets}
+        config = load_broker_config(ROOT / args[args.index("--conf") + 1], sets)
+        assert config.metrics_port > 0, f"{name}: metrics.port is not set"
+        out[f"replog-{args[0]}"].add(f"{name}:{config.metrics_port}")
+    return out
+
+
+def test_monitoring_images_are_pinned_and_ports_published(
+    services: dict[str, dict[str, object]],
+) -> None:
+    for name, port in (("prometheus", "9090:9090"), ("grafana", "3000:3000")):
+        image = str(services[name]["image"])
+        assert re.fullmatch(r"[a-z/]+:v?\d+\.\d+\.\d+", image), f"{name}: pin {image} to a release"
+        assert port in services[name]["ports"]  # type: ignore[operator]
+
+
+def test_prometheus_scrapes_every_node_on_its_metrics_port(
+    services: dict[str, dict[str, object]],
+) -> None:
+    from replication.tools.prometheus_config import render
+
+    files = mounts(services["prometheus"])
+    args = command_args(services["prometheus"]["command"])
+    config_path = next(a.split("=", 1)[1] for a in args if a.startswith("--config.file="))
+    doc = yaml.safe_load(files[config_path].read_text())
+    jobs = {job["job_name"]: job for job in doc["scrape_configs"]}
+    targets = {
+        name: {t for sc in job["static_configs"] for t in sc["targets"]}
+        for name, job in jobs.items()
+    }
+    expected = node_metrics_targets(services)
+    assert targets == expected
+    for target in set().union(*targets.values()):
+        assert target.split(":")[0] in services, f"{target}: not a service"
+    for rules in doc["rule_files"]:
+        assert rules in files, f"rule file {rules} is not mounted into the prometheus service"
+    # the same config as `replog cluster prometheus-config` writes for local processes
+    rendered = render({job: sorted(t) for job, t in expected.items()}, rule_files=doc["rule_files"])
+    assert yaml.safe_load(rendered) == doc
+
+
+def test_alert_rules_use_the_fixed_metric_names() -> None:
+    doc = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
+    rules = [rule for group in doc["groups"] for rule in group["rules"]]
+    assert rules
+    for rule in rules:
+        names = metric_names(rule["expr"])
+        assert names, rule
+        assert names <= KNOWN, (rule["alert"], names - KNOWN)
+        assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+def test_grafana_provisions_the_prometheus_datasource_and_the_dashboard(
+    services: dict[str, dict[str, object]],
+) -> None:
+    files = mounts(services["grafana"])
+    provisioning = files["/etc/grafana/provisioning"]
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus"
+    host, port = source["url"].removeprefix("http://").split(":")
+    assert host == "prometheus"
+    assert f"{port}:{port}" in services[host]["ports"]  # type: ignore[operator]
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "replog.yml").read_text())[
+        "providers"
+    ]
+    dashboards = files[provider["options"]["path"]]
+    assert dashboards / "replog.json" == DASHBOARD
+    home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]  # type: ignore[index]
+    assert home == provider["options"]["path"] + "/replog.json"
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    for panel in panels:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == source["uid"], panel["title"]
+
+
+def test_the_dashboard_shows_the_key_metrics_by_their_fixed_names() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["title"] == "replog cluster"
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    used: set[str] = set()
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            assert names, (panel["title"], target["expr"])
+            assert names <= KNOWN, (panel["title"], names - KNOWN)
+            used |= names
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+    assert used >= SHOWN, SHOWN - used
+    latency = [t["expr"] for p in panels for t in p["targets"] if "totaltime" in t["expr"]]
+    assert any(e.startswith("histogram_quantile(0.99") and "by (request, le)" in e for e in latency)
