@@ -20,8 +20,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: a partition's leader (or leader epoch) changed, as a replica applies it
+#: a partition's leader (or leader epoch) changed, as the controller commits it
 LEADER_CHANGE = "leader_change"
+#: a replica became its partition's leader / a follower (as Kafka's makeLeader and
+#: makeFollower), with the offset its leader epoch starts at (its log end offset)
+BECOME_LEADER = "become_leader"
+BECOME_FOLLOWER = "become_follower"
 #: the controller elected a leader from outside the ISR (records may be lost)
 UNCLEAN_LEADER_ELECTION = "unclean_leader_election"
 #: followers left a partition's ISR / caught up and joined it (committed by the controller)
@@ -47,6 +51,8 @@ REASSIGNMENT_STEP = "reassignment_step"
 #: every event name, for documentation and tests
 EVENTS = (
     LEADER_CHANGE,
+    BECOME_LEADER,
+    BECOME_FOLLOWER,
     UNCLEAN_LEADER_ELECTION,
     ISR_SHRINK,
     ISR_EXPAND,

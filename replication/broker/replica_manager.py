@@ -19,6 +19,7 @@ from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
+from replication import events
 from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.producer_state import AbortedTxn
@@ -185,6 +186,18 @@ class ReplicaManager:
                 if partition.is_leader:
                     partition.note_follower_registrations(broker_epochs)
                 if changed:
+                    events.event(
+                        log,
+                        events.BECOME_LEADER if partition.is_leader else events.BECOME_FOLLOWER,
+                        topic=topic.name,
+                        partition=index,
+                        leader=state.leader,
+                        leader_epoch=state.leader_epoch,
+                        partition_epoch=state.partition_epoch,
+                        isr=state.isr,
+                        log_end_offset=partition.log.log_end_offset,
+                        high_watermark=partition.high_watermark,
+                    )
                     self._role_changed(partition)
                     self._partition_changed(partition)
         for key in set(self.partitions) - wanted:
