@@ -39,6 +39,9 @@ controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
 app.add_typer(controller_app, name="controller")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local cluster: a controller and N brokers.")
 app.add_typer(cluster_app, name="cluster")
+from replication.tools.cli_monitoring import cluster_prometheus_config  # noqa: E402
+
+cluster_app.command("prometheus-config")(cluster_prometheus_config)
 from replication.tools.cli_transactions import transactions_app  # noqa: E402
 
 app.add_typer(transactions_app, name="transactions")
