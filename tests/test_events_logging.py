@@ -1,10 +1,12 @@
 """Operational events (replication.events) and the log formats (replication.log_format), in
 process: the text line and the JSON object carry every field, the levels, and the controller's
 state-change log driven by a real Controller on memory storage (a topic created, a broker
-fenced, an ISR shrunk and expanded through AlterPartition, an unclean election)."""
+fenced, an ISR shrunk and expanded through AlterPartition, an unclean election), and the
+fencing a broker sees (a request's old leader epoch, a fenced transactional producer)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -13,17 +15,22 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from logstore.errors import ConfigError
+from logstore.log import Log
 from logstore.storage import Storage
 from replication import events
+from replication.broker.partition import Partition, TopicPolicy
 from replication.config import load_broker_config
 from replication.controller.controller import Controller
 from replication.controller.state_change import log_state_changes
+from replication.coordinator.transaction import TransactionCoordinator, TransactionMetadata
+from replication.errors import FencedLeaderEpochError, ProducerFencedError
 from replication.log_format import TEXT_FORMAT, JsonFormatter, configure_logging
-from replication.metadata.image import MetadataImage, TopicInfo
+from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 from replication.metadata.store import MetadataStore
 
 pytestmark = pytest.mark.unit
@@ -341,3 +348,34 @@ def test_text_format_via_configure_logging_writes_the_fields() -> None:
         " INFO replication.x: isr_expand topic=t partition=1 new_isr=[0,1] leader_epoch=4 "
         "partition_epoch=9"
     )
+
+
+# --- fencing seen by a broker: a stale leader epoch, a fenced producer -------------------------
+
+
+def test_a_request_with_an_old_leader_epoch_is_a_fenced_leader_epoch_event(
+    captured: Capture,
+) -> None:
+    plog = Log.open(Storage.from_url(f"memory://events-{uuid.uuid4().hex}/t/0"))
+    partition = Partition("t", 0, plog, 0, TopicPolicy(), PartitionState((0, 1), (0, 1), 0, 4, 9))
+    partition.check_leader_epoch(4, require_leader=True)
+    with pytest.raises(FencedLeaderEpochError):
+        partition.check_leader_epoch(3, require_leader=True)
+    (fenced,) = captured.events(events.FENCED_LEADER_EPOCH)
+    assert (fenced["topic"], fenced["partition"], fenced["broker_id"]) == ("t", 0, 0)
+    assert (fenced["request_leader_epoch"], fenced["leader_epoch"]) == (3, 4)
+    assert fenced["level"] == "WARNING"
+
+
+def test_a_fenced_producer_is_a_producer_fenced_event(captured: Capture) -> None:
+    async def never(*_: object) -> Any:
+        raise AssertionError("not called")
+
+    coordinator = TransactionCoordinator(0, 900_000, MetadataImage, never, never, never)
+    coordinator.active = True
+    coordinator.txns["tx"] = TransactionMetadata("tx", 5, 3, 60_000)
+    with pytest.raises(ProducerFencedError):
+        asyncio.run(coordinator.add_partitions("tx", 5, 2, []))
+    (fenced,) = captured.events(events.PRODUCER_FENCED)
+    assert (fenced["transactional_id"], fenced["producer_id"]) == ("tx", 5)
+    assert (fenced["producer_epoch"], fenced["current_producer_epoch"]) == (2, 3)
