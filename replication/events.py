@@ -45,7 +45,8 @@ PRODUCER_FENCED = "producer_fenced"
 CONTROLLER_ACTIVE = "controller_active"
 #: a broker applied a changed config (key, old and new value, and what it applies to)
 CONFIG_CHANGE = "config_change"
-#: a partition reassignment took a step (started, a replica added or removed, completed)
+#: a partition reassignment took a step (the controller logs every change of a replica set;
+#: the reassignment code may log its own steps: started, a replica caught up, completed)
 REASSIGNMENT_STEP = "reassignment_step"
 
 #: every event name, for documentation and tests

@@ -324,6 +324,23 @@ def test_state_changes_name_unclean_elections_and_config_changes(captured: Captu
     )
 
 
+def test_a_changed_replica_set_is_a_reassignment_step(captured: Capture) -> None:
+    c = controller(Clock())
+    c.create_topic("t", 1, 2)
+    state = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
+    spare = next(b for b in range(3) if b not in state.replicas)
+    moved = replace(
+        state, replicas=(*state.replicas, spare), partition_epoch=state.partition_epoch + 1
+    )
+    c.update_partition("t", 0, moved)
+    (step,) = captured.events(events.REASSIGNMENT_STEP)
+    assert (step["topic"], step["partition"], step["leader"]) == ("t", 0, state.leader)
+    assert step["old_replicas"] == list(state.replicas)
+    assert step["new_replicas"] == [*state.replicas, spare]
+    assert step["partition_epoch"] == state.partition_epoch + 1
+    assert not captured.events(events.ISR_EXPAND)  # the ISR did not change
+
+
 def test_unchanged_topics_log_nothing(captured: Capture) -> None:
     topic = TopicInfo("t", "id", ())
     image = MetadataImage(version=1, topics=(topic,))

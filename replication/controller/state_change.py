@@ -1,5 +1,6 @@
 """The controller's state-change log (Kafka's ``state.change.logger``): one event per partition
-whose leader or ISR a committed metadata version changed, and per topic config it changed.
+whose leader, ISR or replica set a committed metadata version changed, and per topic config it
+changed.
 
 The active controller calls :func:`log_state_changes` with the version it replaced and the one
 it committed, whatever decided the change (a topic created, a broker fenced or back, an
@@ -66,6 +67,17 @@ def _partition_changed(
             new_leader=state.leader,
             isr=state.isr,
             replicas=state.replicas,
+            **epochs,
+        )
+    if was is not None and was.replicas != state.replicas:
+        events.event(
+            log,
+            events.REASSIGNMENT_STEP,
+            topic=topic,
+            partition=index,
+            old_replicas=was.replicas,
+            new_replicas=state.replicas,
+            leader=state.leader,
             **epochs,
         )
     if was is None or was.isr == state.isr:
