@@ -578,17 +578,23 @@ class Admin:
         failed: dict[TopicPartition, ReplogError] = {}
 
         def attempt() -> None:
+            unknown: set[str] = set()
             if not cluster.bootstrapped or any(
                 cluster.snapshot.leader(*tp) is None for tp in wanted
             ):
-                cluster.refresh(sorted({tp.topic for tp in wanted}))
+                metadata = cluster.refresh(sorted({tp.topic for tp in wanted}))
+                unknown = {
+                    t.name
+                    for t in metadata.topics
+                    if t.error_code == UnknownTopicOrPartitionError.code
+                }
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in wanted:
                 if tp in done or tp in failed:
                     continue
                 leader = cluster.snapshot.leader(*tp)
                 if leader is None:
-                    if tp.topic not in cluster.snapshot.topics:
+                    if tp.topic in unknown:
                         failed[tp] = UnknownTopicOrPartitionError(
                             f"cannot delete records of {tp}: topic {tp.topic!r} does not exist"
                         )
@@ -627,7 +633,17 @@ class Admin:
             if retry is not None:
                 raise retry
 
-        self._retrying("deleting records", attempt)
+        call_with_retries(
+            "deleting records",
+            attempt,
+            RetryPolicy.of(
+                self.config,
+                self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+                "default.api.timeout.ms",
+            ),
+            retriable=cluster.retriable,
+            on_retry=lambda err, attempt: cluster.request_update(),
+        )
         self._raise_first(list(failed.values()))
         return done
 
