@@ -41,9 +41,10 @@ from replication.config import BrokerConfig
 from replication.controller.controller import Controller
 from replication.dynamic_config import APPEND, DELETE, SET
 from replication.errors import (
+    BrokerNotAvailableError,
     InvalidRequestError,
     NotEnoughReplicasError,
-    UnknownTopicOrPartitionError,
+    ReplogError,
 )
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
@@ -234,18 +235,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def create(admin: Admin, topic: str, **configs: str) -> None:
     """Topic ``topic`` (1 partition, 3 replicas; configs as keywords, dots as underscores),
-    once its 3 replicas are in sync."""
+    once every replica has it open."""
     admin.create_topics(
         [NewTopic(topic, 1, 3, {k.replace("_", "."): v for k, v in configs.items()})]
     )
 
-    def in_sync() -> bool:
-        try:
-            return len(admin.describe_topic(topic).partitions[0].isr) == 3
-        except UnknownTopicOrPartitionError:  # the broker asked has not applied it yet
-            return False
+    tp = TopicPartition(topic, 0)
 
-    wait_until(in_sync, message=f"{topic} has its 3 replicas in sync")
+    def hosted() -> bool:  # each replica's broker has applied the metadata that creates it
+        logs = admin.describe_log_dirs([tp])
+        return sum(1 for r in logs.values() if not isinstance(r, Exception) and tp in r) == 3
+
+    wait_until(hosted, message=f"{topic} is open on its 3 replicas")
 
 
 def shows(admin: Admin, kind: str, name: str, key: str, value: str, source: str) -> None:
@@ -254,7 +255,10 @@ def shows(admin: Admin, kind: str, name: str, key: str, value: str, source: str)
     answer means committed by the controller, not yet applied everywhere)."""
 
     def seen() -> bool:
-        entry = admin.describe_configs(kind, name).get(key)  # type: ignore[arg-type]
+        try:
+            entry = admin.describe_configs(kind, name).get(key)  # type: ignore[arg-type]
+        except BrokerNotAvailableError:  # a restarted broker not yet back in every metadata
+            return False
         return entry is not None and (entry.value, entry.source) == (value, source)
 
     wait_until(seen, message=f"{kind} {name!r} shows {key}={value} from {source}")
@@ -340,7 +344,7 @@ def test_a_dynamic_broker_default_applies_to_topics_without_an_override(cluster:
         create(admin, plain)
         create(admin, own, min_insync_replicas="1")
 
-        def produce(topic: str) -> Exception | None:
+        def produce(topic: str) -> ReplogError | None:
             with Producer(
                 bootstrap_servers=cluster.bootstrap,
                 acks="all",
@@ -351,7 +355,7 @@ def test_a_dynamic_broker_default_applies_to_topics_without_an_override(cluster:
                 future = producer.send(topic, value=b"v", partition=0)
                 try:
                     future.result(timeout=30)
-                except NotEnoughReplicasError as err:
+                except ReplogError as err:
                     return err
             return None
 
@@ -361,7 +365,7 @@ def test_a_dynamic_broker_default_applies_to_topics_without_an_override(cluster:
                 lambda: isinstance(produce(plain), NotEnoughReplicasError),
                 message="acks=all refused: 3 in sync, min.insync.replicas=4 by default",
             )
-            assert produce(own) is None  # the topic's own value wins
+            wait_until(lambda: produce(own) is None, message="the topic's own value wins")
             for b in ("0", "1", "2"):
                 shows(
                     admin, "broker", b, "min.insync.replicas", "4", "DYNAMIC_DEFAULT_BROKER_CONFIG"
