@@ -51,6 +51,9 @@ from replication.metadata.store import MetadataStore
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 
+#: the tier is on each test (unit or cluster); every test is bounded
+pytestmark = pytest.mark.timeout(300)
+
 # --- in process ---------------------------------------------------------------------------------
 
 

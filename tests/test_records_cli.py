@@ -110,7 +110,10 @@ def test_records_delete_refuses_bad_input_in_one_line(cluster: Cluster, tmp_path
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"partitions": [{"topic": "x"}]}')
     cases = [
-        (["--topic", topic, "--partition", "0", "--offset", "99"], "cannot delete records of"),
+        (
+            ["--topic", topic, "--partition", "0", "--offset", "99"],
+            f"cannot delete records of {topic}-0 before offset 99: the offset must be between",
+        ),
         (["--offset-json-file", str(tmp_path / "none.json")], "no such file"),
         (["--offset-json-file", str(bad_json)], "needs a topic (string), a partition and an"),
         (["--topic", topic], "--offset-json-file FILE, or --topic T --partition P --offset O"),

@@ -60,6 +60,7 @@ from replication.errors import (
     LeaderNotAvailableError,
     NetworkError,
     NotControllerError,
+    OffsetOutOfRangeError,
     ReplogError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -148,6 +149,13 @@ _ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort"})
 _DESCRIBE_LOG_DIRS_VERSION: Final = 0
 #: A Fetch without a session (KIP-227's FINAL_EPOCH).
 _NO_SESSION_EPOCH: Final = -1
+
+
+#: What to do about a DeleteRecords error (its response carries no message).
+_DELETE_RECORDS_HINTS: Final = {
+    OffsetOutOfRangeError.code: "the offset must be between the partition's log start offset and "
+    "its high watermark (or -1 for the high watermark); see them with `replog topics describe`",
+}
 
 
 def _resource_type(resource_type: str) -> int:
@@ -625,7 +633,11 @@ class Admin:
                         if not part.error_code:
                             done[tp] = part.low_watermark
                             continue
-                        err = _error(part.error_code, None, f"cannot delete records of {tp}")
+                        err = _error(
+                            part.error_code,
+                            _DELETE_RECORDS_HINTS.get(part.error_code),
+                            f"cannot delete records of {tp} before offset {wanted[tp]}",
+                        )
                         if err.retriable:
                             retry = err
                         else:
