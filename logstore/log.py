@@ -128,6 +128,13 @@ class Log:
         self._delayed_deletes: list[tuple[int, str]] = []
         self._closed = False
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (a topic's configs changed while it is open): retention
+        applies it at its next run, segment rolling at the next flush, max.message.bytes at the
+        next append, the tail cache at its next insert."""
+        with self._lock:
+            self.config = config
+
     # --- opening and recovery --------------------------------------------------------------
 
     @classmethod

@@ -26,6 +26,7 @@ from replication.broker.producer_state import AbortedTxn
 from replication.broker.purgatory import DelayedOperation, Purgatory
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
+from replication.dynamic_config import effective_broker_config
 from replication.errors import (
     InvalidRequiredAcksError,
     NotEnoughReplicasAfterAppendError,
@@ -86,6 +87,8 @@ class ReplicaManager:
         self.storage = storage
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image = MetadataImage()
+        #: ``config`` with the dynamic broker configs of ``image`` laid over it
+        self.current_config = config
         self.produce_purgatory = Purgatory("produce")
         self.fetch_purgatory = Purgatory("fetch")
         self._dirty: set[Partition] = set()
@@ -126,22 +129,52 @@ class ReplicaManager:
     # --- metadata --------------------------------------------------------------------------------
 
     def topic_log_config(self, topic: TopicInfo) -> tuple[LogConfig, TopicPolicy]:
+        """A topic's log config and policy: its overrides over this broker's config in force
+        (the static one with the dynamic broker configs laid over it)."""
         configs = topic.config_map()
         log_keys = set(keys_of(LogConfig))
-        defaults = to_mapping(self.config.log)
+        broker = self.current_config
+        defaults = to_mapping(broker.log)
         defaults.update({k: v for k, v in configs.items() if k in log_keys})
         policy = TopicPolicy(
-            min_insync_replicas=int(
-                configs.get("min.insync.replicas", self.config.min_insync_replicas)
-            ),
+            min_insync_replicas=int(configs.get("min.insync.replicas", broker.min_insync_replicas)),
             unclean_leader_election_enable=str(
-                configs.get(
-                    "unclean.leader.election.enable", self.config.unclean_leader_election_enable
-                )
+                configs.get("unclean.leader.election.enable", broker.unclean_leader_election_enable)
             ).lower()
             == "true",
         )
         return parse(LogConfig, defaults), policy
+
+    def _reconfigure(self, previous: MetadataImage, image: MetadataImage) -> None:
+        """Apply changed topic configs and dynamic broker configs to the hosted logs, without
+        a restart (Kafka's dynamic topic and log configs): retention at its next check, segment
+        rolling at the next append, min.insync.replicas at the next produce."""
+        broker_changed = previous.broker_configs != image.broker_configs
+        if broker_changed:
+            self.current_config = effective_broker_config(self.config, image)
+        changed: dict[str, TopicInfo] = {}
+        for topic in image.topics:
+            before = previous.topic(topic.name)
+            if broker_changed or (before is not None and before.configs != topic.configs):
+                changed[topic.name] = topic
+        if not changed:
+            return
+        settings: dict[str, tuple[LogConfig, TopicPolicy]] = {}
+        for key, partition in self.partitions.items():
+            info = changed.get(key.topic)
+            if info is None:
+                continue
+            if key.topic not in settings:
+                try:
+                    settings[key.topic] = self.topic_log_config(info)
+                except ReplogError as err:  # validated by the controller; kept as they were
+                    log.warning("configs of topic %s not applied: %s", key.topic, err)
+                    continue
+            log_config, policy = settings[key.topic]
+            if log_config != partition.log.config or policy != partition.policy:
+                partition.log.reconfigure(log_config)
+                partition.policy = policy
+                log.info("%r: configs changed: %s, %s", partition, log_config, policy)
 
     def registered(self, broker_epoch: int) -> None:
         """This process registered with the controller and holds ``broker_epoch``."""
@@ -160,7 +193,8 @@ class ReplicaManager:
         """
         if image.version <= self.image.version:
             return
-        self.image = image
+        previous, self.image = self.image, image
+        self._reconfigure(previous, image)
         me = image.broker(self.broker_id)
         if self.broker_epoch < 0 or me is None or me.epoch != self.broker_epoch:
             log.info(

@@ -6,6 +6,11 @@ refresh metadata and retry). Per-topic errors are raised as their named classes
 UnknownTopicOrPartitionError, ...) carrying the broker's message; when several topics fail, the
 first failure is raised after every topic was tried, and the others are logged.
 
+Configs (:meth:`Admin.describe_configs`, :meth:`Admin.alter_configs`,
+:meth:`Admin.incremental_alter_configs`) are described by a broker (a broker's own configs by
+that broker) and changed through the controller, which keeps them in the cluster metadata.
+Records are deleted (:meth:`Admin.delete_records`) by each partition's leader.
+
 Replica logs (:meth:`Admin.describe_log_dirs`) are asked of the brokers holding them, and a
 partition's aborted transactions (:meth:`Admin.aborted_transactions`) of its leader, as a
 read_committed Fetch that asks for no records: what a reader of segment objects (the Spark
@@ -37,6 +42,7 @@ from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
+    ConfigEntry,
     ConsumerGroupDescription,
     NewTopic,
     PartitionInfo,
@@ -48,19 +54,30 @@ from replication.client.types import (
     TransactionListing,
 )
 from replication.errors import (
+    BrokerNotAvailableError,
     CommitFailedError,
     CommitStateUnknownError,
+    LeaderNotAvailableError,
     NetworkError,
     NotControllerError,
+    OffsetOutOfRangeError,
     ReplogError,
     UnknownTopicOrPartitionError,
     for_code,
 )
 from replication.protocol import (
+    BROKER_RESOURCE,
+    CONFIG_OP_DELETE,
+    CONFIG_OP_SET,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TOPIC_RESOURCE,
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
     ApiKey,
     CommitSinkBatchRequest,
     CommitSinkBatchResponse,
@@ -68,9 +85,17 @@ from replication.protocol import (
     CreatableTopicConfig,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopic,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribableLogDirTopic,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
     DescribeSinkRequest,
@@ -79,13 +104,16 @@ from replication.protocol import (
     FetchRequestPartition,
     FetchRequestTopic,
     FetchResponse,
+    IncrementalAlterableConfig,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResource,
     ListTransactionsRequest,
     ListTransactionsResponse,
     MetadataResponse,
     SinkTransaction,
 )
 
-__all__ = ["Admin", "OffsetSpec"]
+__all__ = ["Admin", "ConfigResourceType", "OffsetSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +121,19 @@ log = logging.getLogger(__name__)
 OffsetSpec = Literal["earliest", "latest"] | int
 
 T = TypeVar("T")
+
+#: The resources whose configs :meth:`Admin.describe_configs` and the alter calls take
+#: (Kafka's ConfigResource.Type TOPIC and BROKER).
+ConfigResourceType = Literal["topic", "broker"]
+_RESOURCE_TYPES: Final = {"topic": TOPIC_RESOURCE, "broker": BROKER_RESOURCE}
+#: Kafka's names of DescribeConfigs' config sources.
+_CONFIG_SOURCES: Final = {
+    1: "DYNAMIC_TOPIC_CONFIG",
+    2: "DYNAMIC_BROKER_CONFIG",
+    3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG",
+    5: "DEFAULT_CONFIG",
+}
 
 #: Kafka's transaction states, as ListTransactions filters take them.
 TRANSACTION_STATES = (
@@ -108,6 +149,26 @@ _ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort"})
 _DESCRIBE_LOG_DIRS_VERSION: Final = 0
 #: A Fetch without a session (KIP-227's FINAL_EPOCH).
 _NO_SESSION_EPOCH: Final = -1
+
+
+#: What to do about a DeleteRecords error (its response carries no message).
+_DELETE_RECORDS_HINTS: Final = {
+    OffsetOutOfRangeError.code: "the offset must be between the partition's log start offset and "
+    "its high watermark (or -1 for the high watermark); see them with `replog topics describe`",
+}
+
+
+def _resource_type(resource_type: str) -> int:
+    code = _RESOURCE_TYPES.get(resource_type)
+    if code is None:
+        raise ValueError(f"config resource type {resource_type!r}: use 'topic' or 'broker'")
+    return code
+
+
+def _resource_text(resource_type: str, name: str) -> str:
+    if resource_type == "broker" and not name:
+        return "the default broker configs"
+    return f"{resource_type} {name!r} configs"
 
 
 def _error(code: int, message: str | None, what: str) -> ReplogError:
@@ -353,6 +414,250 @@ class Admin:
             self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
         )
         return {tp: offset for tp, (offset, _) in found.items()}
+
+    # --- configs ------------------------------------------------------------------------------
+
+    def describe_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        keys: Iterable[str] | None = None,
+    ) -> dict[str, ConfigEntry]:
+        """The configs of a topic, of a broker (``name`` its id; asked of that broker), or the
+        cluster-wide dynamic broker defaults (``"broker"``, ``""``): key -> :class:`ConfigEntry`
+        (value, Kafka's config source, whether it can be altered). ``keys`` limits the answer.
+
+        Examples
+        --------
+        >>> admin.describe_configs("topic", "events")["retention.ms"].source  # doctest: +SKIP
+        'DYNAMIC_TOPIC_CONFIG'
+        """
+        rtype = _resource_type(resource_type)
+        what = _resource_text(resource_type, name)
+        request = DescribeConfigsRequest(
+            resources=[
+                DescribeConfigsResource(
+                    resource_type=rtype,
+                    resource_name=name,
+                    configuration_keys=None if keys is None else list(keys),
+                )
+            ]
+        )
+        self._check_open()
+        cluster = self._cluster
+
+        if rtype == BROKER_RESOURCE and name:  # a broker's own configs: ask that broker
+            live = [b.node_id for b in self.describe_cluster().brokers]
+            if not name.isdigit() or int(name) not in live:
+                raise BrokerNotAvailableError(
+                    f"cannot describe configs of broker {name!r}: no such live broker "
+                    f"(live: {live})"
+                )
+
+        def send() -> DescribeConfigsResult:
+            if not cluster.bootstrapped:
+                cluster.refresh()
+            if rtype == BROKER_RESOURCE and name:
+                conn = cluster.connection(int(name))
+                response: DescribeConfigsResponse = conn.send(
+                    ApiKey.DESCRIBE_CONFIGS, conn.max_version(ApiKey.DESCRIBE_CONFIGS, 0), request
+                )
+            else:
+                response = cluster.any_connection_send(
+                    ApiKey.DESCRIBE_CONFIGS, lambda version: request, 0
+                )
+            return response.results[0]
+
+        result = self._retrying(f"describing configs of {what}", send)
+        if result.error_code:
+            raise _error(result.error_code, result.error_message, f"cannot describe {what}")
+        return {
+            c.name: ConfigEntry(
+                name=c.name,
+                value=c.value,
+                source=_CONFIG_SOURCES.get(c.config_source, "UNKNOWN"),
+                read_only=c.read_only,
+                is_sensitive=c.is_sensitive,
+            )
+            for c in result.configs
+        }
+
+    def alter_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Replace the dynamic configs of a topic or broker (``""``: the cluster-wide default)
+        with ``configs`` (Kafka's legacy AlterConfigs: keys not given go back to their
+        defaults). Prefer :meth:`incremental_alter_configs`. ConfigError names a bad key."""
+        request = AlterConfigsRequest(
+            resources=[
+                AlterConfigsResource(
+                    resource_type=_resource_type(resource_type),
+                    resource_name=name,
+                    configs=[AlterableConfig(name=k, value=str(v)) for k, v in configs.items()],
+                )
+            ],
+            validate_only=validate_only,
+        )
+        self._alter(ApiKey.ALTER_CONFIGS, request, _resource_text(resource_type, name))
+
+    def incremental_alter_configs(
+        self,
+        resource_type: ConfigResourceType,
+        name: str,
+        *,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        """Set and delete dynamic configs of a topic or broker (``""``: the cluster-wide
+        default), leaving the others as they are (Kafka's IncrementalAlterConfigs). Applied
+        without a restart; a deleted key falls back to the next source (broker dynamic, static,
+        default). ConfigError names a bad key or value, or a key that needs a restart.
+
+        Examples
+        --------
+        >>> admin.incremental_alter_configs(  # doctest: +SKIP
+        ...     "topic", "events", set_configs={"retention.ms": "3600000"}
+        ... )
+        """
+        ops = [
+            IncrementalAlterableConfig(name=k, config_operation=CONFIG_OP_SET, value=str(v))
+            for k, v in (set_configs or {}).items()
+        ] + [
+            IncrementalAlterableConfig(name=k, config_operation=CONFIG_OP_DELETE)
+            for k in delete_configs
+        ]
+        request = IncrementalAlterConfigsRequest(
+            resources=[
+                IncrementalAlterConfigsResource(
+                    resource_type=_resource_type(resource_type), resource_name=name, configs=ops
+                )
+            ],
+            validate_only=validate_only,
+        )
+        self._alter(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, _resource_text(resource_type, name))
+
+    def _alter(self, api_key: int, request: Any, what: str) -> None:
+        def send() -> AlterConfigsResourceResponse:
+            response = self._send_to_controller(api_key, lambda version: request, 0)
+            (result,) = response.responses
+            if result.error_code == NotControllerError.code:
+                raise NotControllerError()
+            return result  # type: ignore[no-any-return]
+
+        result = self._retrying(f"altering configs of {what}", send)
+        if result.error_code:
+            raise _error(result.error_code, result.error_message, f"cannot alter {what}")
+
+    # --- records ------------------------------------------------------------------------------
+
+    def delete_records(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Delete each partition's records before an offset (-1: its high watermark), as
+        Kafka's deleteRecords: the log start offset moves there and the records become
+        unreadable. Returns each partition's new log start offset (its low watermark).
+
+        Asked of each partition's leader; leadership changes are retried until
+        ``timeout_ms`` (default.api.timeout.ms). An offset outside [log start, high watermark]
+        raises OffsetOutOfRangeError.
+
+        Examples
+        --------
+        >>> admin.delete_records({("events", 0): 100})  # doctest: +SKIP
+        {TopicPartition(topic='events', partition=0): 100}
+        """
+        wanted = {TopicPartition(*tp): int(offset) for tp, offset in offsets.items()}
+        if not wanted:
+            return {}
+        self._check_open()
+        cluster = self._cluster
+        cluster.add_interest({tp.topic for tp in wanted})
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        done: dict[TopicPartition, int] = {}
+        failed: dict[TopicPartition, ReplogError] = {}
+
+        def attempt() -> None:
+            unknown: set[str] = set()
+            if not cluster.bootstrapped or any(
+                cluster.snapshot.leader(*tp) is None for tp in wanted
+            ):
+                metadata = cluster.refresh(sorted({tp.topic for tp in wanted}))
+                unknown = {
+                    t.name
+                    for t in metadata.topics
+                    if t.error_code == UnknownTopicOrPartitionError.code
+                }
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in wanted:
+                if tp in done or tp in failed:
+                    continue
+                leader = cluster.snapshot.leader(*tp)
+                if leader is None:
+                    if tp.topic in unknown:
+                        failed[tp] = UnknownTopicOrPartitionError(
+                            f"cannot delete records of {tp}: topic {tp.topic!r} does not exist"
+                        )
+                        continue
+                    raise LeaderNotAvailableError(f"{tp} has no leader right now")
+                by_leader.setdefault(leader, []).append(tp)
+            retry: ReplogError | None = None
+            for leader, tps in sorted(by_leader.items()):
+                topics: dict[str, list[DeleteRecordsPartition]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        DeleteRecordsPartition(partition_index=tp.partition, offset=wanted[tp])
+                    )
+                request = DeleteRecordsRequest(
+                    topics=[DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+                    timeout_ms=timeout,
+                )
+                conn = cluster.connection(leader)
+                response: DeleteRecordsResponse = conn.send(
+                    ApiKey.DELETE_RECORDS,
+                    conn.max_version(ApiKey.DELETE_RECORDS, 0),
+                    request,
+                    timeout_ms=timeout,
+                )
+                for topic in response.topics:
+                    for part in topic.partitions:
+                        tp = TopicPartition(topic.name, part.partition_index)
+                        if not part.error_code:
+                            done[tp] = part.low_watermark
+                            continue
+                        err = _error(
+                            part.error_code,
+                            _DELETE_RECORDS_HINTS.get(part.error_code),
+                            f"cannot delete records of {tp} before offset {wanted[tp]}",
+                        )
+                        if err.retriable:
+                            retry = err
+                        else:
+                            failed[tp] = err
+            if retry is not None:
+                raise retry
+
+        call_with_retries(
+            "deleting records",
+            attempt,
+            RetryPolicy.of(
+                self.config,
+                self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+                "default.api.timeout.ms",
+            ),
+            retriable=cluster.retriable,
+            on_retry=lambda err, attempt: cluster.request_update(),
+        )
+        self._raise_first(list(failed.values()))
+        return done
 
     # --- replica logs and aborted transactions ------------------------------------------------
 

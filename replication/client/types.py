@@ -19,6 +19,7 @@ __all__ = [
     "FETCH_SCHEMA",
     "BrokerInfo",
     "ClusterDescription",
+    "ConfigEntry",
     "ConsumerGroupDescription",
     "ConsumerGroupMetadata",
     "ConsumerRecord",
@@ -264,6 +265,21 @@ class ReplicaLog:
     leader_epoch: int
     is_leader: bool
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of a topic or broker as DescribeConfigs reports it."""
+
+    name: str
+    #: None for a sensitive key (never sent)
+    value: str | None
+    #: Kafka's config source: DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG,
+    #: DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG or DEFAULT_CONFIG
+    source: str
+    #: False when AlterConfigs may change it (without a restart)
+    read_only: bool
+    is_sensitive: bool = False
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from logstore.config import LogConfig, keys_of, parse
-from logstore.errors import ConfigError
 from replication import events
 from replication.controller.state_change import log_state_changes
+from replication.dynamic_config import (
+    apply_config_ops,
+    broker_entity,
+    dynamic_broker_overrides,
+    validate_broker_configs,
+    validate_topic_configs,
+)
 from replication.errors import (
     DuplicateBrokerRegistrationError,
     FencedLeaderEpochError,
@@ -58,8 +63,6 @@ from replication.metadata.store import (
 log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-#: topic-level configs that are not log settings but are still per topic in Kafka
-TOPIC_EXTRA_KEYS = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
 
 #: more partitions than this in one topic is a mistake, not a plan (each is a log to open)
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -74,15 +77,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"topic name {_shown(name)} is not legal: use 1-249 characters from a-z A-Z 0-9 . _ -"
         )
-
-
-def validate_topic_configs(configs: Sequence[tuple[str, str]]) -> None:
-    log_keys = set(keys_of(LogConfig))
-    for name, _ in configs:
-        if name not in log_keys and name not in TOPIC_EXTRA_KEYS:
-            allowed = ", ".join(sorted(log_keys | TOPIC_EXTRA_KEYS))
-            raise ConfigError(f"unknown topic config {name!r}; topic configs are: {allowed}")
-    parse(LogConfig, {k: v for k, v in configs if k in log_keys})
 
 
 def assign_replicas(
@@ -376,8 +370,13 @@ class Controller:
     def _live(self, image: MetadataImage) -> set[int]:
         return {b.broker_id for b in image.brokers if not b.fenced}
 
-    def _unclean_allowed(self, topic: TopicInfo) -> bool:
-        value = topic.config_map().get("unclean.leader.election.enable")
+    def _unclean_allowed(self, topic: TopicInfo, image: MetadataImage | None = None) -> bool:
+        """The topic's unclean.leader.election.enable, else the dynamic broker value (this
+        controller's own, else the cluster default), else this controller's static one."""
+        key = "unclean.leader.election.enable"
+        value = topic.config_map().get(key)
+        if value is None:
+            value = dynamic_broker_overrides(image or self.image, self.controller_id).get(key)
         return self.unclean_leader_election if value is None else value.lower() == "true"
 
     def _elect(self, state: PartitionState, live: set[int], unclean: bool) -> PartitionState:
@@ -420,7 +419,7 @@ class Controller:
                 )
                 if shrunk.leader in fenced or shrunk.leader == NO_LEADER:
                     shrunk = self._elect(
-                        replace(shrunk, isr=isr), live, self._unclean_allowed(topic)
+                        replace(shrunk, isr=isr), live, self._unclean_allowed(topic, image)
                     )
                     if shrunk.leader == NO_LEADER and state.leader != NO_LEADER:
                         shrunk = replace(
@@ -436,7 +435,9 @@ class Controller:
             if all(s.leader != NO_LEADER for s in topic.partitions):
                 continue
             parts = tuple(
-                self._elect(s, live, self._unclean_allowed(topic)) if s.leader == NO_LEADER else s
+                self._elect(s, live, self._unclean_allowed(topic, image))
+                if s.leader == NO_LEADER
+                else s
                 for s in topic.partitions
             )
             image = image.with_topic(replace(topic, partitions=parts))
@@ -591,6 +592,55 @@ class Controller:
             if self.image.topic(name) is None:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             self._commit(self.image.next().without_topic(name))
+
+    # --- dynamic configs --------------------------------------------------------------------------
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        ops: Sequence[tuple[int, str, str | None]],
+        *,
+        replace_all: bool = False,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Change a topic's configs (AlterConfigs with ``replace_all``, else
+        IncrementalAlterConfigs); every broker hosting it applies them with the new metadata.
+        Returns the topic's configs after the change."""
+        with self._lock:
+            info = self.image.topic(name)
+            if info is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            configs = apply_config_ops(info.config_map(), ops, replace_all=replace_all)
+            validate_topic_configs(sorted(configs.items()))
+            if not validate_only:
+                image = self.image.next().with_topic(
+                    replace(info, configs=tuple(sorted(configs.items())))
+                )
+                # unclean.leader.election.enable=true elects where no leader is (as KRaft)
+                self._commit(self._elect_offline_leaders(image))
+                log.info("topic %s configs now %s", name, configs)
+            return configs
+
+    def alter_broker_configs(
+        self,
+        name: str,
+        ops: Sequence[tuple[int, str, str | None]],
+        *,
+        replace_all: bool = False,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Change the dynamic configs of broker ``name`` (an id), or of every broker (``""``,
+        the cluster-wide default). Returns the entity's dynamic configs after the change."""
+        entity = broker_entity(name)
+        with self._lock:
+            current = self.image.broker_config_map(entity)
+            configs = apply_config_ops(current, ops, replace_all=replace_all)
+            validate_broker_configs(configs)
+            if not validate_only:
+                image = self.image.next().with_broker_configs(entity, configs)
+                self._commit(self._elect_offline_leaders(image))
+                log.info("dynamic broker configs of %r now %s", entity or "<default>", configs)
+            return configs
 
     def allocate_producer_ids(self, count: int = 1000) -> range:
         """A block of producer ids, durable before use (unique across controller failover)."""

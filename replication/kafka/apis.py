@@ -77,7 +77,9 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.DELETE_GROUPS: p.DeleteGroupsRequest,
     p.ApiKey.DELETE_RECORDS: p.DeleteRecordsRequest,
     p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
+    p.ApiKey.ALTER_CONFIGS: p.AlterConfigsRequest,
     p.ApiKey.CREATE_PARTITIONS: p.CreatePartitionsRequest,
+    p.ApiKey.INCREMENTAL_ALTER_CONFIGS: p.IncrementalAlterConfigsRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)

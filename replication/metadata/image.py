@@ -15,9 +15,13 @@ from logstore.errors import CorruptRecordError
 
 #: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation.
 #: 3 added each broker's other listeners (endpoints); older files are read with none.
-FORMAT_VERSION = 3
-READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3})
+#: 4 added dynamic broker configs (cluster default and per broker); older files have none.
+FORMAT_VERSION = 4
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4})
 NO_LEADER = -1
+#: The entity name of the cluster-wide default broker configs (Kafka's ``--entity-default``;
+#: a broker's own dynamic configs are under its id, as a string).
+DEFAULT_BROKER_ENTITY = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,9 @@ class MetadataImage:
     topics: tuple[TopicInfo, ...] = ()
     #: first producer id not yet handed out (ids are allocated in blocks by the controller)
     next_producer_id: int = 0
+    #: dynamic broker configs set with AlterConfigs: (entity, ((key, value), ...)) sorted by
+    #: entity, where the entity is DEFAULT_BROKER_ENTITY (every broker) or a broker id
+    broker_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     format_version: int = FORMAT_VERSION
     _topic_index: dict[str, TopicInfo] = field(default_factory=dict, compare=False, repr=False)
 
@@ -96,6 +103,20 @@ class MetadataImage:
 
     def without_topic(self, name: str) -> MetadataImage:
         return replace(self, topics=tuple(t for t in self.topics if t.name != name))
+
+    def broker_config_map(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of one broker entity (a broker id, or the cluster default)."""
+        for name, configs in self.broker_configs:
+            if name == entity:
+                return dict(configs)
+        return {}
+
+    def with_broker_configs(self, entity: str, configs: dict[str, str]) -> MetadataImage:
+        """This image with the dynamic configs of ``entity`` replaced (none: removed)."""
+        others = [(n, c) for n, c in self.broker_configs if n != entity]
+        if configs:
+            others.append((entity, tuple(sorted(configs.items()))))
+        return replace(self, broker_configs=tuple(sorted(others)))
 
     def with_broker(self, broker: BrokerInfo) -> MetadataImage:
         others = tuple(b for b in self.brokers if b.broker_id != broker.broker_id)
@@ -140,6 +161,9 @@ class MetadataImage:
                 }
                 for t in self.topics
             ],
+            "broker_configs": {
+                entity: [list(c) for c in configs] for entity, configs in self.broker_configs
+            },
         }
         return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -171,6 +195,12 @@ class MetadataImage:
                         ),
                     )
                     for t in doc["topics"]
+                ),
+                broker_configs=tuple(  # formats 1 to 3 had no dynamic broker configs
+                    sorted(
+                        (str(entity), tuple((str(k), str(v)) for k, v in configs))
+                        for entity, configs in doc.get("broker_configs", {}).items()
+                    )
                 ),
             )
         except (ValueError, KeyError, TypeError) as err:

@@ -1,5 +1,5 @@
 """Messages of the administrative APIs: DeleteRecords (21), DescribeConfigs (32),
-CreatePartitions (37)."""
+AlterConfigs (33), CreatePartitions (37), IncrementalAlterConfigs (44)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ BROKER_RESOURCE = 4
 
 #: Where a config's value comes from (Kafka's DescribeConfigsResponse.ConfigSource).
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
@@ -125,6 +127,93 @@ class DescribeConfigsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     results: list[DescribeConfigsResult] = field(
         default_factory=list, metadata=wire(Array(DescribeConfigsResult))
+    )
+
+
+# --- AlterConfigs (33) ---------------------------------------------------------------------------
+
+
+@message
+class AlterableConfig:
+    """One key of an AlterConfigs resource: every key given becomes the resource's whole set."""
+
+    name: str = field(metadata=wire(STRING))
+    value: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+
+
+@message
+class AlterConfigsResource:
+    resource_type: int = field(metadata=wire(INT8))
+    resource_name: str = field(metadata=wire(STRING))
+    configs: list[AlterableConfig] = field(
+        default_factory=list, metadata=wire(Array(AlterableConfig))
+    )
+
+
+@message
+class AlterConfigsRequest:
+    resources: list[AlterConfigsResource] = field(
+        default_factory=list, metadata=wire(Array(AlterConfigsResource))
+    )
+    validate_only: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class AlterConfigsResourceResponse:
+    """The outcome for one resource (of AlterConfigs and IncrementalAlterConfigs alike)."""
+
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    resource_type: int = field(default=0, metadata=wire(INT8))
+    resource_name: str = field(default="", metadata=wire(STRING))
+
+
+@message
+class AlterConfigsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    responses: list[AlterConfigsResourceResponse] = field(
+        default_factory=list, metadata=wire(Array(AlterConfigsResourceResponse))
+    )
+
+
+# --- IncrementalAlterConfigs (44) -----------------------------------------------------------------
+
+#: IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType).
+CONFIG_OP_SET = 0
+CONFIG_OP_DELETE = 1
+CONFIG_OP_APPEND = 2
+CONFIG_OP_SUBTRACT = 3
+
+
+@message
+class IncrementalAlterableConfig:
+    name: str = field(metadata=wire(STRING))
+    config_operation: int = field(default=CONFIG_OP_SET, metadata=wire(INT8))
+    value: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+
+
+@message
+class IncrementalAlterConfigsResource:
+    resource_type: int = field(metadata=wire(INT8))
+    resource_name: str = field(metadata=wire(STRING))
+    configs: list[IncrementalAlterableConfig] = field(
+        default_factory=list, metadata=wire(Array(IncrementalAlterableConfig))
+    )
+
+
+@message
+class IncrementalAlterConfigsRequest:
+    resources: list[IncrementalAlterConfigsResource] = field(
+        default_factory=list, metadata=wire(Array(IncrementalAlterConfigsResource))
+    )
+    validate_only: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class IncrementalAlterConfigsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    responses: list[AlterConfigsResourceResponse] = field(
+        default_factory=list, metadata=wire(Array(AlterConfigsResourceResponse))
     )
 
 

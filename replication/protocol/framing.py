@@ -34,12 +34,16 @@ from replication.errors import (
     UnsupportedVersionError,
 )
 from replication.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 from replication.protocol.api import ApiKey, RequestHeader
 from replication.protocol.codec import (
@@ -181,6 +185,10 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 0),
     ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 0),
     ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 0),
+    ApiKey.ALTER_CONFIGS: _Api(AlterConfigsRequest, AlterConfigsResponse, 0, 0),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 0
+    ),
 }
 
 #: The (min, max) version replog speaks for each API.

@@ -34,6 +34,7 @@ from replication.metadata.image import MetadataImage
 from replication.server.configs import describe_configs
 from replication.server.controller_apis import (
     ControllerApis,
+    not_controller_alter_configs,
     not_controller_create,
     not_controller_create_partitions,
     not_controller_delete,
@@ -66,6 +67,8 @@ class KafkaApis:
             p.ApiKey.CREATE_TOPICS: self.handle_create_topics,
             p.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
             p.ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+            p.ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
+            p.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
         }
         if replica_manager is not None:
             self.handlers.update(
@@ -226,6 +229,37 @@ class KafkaApis:
             response = not_controller_create_partitions(body)
         await self._after_controller_change()
         return response
+
+    async def handle_alter_configs(
+        self, header: p.RequestHeader, body: p.AlterConfigsRequest
+    ) -> Any:
+        return p.AlterConfigsResponse(responses=await self._alter_configs(body))
+
+    async def handle_incremental_alter_configs(
+        self, header: p.RequestHeader, body: p.IncrementalAlterConfigsRequest
+    ) -> Any:
+        return p.IncrementalAlterConfigsResponse(responses=await self._alter_configs(body))
+
+    async def _alter_configs(
+        self, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
+    ) -> list[p.AlterConfigsResourceResponse]:
+        """Config changes go to the active controller, which validates and writes them into
+        the metadata; every broker applies them with that metadata version."""
+        controller = self.controller_apis
+        if controller is not None and (controller.active or self.lifecycle is None):
+            responses = await controller.alter_configs(body)
+        elif self.lifecycle is not None:
+            api = (
+                p.ApiKey.INCREMENTAL_ALTER_CONFIGS
+                if isinstance(body, p.IncrementalAlterConfigsRequest)
+                else p.ApiKey.ALTER_CONFIGS
+            )
+            forwarded = await self.lifecycle.controller_request(api, body)
+            responses = list(forwarded.responses)
+        else:  # a broker still starting: no way to the controller yet
+            responses = not_controller_alter_configs(body).responses
+        await self._after_controller_change()
+        return responses
 
     async def handle_delete_records(
         self, header: p.RequestHeader, body: p.DeleteRecordsRequest

@@ -1,6 +1,10 @@
 """What DescribeConfigs reports: a topic's configs (its own overrides, else the broker's
-defaults) and a broker's static configs, with Kafka's names and config sources.
+defaults), a broker's configs, or the cluster-wide dynamic defaults, each with Kafka's name,
+config source (DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and whether AlterConfigs may change it (read_only).
 
+A key counts as STATIC_BROKER_CONFIG when the broker's value differs from replog's default
+(the config file or --set gave it); a key set to its default reads as DEFAULT_CONFIG.
 Values of keys that hold secrets are never sent (Kafka marks them sensitive and sends null).
 """
 
@@ -8,20 +12,24 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from logstore.config import keys_of, to_mapping
+from logstore.config import LogConfig, keys_of, to_mapping
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
+from replication.dynamic_config import (
+    DYNAMIC_BROKER_KEYS,
+    effective_broker_config,
+    topic_defaults,
+)
 from replication.errors import InvalidRequestError, UnknownTopicOrPartitionError
-from replication.metadata.image import MetadataImage
+from replication.metadata.image import DEFAULT_BROKER_ENTITY, MetadataImage
 from replication.server.responses import error_code, error_message
 
-#: Topic-level keys beyond the log's own: the replication policy of a topic.
-_TOPIC_POLICY_KEYS: Final = {
-    "min.insync.replicas": "min_insync_replicas",
-    "unclean.leader.election.enable": "unclean_leader_election_enable",
-}
 _SENSITIVE_WORDS: Final = ("password", "secret", "jaas", "key.pem", "credentials")
+_DEFAULTS: Final = {
+    **{k: getattr(BrokerConfig(), f.name) for k, f in keys_of(BrokerConfig).items()},
+    **to_mapping(LogConfig()),
+}
 
 
 def _text(value: Any) -> str:
@@ -34,33 +42,44 @@ def _sensitive(name: str) -> bool:
     return any(word in name for word in _SENSITIVE_WORDS)
 
 
-def topic_defaults(config: BrokerConfig) -> dict[str, str]:
-    """Every topic-level key with the broker's default for it."""
-    defaults = {k: _text(v) for k, v in to_mapping(config.log).items()}
-    for key, attr in _TOPIC_POLICY_KEYS.items():
-        defaults[key] = _text(getattr(config, attr))
-    return defaults
-
-
-def broker_configs(config: BrokerConfig) -> dict[str, str]:
+def broker_configs(config: BrokerConfig) -> dict[str, Any]:
     """Every broker key with this broker's value (the log defaults included)."""
-    values = {k: _text(getattr(config, f.name)) for k, f in keys_of(BrokerConfig).items()}
-    values.update({k: _text(v) for k, v in to_mapping(config.log).items()})
+    values: dict[str, Any] = {k: getattr(config, f.name) for k, f in keys_of(BrokerConfig).items()}
+    values.update(to_mapping(config.log))
     return values
 
 
+def _broker_sources(config: BrokerConfig, image: MetadataImage) -> dict[str, int]:
+    """Where each broker key's value comes from on this broker (least specific first)."""
+    sources = {
+        k: p.STATIC_BROKER_CONFIG if v != _DEFAULTS.get(k) else p.DEFAULT_CONFIG
+        for k, v in broker_configs(config).items()
+    }
+    sources.update(
+        dict.fromkeys(
+            image.broker_config_map(DEFAULT_BROKER_ENTITY), p.DYNAMIC_DEFAULT_BROKER_CONFIG
+        )
+    )
+    sources.update(
+        dict.fromkeys(image.broker_config_map(str(config.broker_id)), p.DYNAMIC_BROKER_CONFIG)
+    )
+    return sources
+
+
 def _entries(
-    values: dict[str, str], sources: dict[str, int], keys: list[str] | None
+    values: dict[str, Any],
+    sources: dict[str, int],
+    keys: list[str] | None,
+    alterable: frozenset[str],
 ) -> list[p.DescribeConfigsResourceResult]:
     names = sorted(values) if keys is None else [k for k in keys if k in values]
     return [
         p.DescribeConfigsResourceResult(
             name=name,
-            value=None if _sensitive(name) else values[name],
+            value=None if _sensitive(name) else _text(values[name]),
             is_sensitive=_sensitive(name),
             config_source=sources.get(name, p.DEFAULT_CONFIG),
-            # Topic configs change with CreateTopics only for now: read-only to an Alter.
-            read_only=True,
+            read_only=name not in alterable,
         )
         for name in names
     ]
@@ -69,7 +88,10 @@ def _entries(
 def describe_configs(
     config: BrokerConfig, image: MetadataImage, resource: p.DescribeConfigsResource
 ) -> p.DescribeConfigsResult:
-    """The configs of one resource (a topic or this broker), or why there are none."""
+    """The configs of one resource (a topic, this broker, or the cluster-wide dynamic
+    defaults: broker ""), or why there are none. ``config`` is this broker's static config;
+    the dynamic configs in ``image`` are laid over it."""
+    current = effective_broker_config(config, image)
     try:
         if resource.resource_type == p.TOPIC_RESOURCE:
             topic = image.topic(resource.resource_name)
@@ -77,18 +99,25 @@ def describe_configs(
                 raise UnknownTopicOrPartitionError(
                     f"topic {resource.resource_name!r} does not exist"
                 )
-            values = topic_defaults(config)
+            values = topic_defaults(current)
             overrides = topic.config_map()
             values.update(overrides)
-            sources = dict.fromkeys(overrides, p.DYNAMIC_TOPIC_CONFIG)
+            sources = _broker_sources(config, image)
+            sources.update(dict.fromkeys(overrides, p.DYNAMIC_TOPIC_CONFIG))
+            alterable = frozenset(values)
         elif resource.resource_type == p.BROKER_RESOURCE:
-            if resource.resource_name not in ("", str(config.broker_id)):
+            if resource.resource_name == DEFAULT_BROKER_ENTITY:  # --entity-default
+                values = dict(image.broker_config_map(DEFAULT_BROKER_ENTITY))
+                sources = dict.fromkeys(values, p.DYNAMIC_DEFAULT_BROKER_CONFIG)
+            elif resource.resource_name == str(config.broker_id):
+                values = broker_configs(current)
+                sources = _broker_sources(config, image)
+            else:
                 raise InvalidRequestError(
                     f"broker {resource.resource_name!r}: ask that broker for its configs "
                     f"(this is broker {config.broker_id})"
                 )
-            values = broker_configs(config)
-            sources = dict.fromkeys(values, p.STATIC_BROKER_CONFIG)
+            alterable = DYNAMIC_BROKER_KEYS
         else:
             raise InvalidRequestError(
                 f"resource type {resource.resource_type} is not served: use 2 (topic) or 4 (broker)"
@@ -103,5 +132,5 @@ def describe_configs(
     return p.DescribeConfigsResult(
         resource_type=resource.resource_type,
         resource_name=resource.resource_name,
-        configs=_entries(values, sources, resource.configuration_keys),
+        configs=_entries(values, sources, resource.configuration_keys, alterable),
     )

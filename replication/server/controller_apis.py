@@ -1,5 +1,6 @@
 """Request handlers of the controller's APIs, as Kafka's ControllerApis: broker registration
-and heartbeats, AlterPartition, producer id blocks, and topic creation and deletion.
+and heartbeats, AlterPartition, producer id blocks, topic creation and deletion, and config
+changes (AlterConfigs, IncrementalAlterConfigs).
 
 A standby controller answers NOT_CONTROLLER. On a node that is also a broker, KafkaApis
 routes these APIs here (:mod:`replication.server.apis`).
@@ -67,6 +68,27 @@ def not_controller_delete(body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse
             for n in body.topic_names
         ]
     )
+
+
+def not_controller_alter_configs(
+    body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest,
+) -> p.AlterConfigsResponse:
+    """AlterConfigs / IncrementalAlterConfigs answered by a node that cannot reach the active
+    controller (both responses have this shape)."""
+    return p.AlterConfigsResponse(
+        responses=[
+            p.AlterConfigsResourceResponse(
+                error_code=NotControllerError.code,
+                error_message="this controller is a standby; send it to the active controller",
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in body.resources
+        ]
+    )
+
+
+ConfigOps = list[tuple[int, str, str | None]]
 
 
 class ControllerApis:
@@ -178,6 +200,57 @@ class ControllerApis:
                     )
                 )
         return p.DeleteTopicsResponse(responses=results)
+
+    # --- configs ------------------------------------------------------------------------------
+
+    async def alter_configs(
+        self, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
+    ) -> list[p.AlterConfigsResourceResponse]:
+        """AlterConfigs (each resource's keys become its whole set of dynamic configs) or
+        IncrementalAlterConfigs (SET / DELETE per key): per resource, done or why not."""
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_alter_configs(body).responses
+        incremental = isinstance(body, p.IncrementalAlterConfigsRequest)
+        results = []
+        for resource in body.resources:
+            ops: ConfigOps = [
+                (getattr(c, "config_operation", p.CONFIG_OP_SET), c.name, c.value)
+                for c in resource.configs
+            ]
+            try:
+                if resource.resource_type == p.TOPIC_RESOURCE:
+                    alter = controller.alter_topic_configs
+                elif resource.resource_type == p.BROKER_RESOURCE:
+                    alter = controller.alter_broker_configs
+                else:
+                    raise InvalidRequestError(
+                        f"resource type {resource.resource_type} cannot be altered: use 2 "
+                        "(topic) or 4 (broker)"
+                    )
+                await asyncio.to_thread(
+                    alter,
+                    resource.resource_name,
+                    ops,
+                    replace_all=not incremental,
+                    validate_only=body.validate_only,
+                )
+                results.append(
+                    p.AlterConfigsResourceResponse(
+                        resource_type=resource.resource_type,
+                        resource_name=resource.resource_name,
+                    )
+                )
+            except ReplogError as err:
+                results.append(
+                    p.AlterConfigsResourceResponse(
+                        error_code=error_code(err),
+                        error_message=error_message(err),
+                        resource_type=resource.resource_type,
+                        resource_name=resource.resource_name,
+                    )
+                )
+        return results
 
     # --- producer ids, brokers, ISR ----------------------------------------------------------
 

@@ -48,6 +48,12 @@ app.add_typer(transactions_app, name="transactions")
 from replication.tools.cli_groups import groups_app  # noqa: E402
 
 app.add_typer(groups_app, name="consumer-groups")
+from replication.tools.cli_configs import configs_app  # noqa: E402
+
+app.add_typer(configs_app, name="configs")
+from replication.tools.cli_records import records_app  # noqa: E402
+
+app.add_typer(records_app, name="records")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )
