@@ -246,6 +246,22 @@ class BrokerConfig:
         default=1_000_000,
         metadata=k("group.max.size", "most members a consumer group may have", minimum=1),
     )
+    metrics_port: int = field(
+        default=-1,
+        metadata=k(
+            "metrics.port",
+            "port of the Prometheus endpoint (http://HOST:PORT/metrics); -1: none, 0: any free "
+            "port (printed at start)",
+            minimum=-1,
+        ),
+    )
+    metrics_host: str = field(
+        default="",
+        metadata=k(
+            "metrics.host",
+            "address the Prometheus endpoint listens on (default: the REPLOG listener's host)",
+        ),
+    )
     log: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -306,6 +322,24 @@ class BrokerConfig:
     def advertised_kafka_host_port(self) -> tuple[str, int] | None:
         """The address Kafka clients are told to use, if it differs from the listener."""
         return self._endpoints("advertised.listeners", self.advertised_listeners).get("KAFKA")
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        """Where the Prometheus endpoint listens, or None if ``metrics.port`` is -1."""
+        if self.metrics_port < 0:
+            return None
+        if self.metrics_port > 65535:
+            raise ConfigError(
+                f"config metrics.port={self.metrics_port}: a TCP port is at most 65535; use -1 "
+                "for no metrics endpoint, 0 for any free port"
+            )
+        host = self.metrics_host.strip() or self.host_port[0]
+        if any(c in host for c in "/ ") or host.count(":") == 1:
+            raise ConfigError(
+                f"config metrics.host={self.metrics_host!r}: expected a host name or address "
+                "without port or scheme (e.g. 0.0.0.0); the port is metrics.port"
+            )
+        return host, self.metrics_port
 
     @property
     def metadata_root(self) -> str:
