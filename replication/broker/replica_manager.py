@@ -437,7 +437,7 @@ class ReplicaManager:
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
-                    expanded = partition.isr_to_expand()
+                    expanded = partition.isr_to_expand(replica_id)
                     if expanded is not None:
                         self._alter_isr(partition, expanded)
                     upper = plog.log_end_offset
