@@ -508,3 +508,25 @@ def test_a_fetch_expands_the_isr_with_its_own_follower_only() -> None:
     partition.state = PartitionState((0, 1, 2), (0, 1), 0, 1, 1)  # shrunk without 2
     assert partition.isr_to_expand(1) is None  # broker 1's fetch does not bring back 2
     assert partition.isr_to_expand(2) == (0, 1, 2)  # broker 2's own fetch does
+
+
+@pytest.mark.cluster
+def test_transactions_by_state_on_their_coordinator(cluster: Cluster, admin: Admin) -> None:
+    topic = unique_name("txn")
+    create(cluster, admin, topic, 1)
+    every = brokers(cluster)
+
+    def in_state(state: str) -> float:
+        return total(every, "kafka_coordinator_transaction_transactions", state=state)
+
+    committed = in_state("CompleteCommit")
+    with Producer(
+        bootstrap_servers=cluster.bootstrap, transactional_id=unique_name("tx"), acks="all"
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"in a transaction").result(timeout=60)
+        wait_until(lambda: in_state("Ongoing") == 1, message="one ongoing transaction")
+        producer.commit_transaction()
+    wait_until(lambda: in_state("Ongoing") == 0, message="no ongoing transaction")
+    assert in_state("CompleteCommit") == committed + 1
