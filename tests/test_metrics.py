@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.batch import Record, build, count_records
@@ -37,6 +37,7 @@ from replication.metrics.controller import ControllerCollector
 from replication.metrics.endpoint import MetricsEndpoint
 from replication.metrics.storage import StorageMetrics
 from replication.protocol import ApiKey
+from replication.tools import local_cluster
 from tests.cluster import BrokerProcess, Cluster
 from tests.helpers import unique_name, wait_until
 
@@ -148,8 +149,6 @@ def test_storage_metrics_count_operations_and_backend_errors(tmp_path: Path) -> 
 
 
 def generate(registry: CollectorRegistry) -> str:
-    from prometheus_client import generate_latest
-
     return generate_latest(registry).decode()
 
 
@@ -530,3 +529,27 @@ def test_transactions_by_state_on_their_coordinator(cluster: Cluster, admin: Adm
         producer.commit_transaction()
     wait_until(lambda: in_state("Ongoing") == 0, message="no ongoing transaction")
     assert in_state("CompleteCommit") == committed + 1
+
+
+@pytest.mark.cluster
+def test_local_cluster_nodes_serve_metrics(tmp_path: Path) -> None:
+    """``replog cluster up`` with a metrics port base: every node serves /metrics, and the
+    state file knows where (port base 0: free ports, learnt from the nodes' lines)."""
+    data = str(tmp_path / "data")
+    nodes = local_cluster.cluster_up(data, 1, 0, kafka_port_base=None, metrics_port_base=0)
+    try:
+        assert [n.role for n in nodes] == ["controller", "broker"]
+        assert all(n.metrics_port > 0 for n in nodes)
+        assert local_cluster.ClusterLayout.of(data).read_state() == nodes
+        for node in nodes:
+            url = f"http://127.0.0.1:{node.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                samples = parse(response.read().decode())
+            name = (
+                "kafka_server_replicamanager_partitioncount"
+                if node.role == "broker"
+                else "kafka_controller_kafkacontroller_activecontrollercount"
+            )
+            assert (name, ()) in samples, node
+    finally:
+        local_cluster.cluster_down(data)
