@@ -15,6 +15,8 @@ from logstore.errors import ObjectExistsError, ObjectNotFoundError
 
 #: logstore's operation names -> kinds
 KINDS = {"read": "get", "read_range": "get_range", "write": "put"}
+#: every kind, exported from the start (at 0), so that rates and alerts have a series
+ALL_KINDS = ("get", "get_range", "put", "put_if_absent", "exists", "size", "list", "delete")
 
 #: seconds: a local fsync'd write to a slow S3 PUT
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -44,6 +46,10 @@ class StorageMetrics:
             ["kind"],
             registry=registry,
         )
+        for kind in ALL_KINDS:
+            self._requests.labels(kind)
+            self._duration.labels(kind)
+            self._errors.labels(kind)
 
     def __call__(self, op: str, seconds: float, error: BaseException | None) -> None:
         kind = KINDS.get(op, op)
