@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -226,7 +227,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "broker.session.timeout.ms": "30000",
         "group.initial.rebalance.delay.ms": "0",
     }
-    c = Cluster(tmp_path_factory.mktemp("metrics"), 3, overrides=overrides, metrics=True)
+    c = Cluster(
+        tmp_path_factory.mktemp("metrics"), 3, overrides=overrides, metrics=True, kafka=True
+    )
     c.start()
     yield c
     c.stop()
@@ -553,3 +556,22 @@ def test_local_cluster_nodes_serve_metrics(tmp_path: Path) -> None:
             assert (name, ()) in samples, node
     finally:
         local_cluster.cluster_down(data)
+
+
+@pytest.mark.cluster
+def test_kafka_listener_requests_count_under_kafka_names(cluster: Cluster, admin: Admin) -> None:
+    """A Kafka client's requests are counted as replog's clients' are (nothing else produces
+    meanwhile: the Produce requests counted are the Kafka producer's)."""
+    topic = unique_name("kafka")
+    create(cluster, admin, topic, 1)
+    every = brokers(cluster)
+    produces = total(every, "kafka_network_requestmetrics_requests_total", request="Produce")
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all", "linger.ms": 5}
+    )
+    for i in range(10):
+        producer.produce(topic, b"kafka-%d" % i)
+    assert producer.flush(60) == 0
+    assert total(every, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 10
+    assert total(every, "kafka_network_requestmetrics_requests_total", request="Produce") > produces
+    assert total(every, "kafka_network_requestmetrics_requests_total", request="ApiVersions") > 0
