@@ -63,6 +63,7 @@ __all__ = [
     "TimestampType",
     "build",
     "build_control",
+    "count_records",
     "iter_batches",
     "parse_header",
     "records_to_arrow",
@@ -102,7 +103,12 @@ ATTRIBUTES_OFFSET: Final = struct.calcsize(">qiibI")
 #: Smallest sane batchLength: the header after batchLength, with an empty payload.
 _MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD
 
+#: recordCount, the last field of the header
+RECORD_COUNT_OFFSET: Final = HEADER_SIZE - struct.calcsize(">i")
+
 _BASE_OFFSET: Final = struct.Struct(">q")
+_BATCH_LENGTH: Final = struct.Struct(">i")
+_RECORD_COUNT: Final = struct.Struct(">i")
 _PARTITION_LEADER_EPOCH: Final = struct.Struct(">i")
 _CRC: Final = struct.Struct(">I")
 
@@ -560,6 +566,26 @@ def iter_batches(
             batch.ensure_valid()
         yield batch
         position += batch.size_in_bytes
+
+
+def count_records(buf: bytes | bytearray | memoryview) -> int:
+    """The records (recordCount summed) of the whole batches at the start of ``buf``.
+
+    Reads two header fields per batch and checks nothing else (for metrics of data already
+    checked when it was appended); stops at a partial or absurd batch.
+    """
+    view = _as_view(buf)
+    position = 0
+    count = 0
+    end = len(view)
+    while position + HEADER_SIZE <= end:
+        (batch_length,) = _BATCH_LENGTH.unpack_from(view, position + _BASE_OFFSET.size)
+        size = LOG_OVERHEAD + batch_length
+        if batch_length < _MIN_BATCH_LENGTH or position + size > end:
+            break
+        count += _RECORD_COUNT.unpack_from(view, position + RECORD_COUNT_OFFSET)[0]
+        position += size
+    return count
 
 
 def valid_prefix(

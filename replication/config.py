@@ -332,6 +332,24 @@ class BrokerConfig:
         return self._endpoints("advertised.listeners", self.advertised_listeners).get("KAFKA")
 
     @property
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        """Where the Prometheus endpoint listens, or None if ``metrics.port`` is -1."""
+        if self.metrics_port < 0:
+            return None
+        if self.metrics_port > 65535:
+            raise ConfigError(
+                f"config metrics.port={self.metrics_port}: a TCP port is at most 65535; use -1 "
+                "for no metrics endpoint, 0 for any free port"
+            )
+        host = self.metrics_host.strip() or self.host_port[0]
+        if any(c in host for c in "/ ") or host.count(":") == 1:
+            raise ConfigError(
+                f"config metrics.host={self.metrics_host!r}: expected a host name or address "
+                "without port or scheme (e.g. 0.0.0.0); the port is metrics.port"
+            )
+        return host, self.metrics_port
+
+    @property
     def metadata_root(self) -> str:
         return self.metadata_log_dir or self.log_dir.rstrip("/") + "/__cluster_metadata"
 

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from replication.server.node import KAFKA_READY_LINE, READY_LINE
+from replication.server.node import KAFKA_READY_LINE, METRICS_READY_LINE, READY_LINE
 from tests.helpers import wait_until as wait_until  # re-exported: tests import it from here
 
 START_TIMEOUT_S = 60
 _READY_PREFIX = READY_LINE.split("{", 1)[0]
 _KAFKA_READY_PREFIX = KAFKA_READY_LINE.split("{", 1)[0]
+_METRICS_READY_PREFIX = METRICS_READY_LINE.split("{", 1)[0]
 
 
 class BrokerProcess:
@@ -41,8 +42,12 @@ class BrokerProcess:
         env: dict[str, str] | None = None,
         role: str = "broker",
         kafka: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.role = role
+        #: whether the node serves Prometheus metrics (its port is kept across restarts)
+        self.metrics = metrics
+        self.metrics_port = 0
         #: whether the broker has a Kafka listener (its port is kept across restarts)
         self.kafka = kafka
         self.kafka_port = 0
@@ -66,6 +71,11 @@ class BrokerProcess:
         return f"127.0.0.1:{self.kafka_port}"
 
     @property
+    def metrics_url(self) -> str:
+        assert self.metrics, "this node has no metrics endpoint"
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
@@ -76,6 +86,7 @@ class BrokerProcess:
             "listeners": f"REPLOG://127.0.0.1:{self.port}"
             + (f",KAFKA://127.0.0.1:{self.kafka_port}" if self.kafka else ""),
             "log.dir": self.log_dir,
+            **({"metrics.port": str(self.metrics_port)} if self.metrics else {}),
             **self.overrides,
         }
         cmd = [sys.executable, "-m", "replication.tools.cli", self.role, "start"]
@@ -92,8 +103,12 @@ class BrokerProcess:
         )
         stderr.close()
         line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
-        if self.kafka and line.startswith(_KAFKA_READY_PREFIX):
-            self.kafka_port = int(line.strip().rsplit(":", 1)[1])
+        while line.startswith((_KAFKA_READY_PREFIX, _METRICS_READY_PREFIX)):
+            port = int(line.strip().rsplit(":", 1)[1])
+            if line.startswith(_KAFKA_READY_PREFIX):
+                self.kafka_port = port
+            else:
+                self.metrics_port = port
             line = _read_line_with_timeout(self.proc, START_TIMEOUT_S)
         if not line.startswith(_READY_PREFIX):
             self.proc.kill()
@@ -207,6 +222,7 @@ class Cluster:
         broker_log_dirs: dict[int, str] | None = None,
         env: dict[str, str] | None = None,
         kafka: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
@@ -217,6 +233,7 @@ class Cluster:
             role="controller",
             overrides=common,
             env=env,
+            metrics=metrics,
         )
         self.brokers = {
             i: BrokerProcess(
@@ -226,6 +243,7 @@ class Cluster:
                 overrides=common,
                 env=env,
                 kafka=kafka,
+                metrics=metrics,
             )
             for i in range(brokers)
         }

@@ -401,15 +401,23 @@ class Partition:
 
     # --- ISR -----------------------------------------------------------------------------------
 
-    def isr_to_expand(self) -> tuple[int, ...] | None:
-        """The ISR with every follower that has caught up added, or None if none has."""
+    def isr_to_expand(self, fetched_by: int | None = None) -> tuple[int, ...] | None:
+        """The ISR with every follower that has caught up added, or None if none has.
+
+        ``fetched_by``: consider only that follower, the one whose fetch is being handled (as
+        Kafka's ``maybeExpandIsr(followerReplica)``). A fetch of one follower says nothing of
+        the others: a stalled follower whose last fetch offset still equals the HW of an idle
+        partition would otherwise rejoin the ISR at every other follower's fetch, and leave it
+        again at the next shrink check (the ISR, and under-replicated metrics, would flap).
+        """
         if not self.is_leader:
             return None
         epoch_start = self.log.leader_epoch_cache.start_offset_of(self.state.leader_epoch)
         joining = [
             replica_id
             for replica_id, replica in self.followers.items()
-            if replica_id not in self.state.isr
+            if (fetched_by is None or replica_id == fetched_by)
+            and replica_id not in self.state.isr
             and replica.log_end_offset >= self.log.high_watermark
             and replica.log_end_offset >= (epoch_start if epoch_start is not None else 0)
         ]

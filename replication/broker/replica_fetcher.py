@@ -59,6 +59,9 @@ class ReplicaFetcher:
         self._stopping = False
         #: bytes of every fetch request sent, for tests and metrics
         self.request_sizes: list[int] = []
+        #: per partition, how far this replica was behind the leader's high watermark after
+        #: the last fetch (Kafka's FetcherLagMetrics; their max is ReplicaFetcherManager.MaxLag)
+        self.lags: dict[TopicPartition, int] = {}
 
     def __repr__(self) -> str:
         return (
@@ -85,6 +88,7 @@ class ReplicaFetcher:
     def remove(self, key: TopicPartition) -> None:
         self.partitions.pop(key, None)
         self._fresh.discard(key)
+        self.lags.pop(key, None)
 
     def _connection(self) -> AsyncConnection | None:
         broker = self.image().broker(self.leader_id)
@@ -217,6 +221,7 @@ class ReplicaFetcher:
         if records is not None and len(records):
             await asyncio.to_thread(self._append, partition, bytes(records))
         plog.update_high_watermark(min(part.high_watermark, plog.durable_end_offset))
+        self.lags[partition.key] = max(0, part.high_watermark - plog.log_end_offset)
         if part.log_start_offset > plog.log_start_offset:
             await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)
         if records is not None and len(records):
@@ -303,6 +308,10 @@ class ReplicaFetcherManager:
         slot = self._assigned.pop(partition.key, None)
         if slot is not None:
             self.fetchers[slot].remove(partition.key)
+
+    def max_lag(self) -> int:
+        """The largest lag in records of a partition fetched here (0 if none)."""
+        return max((lag for f in self.fetchers.values() for lag in f.lags.values()), default=0)
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))

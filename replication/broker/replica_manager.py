@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from logstore.batch import count_records
 from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ReplogError
 from logstore.log import Log
@@ -24,6 +25,7 @@ from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.producer_state import AbortedTxn
 from replication.broker.purgatory import DelayedOperation, Purgatory
+from replication.broker.topic_stats import BrokerTopicStats
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.dynamic_config import effective_broker_config
@@ -104,6 +106,11 @@ class ReplicaManager:
         self._isr_pending: set[TopicPartition] = set()
         #: the broker epoch of this process's registration (-1: not registered yet)
         self.broker_epoch = -1
+        #: metrics, read by the Prometheus collector at scrape time: per-topic traffic, and
+        #: the ISR changes of partitions led here (as Kafka's IsrShrinksPerSec/IsrExpandsPerSec)
+        self.topic_stats = BrokerTopicStats()
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -244,6 +251,7 @@ class ReplicaManager:
             self._partition_changed(partition)
             log.info("deleting %s-%d (topic deleted or replica moved)", *key)
             partition.log.truncate_fully_and_start_at(0)
+            self.topic_stats.retain(tp.topic for tp in self.partitions)
 
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
@@ -320,6 +328,10 @@ class ReplicaManager:
                 continue
             self._dirty.add(partition)
             self.fetch_purgatory.check_and_complete(key)  # followers wait on the LEO
+            if not info.duplicate:
+                stats = self.topic_stats.topic(topic)
+                stats.messages_in += info.record_count
+                stats.bytes_in += len(records or b"")
             results[key] = ProduceResult(None, info.first_offset, info.log_start_offset)
             if acks == -1:
                 waiting.append((partition, info.last_offset + 1))
@@ -397,6 +409,28 @@ class ReplicaManager:
         isolation_level: int,
     ) -> dict[TopicPartition, FetchPartitionData]:
         """Read for a consumer (replica_id < 0) or a follower; long-poll until ``min_bytes``."""
+        result = await self._fetch(
+            replica_id, specs, max_wait_ms, min_bytes, max_bytes, isolation_level
+        )
+        for key, data in result.items():
+            if data.records:
+                stats = self.topic_stats.topic(key.topic)
+                if replica_id >= 0:
+                    stats.replication_bytes_out += len(data.records)
+                else:
+                    stats.messages_out += count_records(data.records)
+                    stats.bytes_out += len(data.records)
+        return result
+
+    async def _fetch(
+        self,
+        replica_id: int,
+        specs: list[FetchSpec],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+    ) -> dict[TopicPartition, FetchPartitionData]:
         deadline = time.monotonic() + max_wait_ms / 1000
         follower = replica_id >= 0
         while True:
@@ -450,7 +484,7 @@ class ReplicaManager:
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
-                    expanded = partition.isr_to_expand()
+                    expanded = partition.isr_to_expand(replica_id)
                     if expanded is not None:
                         self._alter_isr(partition, expanded)
                     upper = plog.log_end_offset
@@ -551,6 +585,10 @@ class ReplicaManager:
                 result.leader_epoch,
                 result.partition_epoch,
             )
+            if set(state.isr) - set(committed.isr):
+                self.isr_shrinks += 1
+            if set(committed.isr) - set(state.isr):
+                self.isr_expands += 1
             if self.partitions.get(partition.key) is partition and partition.apply_state(committed):
                 self._role_changed(partition)
             log.info(

@@ -118,6 +118,20 @@ class ClientConfig:
         default=300_000,
         metadata=key("metadata.max.age.ms", "refresh metadata at least this often", minimum=0),
     )
+    metrics_sample_window_ms: int = field(
+        default=30_000,
+        metadata=key(
+            "metrics.sample.window.ms", "time window of one sample of metrics()", minimum=1
+        ),
+    )
+    metrics_num_samples: int = field(
+        default=2,
+        metadata=key(
+            "metrics.num.samples",
+            "samples kept for the rates, averages and maxima of metrics()",
+            minimum=1,
+        ),
+    )
 
     def __post_init__(self) -> None:
         parse_bootstrap(self.bootstrap_servers)

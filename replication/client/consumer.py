@@ -23,6 +23,7 @@ created a moment ago reaching the metadata of the broker asked (one heartbeat, 5
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections import deque
@@ -47,6 +48,7 @@ from replication.client.errors import (
     PartitionNotAssignedError,
 )
 from replication.client.fetcher import decode_fetched
+from replication.client.metrics import ConsumerMetrics
 from replication.client.offsets import OffsetLookup
 from replication.client.types import (
     ConsumerGroupMetadata,
@@ -155,6 +157,7 @@ class Consumer:
         self._pattern: re.Pattern[str] | None = None
         #: partitions given by the group whose committed offsets are still to be looked up
         self._awaiting_committed: set[TopicPartition] = set()
+        self._metrics = ConsumerMetrics(self.config)
 
     def __enter__(self) -> Consumer:
         return self
@@ -518,6 +521,23 @@ class Consumer:
             out.extend(_records(tp, batch))
         return out
 
+    def metrics(self) -> dict[str, float]:
+        """This consumer's metrics, by Kafka's names (its ``consumer-fetch-manager-metrics``).
+
+        ``records-consumed-rate``/``-total`` (records returned by poll), ``bytes-consumed-*``
+        (bytes of fetched records), ``fetch-size-avg``/``-max`` (bytes per fetch response),
+        ``records-per-request-avg``, ``fetch-rate``/``-total``, ``fetch-latency-avg``/``-max``
+        (ms, long-poll wait included), and ``records-lag-max``: the largest ``high watermark
+        - position`` over the assigned partitions, as of their last fetch (NaN before any).
+        Windows as :meth:`Producer.metrics`.
+        """
+        lags = [
+            hw - self._positions[tp]
+            for tp, hw in self._highwater.items()
+            if tp in self._positions and tp in self._assignment
+        ]
+        return self._metrics.snapshot(float(max(lags)) if lags else math.nan)
+
     def poll_arrow(self, timeout_ms: int = 0) -> list[FetchedBatch]:
         """Like :meth:`poll`, but everything buffered, as Arrow batches (no per-record Python).
 
@@ -528,6 +548,14 @@ class Consumer:
         return [FetchedBatch(tp.topic, tp.partition, b) for tp, b in self._poll(timeout_ms, None)]
 
     def _poll(
+        self, timeout_ms: int, limit: int | None
+    ) -> list[tuple[TopicPartition, pa.RecordBatch]]:
+        polled = self._poll_once(timeout_ms, limit)
+        if polled:
+            self._metrics.records_consumed.record(sum(b.num_rows for _, b in polled))
+        return polled
+
+    def _poll_once(
         self, timeout_ms: int, limit: int | None
     ) -> list[tuple[TopicPartition, pa.RecordBatch]]:
         self._check_open()
@@ -672,12 +700,14 @@ class Consumer:
     def _send_fetch(
         self, node: int, request: FetchRequest, timeout_ms: int
     ) -> FetchResponse | ReplogError:
+        sent = time.monotonic()
         try:
             response: FetchResponse = self._cluster.connection(node).send(
                 ApiKey.FETCH, 0, request, timeout_ms=timeout_ms
             )
         except ReplogError as err:
             return err
+        self._metrics.fetch_latency.record((time.monotonic() - sent) * 1000)
         return response
 
     def _handle_fetch(self, node: int, request: FetchRequest, response: FetchResponse) -> None:
@@ -691,6 +721,8 @@ class Consumer:
         asked = {
             (t.topic, p.partition): p.fetch_offset for t in request.topics for p in t.partitions
         }
+        fetched_bytes = 0
+        fetched_records = 0
         for t in response.responses:
             for p in t.partitions:
                 tp = TopicPartition(t.topic, p.partition_index)
@@ -711,6 +743,10 @@ class Consumer:
                     aborted_transactions=p.aborted_transactions,
                     where=str(tp),
                 )
+                if p.records:
+                    self._metrics.bytes_consumed.record(len(p.records))
+                    fetched_bytes += len(p.records)
+                    fetched_records += sum(b.num_rows for b in fetched.batches)
                 if fetched.batches or (
                     fetched.next_offset is not None and fetched.next_offset > fetch_offset
                 ):
@@ -721,6 +757,8 @@ class Consumer:
                         f"{fetched.partial_bytes} bytes the broker returned; raise "
                         "max.partition.fetch.bytes and fetch.max.bytes"
                     )
+        self._metrics.fetch_size.record(fetched_bytes)
+        self._metrics.records_per_request.record(fetched_records)
 
     def _fetch_error(self, tp: TopicPartition, fetch_offset: int, p: Any) -> None:
         code = int(p.error_code)

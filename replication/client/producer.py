@@ -39,6 +39,7 @@ from replication.client.errors import (
     TransactionAbortedError,
 )
 from replication.client.futures import failed_future
+from replication.client.metrics import ProducerMetrics
 from replication.client.partitioner import KeyHashCache, partitions_for_keys
 from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.sender import Sender
@@ -142,7 +143,10 @@ class Producer:
         self._max_request_size = c.max_request_size
         self._max_block_s = c.max_block_ms / 1000
         self._closed = False
-        self._sender = Sender(c, self._cluster, self._acc, self._txn, on_crash=self._crashed)
+        self._metrics = ProducerMetrics(c)
+        self._sender = Sender(
+            c, self._cluster, self._acc, self._txn, on_crash=self._crashed, metrics=self._metrics
+        )
         self._sender.start()
 
     def __enter__(self) -> Producer:
@@ -282,6 +286,25 @@ class Producer:
                 piece = chunk_data.slice(start, length)
                 futures.append(self._append_table(tp, piece, nbytes))
         return futures
+
+    def metrics(self) -> dict[str, float]:
+        """This producer's metrics, by Kafka's names (its ``producer-metrics`` group).
+
+        ``record-send-rate``/``-total`` (records put in produce requests, every attempt),
+        ``record-retry-*`` and ``record-error-*`` (records of batches retried, and failed for
+        good), ``batch-size-avg``/``-max`` (bytes), ``records-per-request-avg``,
+        ``request-rate``/``-total`` and ``request-latency-avg``/``-max`` (ms, produce
+        requests with acks 1 or all). Rates, averages and maxima cover the last
+        ``metrics.num.samples`` x ``metrics.sample.window.ms`` (see
+        :mod:`replication.client.metrics`); totals cover the producer's life.
+
+        Examples
+        --------
+        >>> producer.send("events", b"hello").result(timeout=10)  # doctest: +SKIP
+        >>> producer.metrics()["record-send-total"]  # doctest: +SKIP
+        1.0
+        """
+        return self._metrics.snapshot()
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (waits up to max.block.ms for its metadata)."""

@@ -22,6 +22,7 @@ import functools
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
@@ -33,6 +34,7 @@ from replication.client.accumulator import Drained, ProducerBatch, RecordAccumul
 from replication.client.cluster import Cluster, MetadataSnapshot
 from replication.client.config import ProducerConfig
 from replication.client.errors import ClientClosedError, DeliveryTimeoutError
+from replication.client.metrics import ProducerMetrics
 from replication.client.retry import RetryPolicy, exhausted
 from replication.client.transactions import FENCED_ERRORS, TransactionManager
 from replication.errors import (
@@ -83,8 +85,10 @@ class Sender:
         txn: TransactionManager,
         *,
         on_crash: Callable[[], None],
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else ProducerMetrics(config)
         self._cluster = cluster
         self._acc = accumulator
         self._txn = txn
@@ -278,18 +282,25 @@ class Sender:
                     for name, parts in by_topic.items()
                 ],
             )
+            metrics = self.metrics
+            for batch in encoded:
+                metrics.record_send.record(batch.record_count)
+                metrics.batch_size.record(len(batch.payload or b""))
+            metrics.records_per_request.record(sum(b.record_count for b in encoded))
             try:
                 conn = self._cluster.connection(plan.node, slot)
                 if c.acks == 0:
                     conn.send(ApiKey.PRODUCE, _PRODUCE_VERSION, request, expect_response=False)
                     done.extend((batch, -1, -1) for batch in encoded)
                     return
+                sent = time.monotonic()
                 response: ProduceResponse = conn.send(
                     ApiKey.PRODUCE,
                     _PRODUCE_VERSION,
                     request,
                     timeout_ms=c.request_timeout_ms + min(c.request_timeout_ms, 5000),
                 )
+                metrics.request_latency.record((time.monotonic() - sent) * 1000)
             except ReplogError as err:
                 if err.refresh_metadata or isinstance(err, NetworkError):
                     self._cluster.request_update()
@@ -377,6 +388,7 @@ class Sender:
             round(delay * 1000),
             error,
         )
+        self.metrics.record_retry.record(batch.record_count)
         retry.append(batch)
 
     def _finish(
@@ -393,11 +405,13 @@ class Sender:
             batch.complete(base_offset, log_append_time)
         for batch, error in failed:
             batch.fail(error)
+            self.metrics.record_error.record(batch.record_count)
         if retry and self._force_close:
             # Nobody drains the queues any more: what would be retried fails instead.
             closed = ClientClosedError("the producer was closed before these records were sent")
             for batch in retry:
                 batch.fail(closed)
+                self.metrics.record_error.record(batch.record_count)
             failed = [*failed, *((b, closed) for b in retry)]
             retry = ()
         acc = self._acc

@@ -161,6 +161,10 @@ class KafkaProtocolApis:
     def describe(self, request: KafkaRequest) -> str:
         return f"Kafka {p.ApiKey(request.api_key).name} v{request.api_version}"
 
+    def request_name(self, request: KafkaRequest) -> str:
+        # a Kafka client's Fetch is a consumer's: followers fetch over replog's protocol
+        return p.ApiKey(request.api_key).kafka_name
+
     # --- helpers ----------------------------------------------------------------------------
 
     def _serves(self, api_key: int) -> bool:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from logstore.errors import KafkaStorageError, ObjectExistsError, ObjectNotFoundError
@@ -90,6 +92,9 @@ def _numbers(storage: Storage, directory: str) -> list[int]:
 class MetadataStore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        #: told how long each :meth:`write` took, in seconds, whatever its outcome (the
+        #: controller's ``replog_metadata_write_duration_seconds``)
+        self.on_write: Callable[[float], None] | None = None
 
     # --- controller epochs ------------------------------------------------------------------
 
@@ -156,6 +161,14 @@ class MetadataStore:
 
         Raises StaleControllerEpochError if a controller with an epoch at least ours wrote it.
         """
+        started = time.perf_counter()
+        try:
+            return self._write(image)
+        finally:
+            if self.on_write is not None:
+                self.on_write(time.perf_counter() - started)
+
+    def _write(self, image: MetadataImage) -> MetadataImage:
         while True:
             try:
                 self.storage.put_if_absent(_name(METADATA_DIR, image.version), image.to_bytes())

@@ -67,6 +67,12 @@ class ApiKey(IntEnum):
     #: replog: the last batch of a sink that was committed
     DESCRIBE_SINK = 1002
 
+    @property
+    def kafka_name(self) -> str:
+        """Kafka's name of the API (``ApiKeys.name``): ``LEADER_AND_ISR`` -> ``LeaderAndIsr``;
+        the ``request`` label of the request metrics."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
 
 # --- headers ------------------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ from replication.errors import NotCoordinatorError, raise_for_code
 from replication.kafka.apis import KAFKA_LISTENER, KafkaProtocolApis
 from replication.log_format import configure_logging
 from replication.metadata.store import MetadataStore
+from replication.metrics.broker import BrokerCollector
+from replication.metrics.controller import ControllerCollector, metadata_write_histogram
+from replication.metrics.endpoint import MetricsEndpoint
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
@@ -42,15 +45,27 @@ READY_LINE = "replog {role} {broker_id} listening on {host}:{port}"
 #: printed before READY_LINE by a broker with a Kafka listener (not starting with READY_LINE's
 #: "replog ", so that whoever waits for READY_LINE does not take this line for it)
 KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
+#: printed before READY_LINE by a node with a metrics endpoint (metrics.port >= 0), for the
+#: same reason not starting with "replog "
+METRICS_READY_LINE = "metrics of {role} {broker_id} on {host}:{port}"
 
 
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         roles = config.roles
-        self.metadata_store = MetadataStore(
-            Storage.from_url(config.metadata_root, **config.storage_options(config.metadata_root))
+        #: the Prometheus endpoint (metrics.port >= 0), or None
+        self.metrics: MetricsEndpoint | None = None
+        metrics_address = config.metrics_host_port
+        if metrics_address is not None:
+            self.metrics_host, self.metrics_port = metrics_address
+            self.metrics = MetricsEndpoint()
+        observer = self.metrics.storage if self.metrics is not None else None
+        metadata_storage = Storage.from_url(
+            config.metadata_root, **config.storage_options(config.metadata_root)
         )
+        metadata_storage.observer = observer
+        self.metadata_store = MetadataStore(metadata_storage)
         self.host, self.port = config.host_port
         self.replica_manager: ReplicaManager | None = None
         self.controller_service: ControllerService | None = None
@@ -62,6 +77,7 @@ class Node:
         self._group_ticks: asyncio.Task[None] | None = None
         if "broker" in roles:
             storage = Storage.from_url(config.log_dir, **config.storage_options(config.log_dir))
+            storage.observer = observer
             self.replica_manager = ReplicaManager(config, storage)
         if "controller" in roles:
             self.controller_service = ControllerService(
@@ -73,8 +89,13 @@ class Node:
             else None
         )
         self.apis = KafkaApis(config, self.replica_manager, controller_apis, None)
+        requests = self.metrics.requests if self.metrics is not None else None
         self.server = SocketServer(
-            ReplogChannel(self.apis), self.host, self.port, config.socket_request_max_bytes
+            ReplogChannel(self.apis),
+            self.host,
+            self.port,
+            config.socket_request_max_bytes,
+            request_metrics=requests,
         )
         #: the Kafka protocol listener, on brokers whose listeners name one
         self.kafka_server: SocketServer | None = None
@@ -82,7 +103,10 @@ class Node:
         if kafka is not None and self.replica_manager is not None:
             self.kafka_host, self.kafka_port = kafka
             self.kafka_server = SocketServer(
-                KafkaProtocolApis(self.apis), *kafka, config.socket_request_max_bytes
+                KafkaProtocolApis(self.apis),
+                *kafka,
+                config.socket_request_max_bytes,
+                request_metrics=requests,
             )
 
     @property
@@ -90,6 +114,8 @@ class Node:
         return "broker" if self.replica_manager is not None else "controller"
 
     async def start(self) -> None:
+        if self.metrics is not None:
+            self._start_metrics(self.metrics)
         self.port = await self.server.start()
         if self.controller_service is not None:
             # the claim tells brokers where the controller is: its advertised address
@@ -146,6 +172,26 @@ class Node:
         lifecycle.start()
         rm.start()
         await lifecycle.registered.wait()
+
+    def _start_metrics(self, metrics: MetricsEndpoint) -> None:
+        """Register this node's collectors and serve them (the metrics.port 0 case learns
+        its port here)."""
+        loop = asyncio.get_running_loop()
+        if self.controller_service is not None:
+            metrics.registry.register(ControllerCollector(self.controller_service, loop))
+            self.metadata_store.on_write = metadata_write_histogram(metrics.registry).observe
+        if self.replica_manager is not None:
+            metrics.registry.register(
+                BrokerCollector(
+                    self.replica_manager,
+                    self.apis.fetch_sessions,
+                    fetchers=lambda: self.fetchers,
+                    transactions=lambda: self.coordinator,
+                    groups=lambda: self.group_coordinator,
+                    loop=loop,
+                )
+            )
+        self.metrics_port = metrics.start(self.metrics_host, self.metrics_port)
 
     def _transaction_coordinator(
         self, rm: ReplicaManager, lifecycle: BrokerLifecycle
@@ -271,6 +317,8 @@ class Node:
             await self.replica_manager.shutdown()
         if self.controller_service is not None:
             await self.controller_service.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -280,6 +328,16 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if node.metrics is not None:
+        print(
+            METRICS_READY_LINE.format(
+                role=node.role,
+                broker_id=config.broker_id,
+                host=node.metrics_host,
+                port=node.metrics_port,
+            ),
+            flush=True,
+        )
     if node.kafka_server is not None:
         print(
             KAFKA_READY_LINE.format(

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import Any, Protocol
 
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.errors import CorruptFrameError, UnsupportedVersionError
+from replication.metrics.requests import RequestMetrics
 from replication.server.apis import KafkaApis
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,10 @@ class RequestChannel(Protocol):
 
     def describe(self, request: Any) -> str:
         """The request's API, for logs."""
+
+    def request_name(self, request: Any) -> str:
+        """Kafka's name of the request's API, for metrics (``FetchFollower`` for a follower's
+        Fetch)."""
 
 
 class ReplogChannel:
@@ -77,12 +83,25 @@ class ReplogChannel:
     def describe(self, request: Any) -> str:
         return p.ApiKey(request[0].api_key).name
 
+    def request_name(self, request: Any) -> str:
+        header, body = request
+        if header.api_key == p.ApiKey.FETCH and body.replica_id >= 0:
+            return "FetchFollower"
+        return p.ApiKey(header.api_key).kafka_name
+
 
 class SocketServer:
     def __init__(
-        self, channel: RequestChannel, host: str, port: int, max_request_bytes: int
+        self,
+        channel: RequestChannel,
+        host: str,
+        port: int,
+        max_request_bytes: int,
+        request_metrics: RequestMetrics | None = None,
     ) -> None:
         self.channel = channel
+        #: counts and times every handled request (None: metrics are off)
+        self.request_metrics = request_metrics
         self.host = host
         self.port = port
         self.max_request_bytes = max_request_bytes
@@ -149,6 +168,7 @@ class SocketServer:
             self.connections_closed_for_errors += 1
             log.exception("bug: a frame from %s failed to decode; closing that connection", peer)
             return False
+        started = time.perf_counter()
         try:
             parts = await self.channel.handle(request)
         except ReplogError as err:
@@ -166,4 +186,8 @@ class SocketServer:
         if parts:
             writer.writelines(parts)
             await writer.drain()
+        if self.request_metrics is not None:
+            self.request_metrics.observe(
+                self.channel.request_name(request), time.perf_counter() - started
+            )
         return True

@@ -81,6 +81,14 @@ def cluster_up(
             help="port of broker 0's Kafka listener, for Kafka clients (-1: no Kafka listener)",
         ),
     ] = 19092,
+    metrics_port_base: Annotated[
+        int,
+        typer.Option(
+            "--metrics-port-base",
+            help="port of broker 0's Prometheus endpoint (/metrics); broker i gets base+i, the "
+            "controller base+brokers (-1: no metrics endpoints)",
+        ),
+    ] = 9404,
     detach: Annotated[bool, typer.Option("--detach", help="return once the cluster is up")] = False,
     conf_dir: Annotated[
         str, typer.Option("--conf-dir", help="where broker.toml and controller.toml live")
@@ -100,6 +108,7 @@ def cluster_up(
         brokers,
         port_base,
         kafka_port_base=None if kafka_port_base < 0 else kafka_port_base,
+        metrics_port_base=None if metrics_port_base < 0 else metrics_port_base,
         conf_dir=Path(conf_dir),
         overrides=parse_overrides(overrides or []),
     )
@@ -110,6 +119,9 @@ def cluster_up(
     kafka = ",".join(f"127.0.0.1:{n.kafka_port}" for n in nodes if n.kafka_port)
     if kafka:
         typer.echo(f"Kafka clients (kcat, confluent-kafka, ...): {kafka}")
+    metrics = ",".join(f"127.0.0.1:{n.metrics_port}" for n in nodes if n.metrics_port)
+    if metrics:
+        typer.echo(f"Prometheus targets (/metrics): {metrics}")
     if detach:
         typer.echo(
             "stop it with: replog cluster down"

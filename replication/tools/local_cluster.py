@@ -23,7 +23,7 @@ from logstore.errors import ConfigError, ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.metadata.store import MetadataStore
-from replication.server.node import KAFKA_READY_LINE, READY_LINE
+from replication.server.node import KAFKA_READY_LINE, METRICS_READY_LINE, READY_LINE
 
 STATE_FILE = "cluster.json"
 #: processes this process started, so stop_nodes can reap them (no zombies, no warnings)
@@ -45,6 +45,8 @@ class NodeProcess:
     log_file: str
     #: the broker's Kafka listener (0: none)
     kafka_port: int = 0
+    #: the node's Prometheus endpoint, http://127.0.0.1:PORT/metrics (0: none)
+    metrics_port: int = 0
 
     @property
     def address(self) -> str:
@@ -120,19 +122,23 @@ def port_answers(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], log_file: Path, what: str) -> tuple[int, int]:
-    """(port, Kafka listener port or 0) once the node printed its ready line."""
+def _wait_ready(proc: subprocess.Popen[bytes], log_file: Path, what: str) -> tuple[int, int, int]:
+    """(port, Kafka listener port or 0, metrics port or 0) once the node printed its ready
+    line."""
     deadline = time.monotonic() + START_TIMEOUT_S
     prefix = READY_LINE.split("{", 1)[0]
     kafka_prefix = KAFKA_READY_LINE.split("{", 1)[0]
+    metrics_prefix = METRICS_READY_LINE.split("{", 1)[0]
     while time.monotonic() < deadline:
         if log_file.exists():
-            kafka_port = 0
+            kafka_port = metrics_port = 0
             for line in log_file.read_text(errors="replace").splitlines():
                 if line.startswith(kafka_prefix):
                     kafka_port = int(line.rsplit(":", 1)[1])
+                if line.startswith(metrics_prefix):
+                    metrics_port = int(line.rsplit(":", 1)[1])
                 if line.startswith(prefix):
-                    return int(line.rsplit(":", 1)[1]), kafka_port
+                    return int(line.rsplit(":", 1)[1]), kafka_port, metrics_port
         if proc.poll() is not None:
             tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
             raise ClusterError(f"{what} exited with status {proc.returncode}:\n{tail}")
@@ -163,8 +169,8 @@ def start_node(
             stdin=subprocess.DEVNULL,
         )
     _CHILDREN[proc.pid] = proc
-    port, kafka_port = _wait_ready(proc, log_file, f"{role} {node_id}")
-    return NodeProcess(role, node_id, port, proc.pid, str(log_file), kafka_port)
+    port, kafka_port, metrics_port = _wait_ready(proc, log_file, f"{role} {node_id}")
+    return NodeProcess(role, node_id, port, proc.pid, str(log_file), kafka_port, metrics_port)
 
 
 def cluster_up(
@@ -173,14 +179,18 @@ def cluster_up(
     port_base: int,
     *,
     kafka_port_base: int | None = None,
+    metrics_port_base: int | None = None,
     conf_dir: Path | None = None,
     overrides: dict[str, str] | None = None,
 ) -> list[NodeProcess]:
     """Start a controller and ``brokers`` brokers; returns the processes (state saved).
 
     Broker i listens at ``port_base + i`` (replog's protocol) and, unless
-    ``kafka_port_base`` is None, at ``kafka_port_base + i`` for Kafka clients. A
-    ``port_base`` of 0 lets the OS pick a free port for every listener."""
+    ``kafka_port_base`` is None, at ``kafka_port_base + i`` for Kafka clients; unless
+    ``metrics_port_base`` is None, broker i serves Prometheus metrics at
+    ``metrics_port_base + i`` and the controller at ``metrics_port_base + brokers`` (as its
+    replog port is ``port_base + brokers``). A ``port_base`` of 0 lets the OS pick a free
+    port for every listener."""
     if brokers < 1:
         raise ConfigError(f"--brokers {brokers}: a cluster needs at least one broker")
     layout = ClusterLayout.of(data)
@@ -202,6 +212,13 @@ def cluster_up(
         path = conf_dir / name if conf_dir is not None else None
         return path if path is not None and path.exists() else None
 
+    def metrics(index: int) -> dict[str, str]:
+        if metrics_port_base is None:
+            return {}
+        return {
+            "metrics.port": str(metrics_port_base + index if metrics_port_base and port_base else 0)
+        }
+
     try:
         # port_base 0: every node on a free port the OS picks
         controller_port = port_base + brokers if port_base else 0
@@ -216,6 +233,7 @@ def cluster_up(
                     **common,
                     "broker.id": str(CONTROLLER_ID),
                     "listeners": f"127.0.0.1:{controller_port}",
+                    **metrics(brokers),
                 },
             )
         )
@@ -237,6 +255,7 @@ def cluster_up(
                         "broker.id": str(i),
                         "listeners": listeners,
                         "log.dir": layout.broker_root(i),
+                        **metrics(i),
                     },
                 )
             )
