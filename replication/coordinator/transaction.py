@@ -60,6 +60,7 @@ from replication.errors import (
     InvalidTxnStateError,
     NotCoordinatorError,
     ProducerFencedError,
+    TransactionalIdNotFoundError,
     for_code,
 )
 from replication.metadata.image import MetadataImage
@@ -707,6 +708,17 @@ class TransactionCoordinator:
                 limit,
             )
         return removed
+
+    def describe(self, transactional_id: str) -> TransactionMetadata:
+        """The state of one transactional id (DescribeTransactions)."""
+        self._check_active()
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFoundError(
+                f"the transaction coordinator knows no transactional id {transactional_id!r} "
+                "(never used, or expired after transactional.id.expiration.ms)"
+            )
+        return meta
 
     def listings(self, states: Iterable[str] = ()) -> list[TransactionMetadata]:
         self._check_active()
