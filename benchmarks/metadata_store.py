@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -86,6 +87,7 @@ def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
         "limit_put_if_absent_ms_p50": ms(statistics.median(put_s)),
         "limit_put_if_absent_ms_p99": ms(percentile(put_s, 0.99)),
         "storage": "local files, fsync",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "machine": f"{platform.machine()}, python {platform.python_version()}",
     }
 

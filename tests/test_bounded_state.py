@@ -224,6 +224,7 @@ def test_the_transaction_log_stays_bounded_over_100000_transactions(tmp_path: Pa
         assert {t: (m.producer_id, m.producer_epoch, m.state) for t, m in new.txns.items()} == (
             before
         )
+        assert new._schedule.records_since_snapshot == len(held)  # what its load read
         assert all(m.state is TxnState.COMPLETE_COMMIT for m in new.txns.values())
         pid, epoch = producers[ids[0]]
         await h.transaction(ids[0], pid, epoch, commit=True)  # the producer goes on
