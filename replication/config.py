@@ -203,6 +203,23 @@ class BrokerConfig:
             minimum=1,
         ),
     )
+    transactional_id_expiration_ms: int = field(
+        default=604_800_000,
+        metadata=k(
+            "transactional.id.expiration.ms",
+            "a transactional id whose transaction is complete and untouched this long is "
+            "removed from __transaction_state; its next producer starts with a new producer id",
+            minimum=1,
+        ),
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = field(
+        default=3_600_000,
+        metadata=k(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "how often the transaction coordinator removes expired transactional ids",
+            minimum=1,
+        ),
+    )
     offsets_topic_num_partitions: int = field(
         default=10,
         metadata=k(

@@ -91,6 +91,7 @@ __all__ = [
     "StaleControllerEpochError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
+    "TransactionalIdNotFoundError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
     "UnknownProducerIdError",
@@ -644,6 +645,16 @@ class IneligibleReplicaError(WireError):
     """
 
     code = 107
+
+
+class TransactionalIdNotFoundError(WireError):
+    """The transaction coordinator knows no such transactional id (never used, or expired after
+    transactional.id.expiration.ms).
+
+    Check the id; a producer with it starts afresh with init_transactions().
+    """
+
+    code = 105
 
 
 # --- wire protocol (client and broker side, never sent as their own code) ------------------------

@@ -39,13 +39,16 @@ from replication.client.errors import ClientClosedError
 from replication.client.group_admin import GroupAdmin
 from replication.client.offsets import OffsetLookup
 from replication.client.retry import RetryPolicy, call_with_retries
+from replication.client.transaction_admin import TransactionAdmin
 from replication.client.types import (
     BrokerInfo,
     ClusterDescription,
     ConfigEntry,
     ConsumerGroupDescription,
+    HangingTransaction,
     NewTopic,
     PartitionInfo,
+    ProducerState,
     ReplicaLog,
     SinkCommitResult,
     TopicDescription,
@@ -201,6 +204,7 @@ class Admin:
         )
         self._coordinator = CoordinatorClient(self._cluster, self.config.client_id)
         self._groups = GroupAdmin(self._cluster, self.config.default_api_timeout_ms)
+        self._transactions = TransactionAdmin(self._cluster, self._coordinator)
         self._closed = False
 
     def __enter__(self) -> Admin:
@@ -861,6 +865,103 @@ class Admin:
             ),
             key=lambda t: t.transactional_id,
         )
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str], *, timeout_ms: int | None = None
+    ) -> dict[str, TransactionListing]:
+        """The coordinator's state of each transactional id (Kafka's describeTransactions):
+        producer id and epoch, state, timeout, start time and partitions of the open
+        transaction. TransactionalIdNotFoundError for an id it does not know."""
+        self._check_open()
+        return self._transactions.describe(transactional_ids, self._deadline(timeout_ms))
+
+    def describe_producers(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader knows, with the first offset of their open
+        transaction on it (Kafka's describeProducers)."""
+        self._check_open()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in tps:
+            by_leader.setdefault(self._leader_of(tp), []).append(tp)
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        out: dict[TopicPartition, list[ProducerState]] = {}
+        for leader, led in by_leader.items():
+            out.update(self._transactions.describe_producers(leader, led, timeout))
+        return out
+
+    def find_hanging_transactions(
+        self,
+        broker_id: int,
+        max_transaction_timeout_ms: int = 900_000,
+        *,
+        timeout_ms: int | None = None,
+    ) -> list[HangingTransaction]:
+        """The hanging transactions on the partitions broker ``broker_id`` leads (Kafka's
+        FindHangingTransactions): open on a partition for at least
+        ``max_transaction_timeout_ms`` (the brokers' transaction.max.timeout.ms, after which
+        the coordinator would have aborted any transaction it knows) while the coordinator
+        does not know them as ongoing on that partition. Abort each with
+        :meth:`abort_transaction`."""
+        self._check_open()
+        metadata = self._metadata(None)
+        led = [
+            TopicPartition(t.name, q.partition_index)
+            for t in metadata.topics
+            if not t.error_code
+            for q in t.partitions
+            if q.leader_id == broker_id
+        ]
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        return self._transactions.find_hanging(
+            broker_id, led, max_transaction_timeout_ms, timeout, self._deadline(timeout_ms)
+        )
+
+    def abort_transaction(
+        self,
+        partition: TopicPartition | tuple[str, int],
+        *,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        coordinator_epoch: int | None = None,
+        start_offset: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
+        """Abort an open (hanging) transaction on one partition, as Kafka's abortTransaction:
+        an ABORT marker written by the partition's leader (WriteTxnMarkers), so its LSO moves
+        past it. Name the transaction by ``producer_id``, ``producer_epoch`` and
+        ``coordinator_epoch``, or by its ``start_offset`` (then they are looked up with
+        DescribeProducers)."""
+        self._check_open()
+        tp = TopicPartition(*partition)
+        leader = self._leader_of(tp)
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        if start_offset is not None:
+            found = self._transactions.producer_at(leader, tp, start_offset, timeout)
+            producer_id, producer_epoch = found.producer_id, found.producer_epoch
+            coordinator_epoch = found.coordinator_epoch
+        if producer_id is None or producer_epoch is None or coordinator_epoch is None:
+            raise ValueError(
+                "name the transaction to abort by its start_offset, or by producer_id, "
+                "producer_epoch and coordinator_epoch"
+            )
+        self._transactions.abort(
+            leader, tp, producer_id, producer_epoch, coordinator_epoch, timeout
+        )
+
+    def _leader_of(self, tp: TopicPartition) -> int:
+        self._offsets.ensure_metadata([tp])
+        leader = self._cluster.snapshot.leader(tp.topic, tp.partition)
+        if leader is None:
+            self._cluster.refresh([tp.topic])
+            leader = self._cluster.snapshot.leader(tp.topic, tp.partition)
+        if leader is None:
+            raise self._offsets.no_leader_error(tp)
+        return leader
 
     def transaction_coordinator(self) -> int:
         """The broker id of the transaction coordinator (FindCoordinator)."""

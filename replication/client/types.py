@@ -24,12 +24,14 @@ __all__ = [
     "ConsumerGroupMetadata",
     "ConsumerRecord",
     "FetchedBatch",
+    "HangingTransaction",
     "Header",
     "MemberDescription",
     "NewTopic",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionInfo",
+    "ProducerState",
     "RecordBatchMetadata",
     "RecordMetadata",
     "ReplicaLog",
@@ -245,6 +247,40 @@ class TransactionListing:
     def is_open(self) -> bool:
         """True while the transaction is Ongoing or being completed (Prepare*)."""
         return self.state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """A producer a partition's leader knows (DescribeProducers, as Kafka's admin).
+
+    ``current_transaction_start_offset`` is the first offset of its open transaction on the
+    partition (-1: none open), ``last_timestamp`` the timestamp of that transaction's first
+    batch (-1 when none is open). ``coordinator_epoch`` is the epoch of the last coordinator
+    that wrote a marker for it (-1: none yet).
+    """
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
+class HangingTransaction:
+    """An open transaction on a partition that its coordinator does not know as ongoing
+    (kafka-transactions.sh find-hanging): it holds the partition's LSO back until aborted."""
+
+    partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    #: when its first batch was written (ms since the epoch; -1 if unknown)
+    start_time_ms: int
+    #: the transactional id of the producer id, if the coordinator knows it
+    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import enum
 import json
 import logging
 import struct
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,7 @@ from logstore.errors import CorruptRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
 from replication.coordinator.records import versioned_json
+from replication.coordinator.snapshots import SnapshotSchedule, hold_all, take_snapshot
 from replication.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -310,9 +312,8 @@ class _OffsetsPartition:
     )
     #: the partition (its log is cut at each snapshot); None in unit tests
     partition: Partition | None = None
-    #: records appended since the last snapshot (or the load)
-    records_since_snapshot: int = 0
-    snapshotting: bool = False
+    #: when the next snapshot is due (records since the last one)
+    schedule: SnapshotSchedule = field(default_factory=SnapshotSchedule)
     #: held around each append, and by a snapshot from building its records to appending them
     append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -967,11 +968,7 @@ class GroupCoordinator:
             raise NotCoordinatorError(f"broker {self.broker_id} no longer leads {index}")
         async with state.append_lock:
             await self._append_to(index, batch)
-        state.records_since_snapshot += len(records)
-        if not state.snapshotting and state.records_since_snapshot >= max(
-            SNAPSHOT_MIN_RECORDS, 2 * state.live_keys()
-        ):
-            state.snapshotting = True
+        if state.schedule.note(len(records), state.live_keys(), SNAPSHOT_MIN_RECORDS):
             task = asyncio.ensure_future(self._snapshot(state))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -986,46 +983,37 @@ class GroupCoordinator:
 
     async def _snapshot(self, state: _OffsetsPartition) -> None:
         """Append every live key of the partition, then start its log there."""
-        try:
-            if state.pending:
-                return  # open transactions' records must stay before their markers
+        if state.pending:
+            state.schedule.snapshotting = False
+            return  # open transactions' records must stay before their markers
+
+        @contextlib.asynccontextmanager
+        async def exclusive() -> AsyncIterator[None]:
             # No commit of a known group may sit between its append and its in-memory update
             # while the snapshot reads the state: hold every group's lock (in order), then
             # the append lock (commits of groups created meanwhile append after the snapshot).
-            locks = [self._lock(g) for g in sorted(state.groups)]
-            for lock in locks:
-                await lock.acquire()
-            try:
-                async with state.append_lock:
-                    now = self._time_ms()
-                    records: list[Record] = []
-                    for group in state.groups.values():
-                        records.append(_group_record(group, now))
-                        records += [
-                            _offset_record(group.group_id, tp, v) for tp, v in group.offsets.items()
-                        ]
-                    if not records or state.pending:
-                        return
-                    base = await self._append_to(state.index, build(records))
-            finally:
-                for lock in reversed(locks):
-                    lock.release()
-            state.records_since_snapshot = 0
-            partition = state.partition
-            if partition is not None and self.partitions.get(state.index) is state and base >= 0:
-                start = await asyncio.to_thread(partition.log.delete_records_before, base)
-                log.info(
-                    "%s-%d: snapshot of %d records at offset %d; log starts at %d",
-                    OFFSETS_TOPIC,
-                    state.index,
-                    len(records),
-                    base,
-                    start,
-                )
-        except ReplogError as err:
-            log.warning("%s-%d: snapshot failed: %s", OFFSETS_TOPIC, state.index, err)
-        finally:
-            state.snapshotting = False
+            async with hold_all([self._lock(g) for g in sorted(state.groups)]), state.append_lock:
+                yield
+
+        def records() -> list[Record] | None:
+            if state.pending:
+                return None
+            now = self._time_ms()
+            out: list[Record] = []
+            for group in state.groups.values():
+                out.append(_group_record(group, now))
+                out += [_offset_record(group.group_id, tp, v) for tp, v in group.offsets.items()]
+            return out
+
+        await take_snapshot(
+            f"{OFFSETS_TOPIC}-{state.index}",
+            state.schedule,
+            exclusive,
+            records,
+            lambda batch: self._append_to(state.index, batch),
+            state.partition,
+            lambda: self.partitions.get(state.index) is state,
+        )
 
     async def stop(self) -> None:
         for task in list(self._tasks):

@@ -14,16 +14,27 @@ A transaction may have several producers (one per Spark task), and a sink commit
 ``commit_sink_batch`` writes, in a single record batch, the commit decision for every one of
 them and "batch N of sink S is committed" — unless batch N of S already was, in which case it
 aborts them. So a replayed micro-batch writes nothing twice, whatever fails and whenever.
+
+The log stays bounded as ``__consumer_offsets`` does (:mod:`replication.coordinator.snapshots`):
+once it has taken :data:`SNAPSHOT_MIN_RECORDS` records (and at least twice the live keys) since
+the last snapshot, the coordinator appends one record per live transactional id and per sink,
+and moves the log start to it; a new coordinator reads from the log start. A transactional id
+whose transaction is complete and untouched for ``transactional.id.expiration.ms`` is removed
+(a tombstone, then left out of snapshots), as Kafka expires it: its next producer starts over
+with a new producer id at epoch 0. A sink's last committed batch is kept for as long as the
+log is (it is one small record per streaming query): a replay of that batch, however late,
+is still recognised and aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +45,12 @@ from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
 from replication.coordinator.records import versioned_json
+from replication.coordinator.snapshots import (
+    SnapshotSchedule,
+    WriteGate,
+    hold_all,
+    take_snapshot,
+)
 from replication.errors import (
     BrokerUnreachableError,
     ConcurrentTransactionsError,
@@ -44,6 +61,7 @@ from replication.errors import (
     InvalidTxnStateError,
     NotCoordinatorError,
     ProducerFencedError,
+    TransactionalIdNotFoundError,
     for_code,
 )
 from replication.metadata.image import MetadataImage
@@ -53,6 +71,14 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_TOPIC = "__transaction_state"
 MAX_EPOCH = 32766
+#: records appended to the transaction log since its last snapshot before the next one
+SNAPSHOT_MIN_RECORDS = 1000
+#: Kafka's transactional.id.expiration.ms default (7 days)
+DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000
+#: the states in which a transactional id may expire (nothing open, nothing completing)
+_EXPIRABLE = frozenset(("Empty", "CompleteCommit", "CompleteAbort"))
+#: transactional ids removed per tombstone batch
+_EXPIRE_BATCH = 500
 
 
 def _now_ms() -> int:
@@ -129,14 +155,19 @@ class TransactionCoordinator:
         broker_id: int,
         max_timeout_ms: int,
         image: Callable[[], MetadataImage],
-        append: Callable[[bytes], Awaitable[None]],
+        append: Callable[[bytes], Awaitable[int]],
         write_markers_locally: Callable[
             [p.WriteTxnMarkersRequest], Awaitable[p.WriteTxnMarkersResponse]
         ],
         allocate_producer_ids: Callable[[], Awaitable[range]],
+        *,
+        transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
     ) -> None:
+        """``append`` writes a record batch to ``__transaction_state``-0 with acks=all and
+        returns its base offset."""
         self.broker_id = broker_id
         self.max_timeout_ms = max_timeout_ms
+        self.transactional_id_expiration_ms = transactional_id_expiration_ms
         self.image = image
         self._append = append
         self._write_markers_locally = write_markers_locally
@@ -148,9 +179,15 @@ class TransactionCoordinator:
         self.loading = False
         self._pids: range = range(0)
         self._pid_lock = asyncio.Lock()
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: a lock per transactional id (and sink) in use, dropped when its last user leaves
+        self._locks: dict[str, _KeyLock] = {}
         self._connections: dict[int, AsyncConnection] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: the partition whose leader this coordinator is (its log is cut at each snapshot)
+        self._partition: Partition | None = None
+        self._schedule = SnapshotSchedule()
+        #: every append with its in-memory update shares it; a snapshot holds it alone
+        self._gate = WriteGate()
 
     # --- becoming (and stopping being) the coordinator -----------------------------------------
 
@@ -168,9 +205,13 @@ class TransactionCoordinator:
                     return  # leadership moved on while waiting; the next load takes over
                 partition.maybe_increment_high_watermark()  # nothing else moves it if alone
                 await asyncio.sleep(0.05)
-            txns, sinks = await asyncio.to_thread(_read_state, partition, end)
+            txns, sinks, records = await asyncio.to_thread(_read_state, partition, end)
             self.txns, self.sinks = txns, sinks
             self.coordinator_epoch = partition.leader_epoch
+            self._partition = partition
+            # what this log holds beyond the snapshot counts toward the next one
+            self._schedule = SnapshotSchedule()
+            self._schedule.records_since_snapshot = records
             self.active = True
             log.info(
                 "transaction coordinator active (epoch %d): %d transactions, %d sinks",
@@ -191,6 +232,7 @@ class TransactionCoordinator:
 
     def unload(self) -> None:
         self.active = False
+        self._partition = None
         self.txns.clear()
         self.sinks.clear()
 
@@ -214,8 +256,23 @@ class TransactionCoordinator:
                 f"broker {self.broker_id} is not the transaction coordinator; find it again"
             )
 
-    def _lock(self, transactional_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(transactional_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _locked(self, *keys: str) -> AsyncIterator[None]:
+        """Hold the locks of ``keys`` (transactional ids, ``sink:`` ids), in a fixed order.
+        A key's lock lives only while someone holds or waits for it, so the map stays as
+        small as the work in flight (expired ids leave nothing behind)."""
+        ordered = sorted(set(keys))
+        entries = [self._locks.setdefault(k, _KeyLock()) for k in ordered]
+        for entry in entries:
+            entry.users += 1
+        try:
+            async with hold_all([e.lock for e in entries]):
+                yield
+        finally:
+            for key, entry in zip(ordered, entries, strict=True):
+                entry.users -= 1
+                if entry.users == 0 and self._locks.get(key) is entry:
+                    del self._locks[key]
 
     # --- producer ids -------------------------------------------------------------------------
 
@@ -230,24 +287,64 @@ class TransactionCoordinator:
     # --- writing the transaction log ----------------------------------------------------------
 
     async def _write(
-        self, txns: Iterable[TransactionMetadata], sinks: dict[str, int] | None = None
+        self,
+        txns: Iterable[TransactionMetadata],
+        sinks: dict[str, int] | None = None,
+        *,
+        removed: Iterable[str] = (),
     ) -> None:
-        """Append the new state of ``txns`` (and sinks) as ONE record batch, acks=all."""
+        """Append the new state of ``txns`` (and sinks; tombstones of ``removed`` transactional
+        ids) as ONE record batch, acks=all, then apply it in memory. The two happen under the
+        write gate, so a snapshot never sees a state change appended but not applied."""
         now = _now_ms()
+        txns = list(txns)
+        removed = list(removed)
         records = [
             Record(f"txn:{m.transactional_id}".encode(), json.dumps(m.to_json()).encode(), now)
             for m in txns
         ]
-        records += [
-            Record(
-                f"sink:{s}".encode(),
-                json.dumps({"format_version": TXN_RECORD_FORMAT_VERSION, "batch": b}).encode(),
-                now,
-            )
-            for s, b in (sinks or {}).items()
-        ]
-        if records:
+        records += [Record(f"txn:{t}".encode(), None, now) for t in removed]
+        records += [_sink_record(s, b, now) for s, b in (sinks or {}).items()]
+        if not records:
+            return
+        async with self._gate.shared():
             await self._append(build(records))
+            for m in txns:
+                self.txns[m.transactional_id] = m
+            for t in removed:
+                self.txns.pop(t, None)
+            for s, b in (sinks or {}).items():
+                self.sinks[s] = max(self.sinks.get(s, -1), b)
+        if self._schedule.note(len(records), self.live_keys(), SNAPSHOT_MIN_RECORDS):
+            self._gate.reserve()  # no append starts from now until the snapshot is in
+            self._spawn(self._snapshot())
+
+    def live_keys(self) -> int:
+        """Records a snapshot of the current state holds: one per transactional id and sink."""
+        return len(self.txns) + len(self.sinks)
+
+    async def _snapshot(self) -> None:
+        partition = self._partition
+
+        def records() -> list[Record] | None:
+            if partition is None or not self.active or self._partition is not partition:
+                return None
+            now = _now_ms()
+            out = [
+                Record(f"txn:{m.transactional_id}".encode(), json.dumps(m.to_json()).encode(), now)
+                for m in self.txns.values()
+            ]
+            return out + [_sink_record(s, b, now) for s, b in self.sinks.items()]
+
+        await take_snapshot(
+            f"{TRANSACTION_TOPIC}-0",
+            self._schedule,
+            self._gate.exclusive,
+            records,
+            self._append,
+            partition,
+            lambda: self.active and self._partition is partition,
+        )
 
     # --- InitProducerId -------------------------------------------------------------------------
 
@@ -262,7 +359,7 @@ class TransactionCoordinator:
                 f"transaction.timeout.ms={timeout_ms} must be in 1..{self.max_timeout_ms} "
                 "(transaction.max.timeout.ms)"
             )
-        async with self._lock(transactional_id):
+        async with self._locked(transactional_id):
             meta = self.txns.get(transactional_id)
             if meta is None:
                 meta = TransactionMetadata(
@@ -273,7 +370,6 @@ class TransactionCoordinator:
                     update_ms=_now_ms(),
                 )
                 await self._write([meta])
-                self.txns[transactional_id] = meta
                 return meta.producer_id, meta.producer_epoch
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(
@@ -293,7 +389,6 @@ class TransactionCoordinator:
             if new.producer_epoch > MAX_EPOCH:
                 new.producer_id, new.producer_epoch = await self.next_producer_id(), 0
             await self._write([new])
-            self.txns[transactional_id] = new
             return new.producer_id, new.producer_epoch
 
     def _validate(
@@ -334,7 +429,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
     ) -> None:
-        async with self._lock(transactional_id):
+        async with self._locked(transactional_id):
             meta = self._validate(transactional_id, producer_id, producer_epoch)
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 raise ConcurrentTransactionsError(
@@ -355,14 +450,13 @@ class TransactionCoordinator:
                 now,
             )
             await self._write([new])
-            self.txns[transactional_id] = new
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
-        async with self._lock(transactional_id):
+        async with self._locked(transactional_id):
             meta = self._validate(transactional_id, producer_id, producer_epoch)
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state == done or meta.state == TxnState.EMPTY:
@@ -384,7 +478,6 @@ class TransactionCoordinator:
     ) -> None:
         prepared = self._prepared(meta, commit, bump_epoch)
         await self._write([prepared])
-        self.txns[meta.transactional_id] = prepared
         await self._complete(prepared)
 
     def _prepared(
@@ -435,7 +528,6 @@ class TransactionCoordinator:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-        self.txns[meta.transactional_id] = complete
 
     async def _send_markers(
         self, producer_id: int, producer_epoch: int, commit: bool, partitions: set[TopicPartition]
@@ -538,8 +630,7 @@ class TransactionCoordinator:
         if that batch is already committed (a replay) or ``abort`` is set."""
         self._check_active()
         ids = sorted({t for t, _, _ in txns})
-        locks = [self._lock(t) for t in ids]
-        async with _all(locks), self._lock(f"sink:{sink_id}"):
+        async with self._locked(*ids, f"sink:{sink_id}"):
             metas = [self._validate(t, pid, epoch) for t, pid, epoch in txns]
             for meta in metas:
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
@@ -553,10 +644,6 @@ class TransactionCoordinator:
             prepared = [self._prepared(m, commit) for m in live]
             # THE decision: every transaction's outcome and the sink's progress, one batch
             await self._write(prepared, {sink_id: batch_id} if commit else None)
-            for m in prepared:
-                self.txns[m.transactional_id] = m
-            if commit:
-                self.sinks[sink_id] = batch_id
         await asyncio.gather(*(self._complete(m) for m in prepared))
         if replay:
             log.info(
@@ -584,7 +671,7 @@ class TransactionCoordinator:
             if m.state == TxnState.ONGOING and now - m.start_ms > m.timeout_ms
         ]
         for meta in expired:
-            async with self._lock(meta.transactional_id):
+            async with self._locked(meta.transactional_id):
                 current = self.txns.get(meta.transactional_id)
                 if current is not meta:
                     continue
@@ -597,34 +684,78 @@ class TransactionCoordinator:
                 await self._end(meta, commit=False, bump_epoch=True)
         return len(expired)
 
+    async def remove_expired_transactional_ids(self) -> int:
+        """Remove the transactional ids whose transaction is complete (Empty, CompleteCommit,
+        CompleteAbort) and untouched for ``transactional.id.expiration.ms``, as Kafka does: a
+        tombstone each, and gone from memory. Their next producer starts over (a new producer
+        id, epoch 0). Returns how many went."""
+        if not self.active:
+            return 0
+        limit = self.transactional_id_expiration_ms
+
+        def expired(meta: TransactionMetadata | None, now: int) -> bool:
+            return (
+                meta is not None and meta.state.value in _EXPIRABLE and now - meta.update_ms > limit
+            )
+
+        now = _now_ms()
+        doomed = sorted(t for t, m in self.txns.items() if expired(m, now))
+        removed = 0
+        for start in range(0, len(doomed), _EXPIRE_BATCH):
+            ids = doomed[start : start + _EXPIRE_BATCH]
+            async with self._locked(*ids):
+                if not self.active:
+                    break
+                now = _now_ms()
+                gone = [t for t in ids if expired(self.txns.get(t), now)]
+                await self._write([], removed=gone)
+            removed += len(gone)
+        if removed:
+            log.info(
+                "removed %d transactional ids idle longer than transactional.id.expiration.ms=%d",
+                removed,
+                limit,
+            )
+        return removed
+
+    def describe(self, transactional_id: str) -> TransactionMetadata:
+        """The state of one transactional id (DescribeTransactions)."""
+        self._check_active()
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFoundError(
+                f"the transaction coordinator knows no transactional id {transactional_id!r} "
+                "(never used, or expired after transactional.id.expiration.ms)"
+            )
+        return meta
+
     def listings(self, states: Iterable[str] = ()) -> list[TransactionMetadata]:
         self._check_active()
         wanted = set(states)
         return [m for m in self.txns.values() if not wanted or m.state.value in wanted]
 
 
-class _all:
-    """Acquire several asyncio locks in a fixed order."""
+@dataclass(slots=True)
+class _KeyLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: holders and waiters
+    users: int = 0
 
-    def __init__(self, locks: list[asyncio.Lock]) -> None:
-        self.locks = locks
 
-    async def __aenter__(self) -> None:
-        for lock in self.locks:
-            await lock.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        for lock in reversed(self.locks):
-            lock.release()
+def _sink_record(sink_id: str, batch: int, now: int) -> Record:
+    value = {"format_version": TXN_RECORD_FORMAT_VERSION, "batch": batch}
+    return Record(f"sink:{sink_id}".encode(), json.dumps(value).encode(), now)
 
 
 def _read_state(
     partition: Partition, end: int
-) -> tuple[dict[str, TransactionMetadata], dict[str, int]]:
-    """Replay the transaction log up to ``end`` (the last value of each key wins)."""
+) -> tuple[dict[str, TransactionMetadata], dict[str, int], int]:
+    """Replay the transaction log from its start up to ``end`` (the last value of each key
+    wins; a null value removes an expired transactional id); also how many records it read."""
     plog = partition.log
     txns: dict[str, TransactionMetadata] = {}
     sinks: dict[str, int] = {}
+    read = 0
     offset = plog.log_start_offset
     while offset < end:
         chunk = plog.read(offset, 8 * 1024 * 1024, max_offset=end)
@@ -633,16 +764,21 @@ def _read_state(
             break
         for batch in batches:
             for record in batch.records():
-                if record.offset < offset or record.key is None or record.value is None:
+                if record.offset < offset or record.key is None:
                     continue
+                read += 1
                 key = record.key.decode()
+                if record.value is None:
+                    if key.startswith("txn:"):
+                        txns.pop(key[4:], None)
+                    continue
                 doc = _record_doc(record.value, f"{partition.key} offset {record.offset}")
                 if key.startswith("txn:"):
                     txns[key[4:]] = TransactionMetadata.from_json(key[4:], doc)
                 elif key.startswith("sink:"):
                     sinks[key[5:]] = max(sinks.get(key[5:], -1), int(doc["batch"]))
         offset = batches[-1].next_offset
-    return txns, sinks
+    return txns, sinks, read
 
 
 __all__ = ["TRANSACTION_TOPIC", "ReplogError", "SinkCommitResult", "TransactionCoordinator"]

@@ -60,6 +60,8 @@ class ApiKey(IntEnum):
     BROKER_HEARTBEAT = 63
     DESCRIBE_LOG_DIRS = 35
     FIND_COORDINATOR = 10
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
     #: replog: commit a set of transactions as batch N of a sink, atomically (Spark sink)

@@ -119,8 +119,12 @@ from replication.protocol.transactions import (
     AllocateProducerIdsResponse,
     CommitSinkBatchRequest,
     CommitSinkBatchResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeSinkRequest,
     DescribeSinkResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     EndTxnRequest,
     EndTxnResponse,
     FindCoordinatorRequest,
@@ -166,6 +170,10 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 0),
     ApiKey.FIND_COORDINATOR: _Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 0),
     ApiKey.LIST_TRANSACTIONS: _Api(ListTransactionsRequest, ListTransactionsResponse, 0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: _Api(
+        DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_PRODUCERS: _Api(DescribeProducersRequest, DescribeProducersResponse, 0, 0),
     ApiKey.ALLOCATE_PRODUCER_IDS: _Api(
         AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0
     ),

@@ -1,6 +1,7 @@
 """Messages of the transaction APIs: InitProducerId (22), AddPartitionsToTxn (24),
 AddOffsetsToTxn (25), EndTxn (26),
-WriteTxnMarkers (27), FindCoordinator (10), AllocateProducerIds (67), ListTransactions (66), and
+WriteTxnMarkers (27), FindCoordinator (10), AllocateProducerIds (67), ListTransactions (66),
+DescribeTransactions (65), DescribeProducers (61), and
 replog's own CommitSinkBatch (1001) and DescribeSink (1002)."""
 
 from __future__ import annotations
@@ -235,6 +236,96 @@ class ListTransactionsResponse:
     error_code: int = field(default=0, metadata=wire(INT16))
     transactions: list[TransactionListing] = field(
         default_factory=list, metadata=wire(Array(TransactionListing))
+    )
+
+
+# --- DescribeTransactions (65) --------------------------------------------------------------------
+
+
+@message
+class DescribeTransactionsRequest:
+    transactional_ids: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+
+
+@message
+class TopicData:
+    topic: str = field(metadata=wire(STRING))
+    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class TransactionState:
+    error_code: int = field(default=0, metadata=wire(INT16))
+    transactional_id: str = field(default="", metadata=wire(STRING))
+    transaction_state: str = field(default="", metadata=wire(STRING))
+    transaction_timeout_ms: int = field(default=0, metadata=wire(INT32))
+    transaction_start_time_ms: int = field(default=-1, metadata=wire(INT64))
+    producer_id: int = field(default=-1, metadata=wire(INT64))
+    producer_epoch: int = field(default=-1, metadata=wire(INT16))
+    topics: list[TopicData] = field(default_factory=list, metadata=wire(Array(TopicData)))
+
+
+@message
+class DescribeTransactionsResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    transaction_states: list[TransactionState] = field(
+        default_factory=list, metadata=wire(Array(TransactionState))
+    )
+
+
+# --- DescribeProducers (61) -----------------------------------------------------------------------
+
+
+@message
+class DescribeProducersTopic:
+    name: str = field(metadata=wire(STRING))
+    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+
+
+@message
+class DescribeProducersRequest:
+    topics: list[DescribeProducersTopic] = field(
+        default_factory=list, metadata=wire(Array(DescribeProducersTopic))
+    )
+
+
+@message
+class ProducerState:
+    """A producer the partition's leader knows. ``current_txn_start_offset`` is the first
+    offset of its open transaction on the partition (-1: none); ``last_timestamp`` is the
+    timestamp of that transaction's first batch (-1 when none is open)."""
+
+    producer_id: int = field(metadata=wire(INT64))
+    producer_epoch: int = field(metadata=wire(INT32))
+    last_sequence: int = field(default=-1, metadata=wire(INT32))
+    last_timestamp: int = field(default=-1, metadata=wire(INT64))
+    coordinator_epoch: int = field(default=-1, metadata=wire(INT32))
+    current_txn_start_offset: int = field(default=-1, metadata=wire(INT64))
+
+
+@message
+class DescribeProducersPartitionResponse:
+    partition_index: int = field(metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    active_producers: list[ProducerState] = field(
+        default_factory=list, metadata=wire(Array(ProducerState))
+    )
+
+
+@message
+class DescribeProducersTopicResponse:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[DescribeProducersPartitionResponse] = field(
+        default_factory=list, metadata=wire(Array(DescribeProducersPartitionResponse))
+    )
+
+
+@message
+class DescribeProducersResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    topics: list[DescribeProducersTopicResponse] = field(
+        default_factory=list, metadata=wire(Array(DescribeProducersTopicResponse))
     )
 
 

@@ -13,11 +13,13 @@ import asyncio
 import logging
 from typing import Any
 
+from logstore.batch import iter_batches
 from logstore.errors import OffsetOutOfRangeError, ReplogError
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
 from replication.broker.lifecycle import BrokerLifecycle
+from replication.broker.partition import Partition
 from replication.broker.replica_manager import FetchSpec, ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
@@ -87,6 +89,8 @@ class KafkaApis:
                     p.ApiKey.END_TXN: self.handle_end_txn,
                     p.ApiKey.WRITE_TXN_MARKERS: self.handle_write_txn_markers,
                     p.ApiKey.LIST_TRANSACTIONS: self.handle_list_transactions,
+                    p.ApiKey.DESCRIBE_TRANSACTIONS: self.handle_describe_transactions,
+                    p.ApiKey.DESCRIBE_PRODUCERS: self.handle_describe_producers,
                     p.ApiKey.COMMIT_SINK_BATCH: self.handle_commit_sink_batch,
                     p.ApiKey.DESCRIBE_SINK: self.handle_describe_sink,
                 }
@@ -524,6 +528,67 @@ class KafkaApis:
             ]
         )
 
+    async def handle_describe_transactions(
+        self, header: p.RequestHeader, body: p.DescribeTransactionsRequest
+    ) -> Any:
+        """The coordinator's state of each transactional id (Kafka's DescribeTransactions)."""
+        states = []
+        for transactional_id in body.transactional_ids:
+            try:
+                m = self.txn_coordinator.describe(transactional_id)
+            except ReplogError as err:
+                states.append(
+                    p.TransactionState(
+                        error_code=error_code(err), transactional_id=transactional_id
+                    )
+                )
+                continue
+            topics: dict[str, list[int]] = {}
+            for t, i in sorted(m.partitions):
+                topics.setdefault(t, []).append(i)
+            states.append(
+                p.TransactionState(
+                    transactional_id=transactional_id,
+                    transaction_state=m.state.value,
+                    transaction_timeout_ms=m.timeout_ms,
+                    transaction_start_time_ms=m.start_ms,
+                    producer_id=m.producer_id,
+                    producer_epoch=m.producer_epoch,
+                    topics=[p.TopicData(topic=t, partitions=ps) for t, ps in topics.items()],
+                )
+            )
+        return p.DescribeTransactionsResponse(transaction_states=states)
+
+    async def handle_describe_producers(
+        self, header: p.RequestHeader, body: p.DescribeProducersRequest
+    ) -> Any:
+        """The producers each partition's leader knows, with their open transaction's first
+        offset (Kafka's DescribeProducers; what kafka-transactions.sh find-hanging reads)."""
+        rm = self.replica_manager
+        topics = []
+        for t in body.topics:
+            parts = []
+            for index in t.partition_indexes:
+                try:
+                    partition = rm.get_partition(t.name, index)
+                    partition.check_leader_epoch(-1, require_leader=True)
+                    producers = await asyncio.to_thread(_active_producers, partition)
+                    parts.append(
+                        p.DescribeProducersPartitionResponse(
+                            partition_index=index, active_producers=producers
+                        )
+                    )
+                except ReplogError as err:
+                    parts.append(
+                        p.DescribeProducersPartitionResponse(
+                            partition_index=index,
+                            error_code=error_code(err),
+                            error_message=str(err),
+                        )
+                    )
+            topics.append(p.DescribeProducersTopicResponse(name=t.name, partitions=parts))
+        return p.DescribeProducersResponse(topics=topics)
+
     async def handle_commit_sink_batch(
         self, header: p.RequestHeader, body: p.CommitSinkBatchRequest
     ) -> Any:
@@ -764,3 +829,31 @@ class KafkaApis:
                     )
             topics.append(p.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return p.OffsetsForLeaderEpochResponse(topics=topics)
+
+
+def _active_producers(partition: Partition) -> list[p.ProducerState]:
+    """The producers of ``partition``'s producer state; an open transaction's start time is
+    the timestamp of its first batch, read from the log."""
+    out = []
+    for entry in list(partition.producer_state.producers.values()):
+        started = -1
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            try:
+                data = partition.log.read(first, 1)
+                batches = list(iter_batches(data))
+                if batches:
+                    started = batches[0].first_timestamp
+            except ReplogError as err:
+                log.warning("%r: reading the transaction at %d failed: %s", partition, first, err)
+        out.append(
+            p.ProducerState(
+                producer_id=entry.producer_id,
+                producer_epoch=entry.producer_epoch,
+                last_sequence=entry.last_seq,
+                last_timestamp=started,
+                coordinator_epoch=entry.coordinator_epoch,
+                current_txn_start_offset=first,
+            )
+        )
+    return sorted(out, key=lambda s: s.producer_id)

@@ -74,6 +74,7 @@ class Node:
         self.coordinator: TransactionCoordinator | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self._txn_timeouts: asyncio.Task[None] | None = None
+        self._txn_expiry: asyncio.Task[None] | None = None
         self._group_ticks: asyncio.Task[None] | None = None
         if "broker" in roles:
             storage = Storage.from_url(config.log_dir, **config.storage_options(config.log_dir))
@@ -198,13 +199,14 @@ class Node:
     ) -> TransactionCoordinator:
         config = self.config
 
-        async def append(records: bytes) -> None:
+        async def append(records: bytes) -> int:
             results = await rm.append_records(
                 -1, config.request_timeout_ms, [(TRANSACTION_TOPIC, 0, records)]
             )
-            error = results[TopicPartition(TRANSACTION_TOPIC, 0)].error
-            if error is not None:
-                raise NotCoordinatorError(f"the transaction log refused a write: {error}")
+            result = results[TopicPartition(TRANSACTION_TOPIC, 0)]
+            if result.error is not None:
+                raise NotCoordinatorError(f"the transaction log refused a write: {result.error}")
+            return result.base_offset
 
         async def allocate() -> range:
             response = await lifecycle.controller_request(
@@ -224,6 +226,7 @@ class Node:
             append,
             lambda request: self.apis.handle_write_txn_markers(None, request),
             allocate,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
 
         def on_role_change(partition: Partition) -> None:
@@ -237,6 +240,11 @@ class Node:
         rm.on_role_change.append(on_role_change)
         self._txn_timeouts = asyncio.get_running_loop().create_task(
             self._abort_timed_out(coordinator)
+        )
+        self._txn_expiry = asyncio.get_running_loop().create_task(
+            self._remove_expired_transactional_ids(
+                coordinator, config.transaction_remove_expired_transaction_cleanup_interval_ms
+            )
         )
         return coordinator
 
@@ -296,8 +304,19 @@ class Node:
             except ReplogError as err:
                 log.warning("aborting timed-out transactions failed: %s", err)
 
+    @staticmethod
+    async def _remove_expired_transactional_ids(
+        coordinator: TransactionCoordinator, interval_ms: int
+    ) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await coordinator.remove_expired_transactional_ids()
+            except ReplogError as err:
+                log.warning("removing expired transactional ids failed: %s", err)
+
     async def stop(self) -> None:
-        for task in (self._txn_timeouts, self._group_ticks):
+        for task in (self._txn_timeouts, self._txn_expiry, self._group_ticks):
             if task is not None:
                 task.cancel()
         if self.group_coordinator is not None:

@@ -2,6 +2,9 @@
 
     replog transactions list --bootstrap-server 127.0.0.1:9092          # open transactions
     replog transactions list --all --json                               # every one, as JSON
+    replog transactions describe --transactional-id orders-1            # one id's state
+    replog transactions find-hanging --broker-id 1                      # stuck LSOs
+    replog transactions abort --topic orders --partition 0 --start-offset 42
 
 The CLI registers :data:`transactions_app` under ``transactions``. Errors are one line on
 stderr and exit status 1, as every replog command.
@@ -41,6 +44,11 @@ BootstrapOption = Annotated[
         help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
     ),
 ]
+
+
+def _fail(err: Exception) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
 
 
 def _row(t: Any, coordinator: int, now_ms: int) -> dict[str, Any]:
@@ -95,8 +103,7 @@ def list_transactions(
             found = admin.list_transactions(wanted)
             coordinator = admin.transaction_coordinator()
     except (ReplogError, ValueError) as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from err
+        raise _fail(err) from err
     now_ms = time.time_ns() // 1_000_000
     rows = [_row(t, coordinator, now_ms) for t in found]
     if as_json:
@@ -128,3 +135,154 @@ def list_transactions(
             ", ".join(row["partitions"]) or "-",
         )
     Console(width=200).print(table)
+
+
+@transactions_app.command("describe")
+def describe_transaction(
+    transactional_id: Annotated[str, typer.Option("--transactional-id", help="the id to describe")],
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
+) -> None:
+    """Describe one transactional id as its coordinator knows it: producer id and epoch,
+    state, timeout, the open transaction's start and partitions (DescribeTransactions)."""
+    from replication.client import Admin
+
+    try:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            found = admin.describe_transactions([transactional_id])[transactional_id]
+            coordinator = admin.transaction_coordinator()
+    except (ReplogError, ValueError) as err:
+        raise _fail(err) from err
+    row = _row(found, coordinator, time.time_ns() // 1_000_000)
+    if as_json:
+        typer.echo(json.dumps(row, indent=2))
+        return
+    table = Table(title=f"transaction {transactional_id!r} (coordinator: broker {coordinator})")
+    for column in ("ProducerId", "Epoch", "State", "Age", "Timeout", "Partitions"):
+        table.add_column(column)
+    table.add_row(
+        str(row["producer_id"]),
+        str(row["producer_epoch"]),
+        row["state"],
+        "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s",
+        f"{row['timeout_ms'] / 1000:g}s",
+        ", ".join(row["partitions"]) or "-",
+    )
+    Console(width=200).print(table)
+
+
+@transactions_app.command("find-hanging")
+def find_hanging(
+    broker_id: Annotated[
+        int, typer.Option("--broker-id", help="look at the partitions this broker leads")
+    ],
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    max_transaction_timeout: Annotated[
+        int,
+        typer.Option(
+            "--max-transaction-timeout",
+            help="minutes a transaction must have been open (the brokers' "
+            "transaction.max.timeout.ms; Kafka's default 15)",
+            min=0,
+        ),
+    ] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+) -> None:
+    """Find hanging transactions: open on a partition the broker leads for longer than the
+    max transaction timeout, while the coordinator does not know them as ongoing there. Each
+    holds the partition's LSO (and read_committed consumers) back until aborted with
+    `replog transactions abort`."""
+    from replication.client import Admin
+
+    try:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            found = admin.find_hanging_transactions(broker_id, max_transaction_timeout * 60_000)
+    except (ReplogError, ValueError) as err:
+        raise _fail(err) from err
+    now_ms = time.time_ns() // 1_000_000
+    rows: list[dict[str, Any]] = [
+        {
+            "topic": h.partition.topic,
+            "partition": h.partition.partition,
+            "producer_id": h.producer_id,
+            "producer_epoch": h.producer_epoch,
+            "coordinator_epoch": h.coordinator_epoch,
+            "start_offset": h.start_offset,
+            "start_time_ms": h.start_time_ms if h.start_time_ms >= 0 else None,
+            "age_ms": max(now_ms - h.start_time_ms, 0) if h.start_time_ms >= 0 else None,
+            "transactional_id": h.transactional_id,
+        }
+        for h in found
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo(f"no hanging transactions on the partitions broker {broker_id} leads")
+        return
+    table = Table(title=f"hanging transactions (broker {broker_id})")
+    for column in (
+        "Topic",
+        "Partition",
+        "ProducerId",
+        "ProducerEpoch",
+        "CoordinatorEpoch",
+        "StartOffset",
+        "Age",
+    ):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["topic"],
+            str(row["partition"]),
+            str(row["producer_id"]),
+            str(row["producer_epoch"]),
+            str(row["coordinator_epoch"]),
+            str(row["start_offset"]),
+            "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s",
+        )
+    Console(width=200).print(table)
+
+
+@transactions_app.command("abort")
+def abort_transaction(
+    topic: Annotated[str, typer.Option("--topic", help="the partition's topic")],
+    partition: Annotated[int, typer.Option("--partition", help="the partition")],
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    start_offset: Annotated[
+        int | None,
+        typer.Option("--start-offset", help="the open transaction's first offset"),
+    ] = None,
+    producer_id: Annotated[int | None, typer.Option("--producer-id")] = None,
+    producer_epoch: Annotated[int | None, typer.Option("--producer-epoch")] = None,
+    coordinator_epoch: Annotated[int | None, typer.Option("--coordinator-epoch")] = None,
+) -> None:
+    """Abort a hanging transaction on one partition: its leader writes an ABORT marker
+    (WriteTxnMarkers), so the LSO moves on and read_committed consumers skip its records.
+
+    Name it by --start-offset, or by --producer-id, --producer-epoch and --coordinator-epoch
+    (as `replog transactions find-hanging` prints them)."""
+    from replication.client import Admin
+
+    by_producer = (producer_id, producer_epoch, coordinator_epoch)
+    if (start_offset is None) == all(v is None for v in by_producer) or (
+        start_offset is None and any(v is None for v in by_producer)
+    ):
+        raise _fail(
+            ValueError(
+                "give either --start-offset, or all of --producer-id, --producer-epoch and "
+                "--coordinator-epoch"
+            )
+        )
+    try:
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.abort_transaction(
+                (topic, partition),
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                start_offset=start_offset,
+            )
+    except (ReplogError, ValueError) as err:
+        raise _fail(err) from err
+    typer.echo(f"aborted the open transaction on {topic}-{partition}")

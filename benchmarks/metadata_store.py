@@ -1,0 +1,106 @@
+"""The metadata store: what one metadata change costs the active controller as the cluster
+grows, beside the limit of writing the same bytes once.
+
+For 100, 1,000 and 10,000 partitions (one topic, replication factor 3, three brokers), on
+local files (a temp directory, fsync on, as a controller writes): the controller commits
+``--changes`` ISR changes (Controller.alter_partition, each a new metadata version: the full
+image written put-if-absent, the fencing check, a prune every 100 versions). Reported per
+change: the controller's time (p50, p99), the image's size in bytes and its serialization
+time (MetadataImage.to_bytes); and the limit, measured in the same run on the same storage:
+one put_if_absent of the same number of bytes (p50, p99).
+
+Prints one JSON line per size.
+
+    python benchmarks/metadata_store.py [--changes 200] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from logstore.storage import Storage
+from replication.controller.controller import Controller
+from replication.metadata.store import MetadataStore
+
+SIZES = (100, 1_000, 10_000)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
+    store = MetadataStore(Storage.from_url(f"file://{root}/cluster-{partitions}"))
+    controller = Controller(store, 0, "127.0.0.1", 9000)
+    controller.activate()
+    for broker in range(3):
+        controller.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
+    controller.create_topic("events", partitions, 3)
+    change_s: list[float] = []
+    for change in range(changes):
+        info = controller.image.topic("events")
+        assert info is not None
+        index = change % partitions
+        state = info.partitions[index]
+        isr = state.replicas if len(state.isr) < 3 else state.replicas[:2]
+        start = time.perf_counter()
+        controller.alter_partition(
+            state.leader, "events", index, state.leader_epoch, state.partition_epoch, isr
+        )
+        change_s.append(time.perf_counter() - start)
+    image = controller.image
+    serialize_s = []
+    for _ in range(min(changes, 50)):
+        start = time.perf_counter()
+        data = image.to_bytes()
+        serialize_s.append(time.perf_counter() - start)
+    # the limit: the same bytes, one put_if_absent each, to the same storage
+    raw = Storage.from_url(f"file://{root}/raw-{partitions}")
+    put_s = []
+    for i in range(changes):
+        start = time.perf_counter()
+        raw.put_if_absent(f"metadata/{i:020d}.json", data)
+        put_s.append(time.perf_counter() - start)
+    return {
+        "benchmark": "metadata_store",
+        "partitions": partitions,
+        "changes": changes,
+        "image_bytes": len(data),
+        "controller_change_ms_p50": ms(statistics.median(change_s)),
+        "controller_change_ms_p99": ms(percentile(change_s, 0.99)),
+        "image_to_bytes_ms_p50": ms(statistics.median(serialize_s)),
+        "limit_put_if_absent_ms_p50": ms(statistics.median(put_s)),
+        "limit_put_if_absent_ms_p99": ms(percentile(put_s, 0.99)),
+        "storage": "local files, fsync",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "machine": f"{platform.machine()}, python {platform.python_version()}",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--changes", type=int, default=200, help="ISR changes per size")
+    parser.add_argument("--dir", help="where to write (default: a temp directory)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        for partitions in SIZES:
+            print(json.dumps(run(partitions, args.changes, Path(tmp))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
