@@ -751,6 +751,14 @@ class Log:
         self.leader_epoch_cache.clear()
         return offset
 
+    def delete(self) -> None:
+        """Delete the whole log from storage, checkpoint and all, and close it (its replica is
+        gone: the topic was deleted or the replica moved to other brokers)."""
+        with self._maintenance_lock, self._flush_lock, self._lock:
+            self._truncate_fully_locked(0)
+            self._closed = True
+        self.storage.delete_all()
+
     # --- retention --------------------------------------------------------------------------
 
     def delete_retained_segments(self) -> int:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from logstore.config import LogConfig, keys_of, parse, to_mapping
@@ -195,8 +195,16 @@ class ReplicaManager:
             partition.state = PartitionState(partition.state.replicas, (), -1, -1, -1)
             self._role_changed(partition)
             self._partition_changed(partition)
-            log.info("deleting %s-%d (topic deleted or replica moved)", *key)
-            partition.log.truncate_fully_and_start_at(0)
+            log.info("deleting %s-%d (topic deleted or replica moved away)", *key)
+            try:
+                partition.log.delete()
+            except ReplogError as err:  # the replica is gone either way; its storage stays
+                log.warning(
+                    "%s-%d: could not delete the replica's storage %s: %s",
+                    *key,
+                    partition.log.storage.url,
+                    err,
+                )
 
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
@@ -497,12 +505,12 @@ class ReplicaManager:
             if code or result is None:
                 log.info("%r: ISR change to %s refused (error %d)", partition, list(new_isr), code)
                 return
-            committed = PartitionState(
-                state.replicas,
-                tuple(result.isr),
-                result.leader_id,
-                result.leader_epoch,
-                result.partition_epoch,
+            committed = replace(
+                state,
+                isr=tuple(result.isr),
+                leader=result.leader_id,
+                leader_epoch=result.leader_epoch,
+                partition_epoch=result.partition_epoch,
             )
             if self.partitions.get(partition.key) is partition and partition.apply_state(committed):
                 self._role_changed(partition)
