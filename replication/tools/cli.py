@@ -45,6 +45,10 @@ app.add_typer(transactions_app, name="transactions")
 from replication.tools.cli_groups import groups_app  # noqa: E402
 
 app.add_typer(groups_app, name="consumer-groups")
+from replication.tools.cli_partitions import brokers_app, partitions_app  # noqa: E402
+
+app.add_typer(partitions_app, name="partitions")
+app.add_typer(brokers_app, name="brokers")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )
