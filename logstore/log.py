@@ -911,8 +911,12 @@ class Log:
     # --- checkpoint and close ---------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write checkpoint.json describing the durable log (atomic whole-object write)."""
+        """Write checkpoint.json describing the durable log (atomic whole-object write).
+
+        A closed log writes none: after :meth:`delete` nothing of it may come back."""
         with self._lock:
+            if self._closed:
+                return
             doc = Checkpoint(
                 log_start_offset=self._log_start_offset,
                 high_watermark=self._high_watermark,

@@ -9,7 +9,10 @@ ISR & target, and a leader being removed hand over with a new leader epoch.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +252,91 @@ def test_the_token_bucket_limits_bytes_to_the_rate() -> None:
     assert fetched <= 1000 * (5 + 1) + 100  # 5 s at 1000 B/s, a one-second burst, a batch
     assert fetched >= 1000 * 4
     assert TokenBucket(0).available() == float("inf")
+
+
+@pytest.mark.parametrize("url_kind", ["file", "memory"])
+def test_a_deleted_log_leaves_nothing_on_storage(tmp_path: Path, url_kind: str) -> None:
+    from logstore.batch import Record, build
+    from logstore.config import LogConfig
+    from logstore.log import Log
+
+    url = (
+        (tmp_path / "logs").as_uri()
+        if url_kind == "file"
+        else f"memory://deleted-{uuid.uuid4().hex}"
+    )
+    root = Storage.from_url(url)
+    replica = root.child("t/0")
+    plog = Log.open(replica, LogConfig())
+    plog.append(build([Record(None, b"x", 0)]), leader_epoch=0)
+    plog.flush()
+    plog.checkpoint()
+    assert replica.list()
+    plog.delete()
+    plog.checkpoint()  # a late checkpoint (a maintenance pass) brings nothing back
+    assert replica.list() == []
+    if url_kind == "file":
+        assert not (tmp_path / "logs" / "t" / "0").exists()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replication.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("not json", "is not JSON"),
+        ('{"version":1,"partitions":[]}', "names no partitions"),
+        ('{"partitions":[{"topic":"t","partition":"0","replicas":[1]}]}', "integer partition"),
+        (
+            '{"partitions":[{"topic":"t","partition":0,"replicas":[1]},'
+            '{"topic":"t","partition":0,"replicas":[2]}]}',
+            "names t-0 twice",
+        ),
+    ],
+)
+def test_a_bad_reassignment_file_is_one_line_on_stderr(
+    tmp_path: Path, content: str, words: str
+) -> None:
+    path = tmp_path / "move.json"
+    path.write_text(content)
+    result = cli(
+        "partitions", "reassign", "--bootstrap-server", "127.0.0.1:1",
+        "--reassignment-json-file", str(path),
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert words in lines[0]
+
+
+def test_plans_keep_the_replication_factor_and_spread_the_load() -> None:
+    from replication.client import TopicPartition
+    from replication.client.reassignments import generate_assignment, plan_decommission
+    from replication.client.types import PartitionInfo, TopicDescription
+    from replication.errors import InvalidReplicaAssignmentError as Invalid
+
+    parts = tuple(PartitionInfo(i, i % 4, 0, (i % 4, (i + 1) % 4), ()) for i in range(8))
+    topic = TopicDescription("t", parts)
+    plan = plan_decommission(3, [topic], [0, 1, 2, 3])
+    assert len(plan) == 4  # partitions 2, 3, 6, 7 have a replica on 3
+    for tp, new in plan.items():
+        old = parts[tp.partition].replicas
+        assert 3 not in new
+        assert len(set(new)) == 2
+        assert [r for r in new if r in old] == [r for r in old if r != 3]
+    final = [plan.get(TopicPartition("t", p.partition), list(p.replicas)) for p in parts]
+    load = [sum(r == b for replicas in final for r in replicas) for b in range(3)]
+    assert sum(load) == 16
+    assert max(load) - min(load) <= 1
+    with pytest.raises(Invalid, match="already use every other live broker"):
+        plan_decommission(1, [TopicDescription("u", (PartitionInfo(0, 0, 0, (0, 1), ()),))], [0, 1])
+    proposed = generate_assignment([topic], [4, 5, 6])
+    assert all(len(set(r)) == 2 and set(r) <= {4, 5, 6} for r in proposed.values())
