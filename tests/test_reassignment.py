@@ -369,3 +369,47 @@ def test_decommission_empties_a_broker_and_unregisters_it_once_stopped(
     assert store.read_latest().broker(3) is None
     read = read_to_end(bootstrap, [TopicPartition(topic, i) for i in range(4)], timeout=60)
     assert len(read.records) == 200
+
+
+def test_kafka_admin_clients_move_partitions_and_elect_leaders(cluster_factory: Any) -> None:
+    """Kafka's own admin clients through the Kafka listener: kafka-python's
+    alter/list_partition_reassignments, confluent-kafka's elect_leaders."""
+    from confluent_kafka import ElectionType
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka import TopicPartition as PyTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    cluster: Cluster = cluster_factory(brokers=4, overrides=NO_REBALANCE, kafka=True)
+    topic = unique_name("kafka-moved")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topic(topic, 1, 3)
+        place(admin, topic, [0, 1, 2])
+        admin.elect_leaders("preferred", [(topic, 0)])
+        wait_until(
+            lambda: describe_topic_waiting(admin, topic).partitions[0].leader == 0,
+            timeout=30,
+            message="broker 0 leading",
+        )
+        py_admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+        try:
+            py_admin.alter_partition_reassignments({PyTopicPartition(topic, 0): [3, 0, 1]})
+            wait_until(
+                lambda: list(replicas(admin, topic)) == [3, 0, 1],
+                timeout=60,
+                message="the move asked through kafka-python completed",
+            )
+            assert py_admin.list_partition_reassignments() == {}
+        finally:
+            py_admin.close()
+        assert describe_topic_waiting(admin, topic).partitions[0].leader == 0  # kept its lead
+        confluent = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+        elected = confluent.elect_leaders(
+            ElectionType.PREFERRED, [KafkaTopicPartition(topic, 0)]
+        ).result(timeout=60)
+        assert [(tp.topic, tp.partition, tp.error) for tp in elected] == [(topic, 0, None)]
+        wait_until(
+            lambda: describe_topic_waiting(admin, topic).partitions[0].leader == 3,
+            timeout=30,
+            message="broker 3 leading after the preferred election",
+        )

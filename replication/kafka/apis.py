@@ -78,6 +78,10 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.DELETE_RECORDS: p.DeleteRecordsRequest,
     p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
     p.ApiKey.CREATE_PARTITIONS: p.CreatePartitionsRequest,
+    p.ApiKey.ELECT_LEADERS: p.ElectLeadersRequest,
+    p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: p.AlterPartitionReassignmentsRequest,
+    p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsRequest,
+    p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)
