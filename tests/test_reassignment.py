@@ -413,3 +413,37 @@ def test_kafka_admin_clients_move_partitions_and_elect_leaders(cluster_factory: 
             timeout=30,
             message="broker 3 leading after the preferred election",
         )
+
+
+def test_a_replica_moved_away_while_its_broker_was_down_is_deleted_when_it_returns(
+    cluster_factory: Any,
+) -> None:
+    cluster: Cluster = cluster_factory(brokers=4, overrides=NO_REBALANCE)
+    topic = unique_name("stray")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topic(topic, 1, 3)
+        place(admin, topic, [0, 1, 2])
+        with Producer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
+            for n in range(50):
+                producer.send(topic, f"s{n}".encode(), partition=0)
+            producer.flush(timeout=60)
+        stray = partition_dir(cluster, 0, topic)
+        assert stored_bytes(stray) > 0
+        cluster.brokers[0].kill()
+        wait_until(
+            lambda: 0 not in describe_topic_waiting(admin, topic).partitions[0].isr,
+            timeout=60,
+            message="broker 0 out of the ISR",
+        )
+        # 0 is only being removed: the move completes without it
+        admin.alter_partition_reassignments({(topic, 0): [1, 2, 3]})
+        wait_until(
+            lambda: list(replicas(admin, topic)) == [1, 2, 3],
+            timeout=60,
+            message="the move completed while broker 0 was down",
+        )
+        assert stray.exists()
+        cluster.brokers[0].start()
+        wait_until(lambda: not stray.exists(), timeout=60, message="the stray replica deleted")
+    read = read_to_end(cluster.bootstrap, [TopicPartition(topic, 0)], timeout=60)
+    assert len(read.records) == 50

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -36,6 +37,9 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 
 log = logging.getLogger(__name__)
+
+#: a partition directory's topic part (Kafka's legal topic names)
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -100,6 +104,7 @@ class ReplicaManager:
         self._isr_pending: set[TopicPartition] = set()
         #: the broker epoch of this process's registration (-1: not registered yet)
         self.broker_epoch = -1
+        self._strays_checked = False
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -168,6 +173,9 @@ class ReplicaManager:
                 image.version,
             )
             return
+        if not self._strays_checked:
+            self._strays_checked = True
+            self._delete_stray_replicas(image)
         wanted: set[TopicPartition] = set()
         broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
         for topic in image.topics:
@@ -205,6 +213,54 @@ class ReplicaManager:
                     partition.log.storage.url,
                     err,
                 )
+
+    def _delete_stray_replicas(self, image: MetadataImage) -> None:
+        """Delete the replicas on this broker's storage that the metadata does not give it:
+        moved away or deleted while this broker was down (as Kafka's stray replicas,
+        KAFKA-14616). Run once, on the first image that carries this process's registration,
+        before any partition is opened, so no image can give one back meanwhile.
+
+        Only ``<topic>/<partition>/`` directories of a legal topic name are considered, never
+        the metadata root (which may live under ``log.dir``)."""
+        root = self.storage.url.rstrip("/") + "/"
+        meta = self.config.metadata_root.rstrip("/") + "/"
+        skip = {"__cluster_metadata"}  # the default metadata root, whatever the URL's spelling
+        if meta.startswith(root):
+            skip.add(meta[len(root) :].split("/", 1)[0])
+        try:
+            objects = self.storage.list()
+        except ReplogError as err:
+            log.warning("could not look for stray replicas on %s: %s", self.storage.url, err)
+            return
+        found: set[tuple[str, int]] = set()
+        for obj in objects:
+            parts = obj.path.split("/")
+            if (
+                len(parts) >= 3
+                and parts[0] not in skip
+                and _LEGAL_TOPIC.match(parts[0])
+                and parts[1].isdigit()
+            ):
+                found.add((parts[0], int(parts[1])))
+        for topic, index in sorted(found):
+            info = image.topic(topic)
+            if (
+                info is not None
+                and index < len(info.partitions)
+                and self.broker_id in info.partitions[index].replicas
+            ):
+                continue
+            log.info(
+                "deleting stray replica %s-%d: the metadata (version %d) gives this broker no "
+                "replica of it (moved away or deleted while this broker was down)",
+                topic,
+                index,
+                image.version,
+            )
+            try:
+                self.storage.child(f"{topic}/{index}").delete_all()
+            except ReplogError as err:
+                log.warning("could not delete stray replica %s-%d: %s", topic, index, err)
 
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
