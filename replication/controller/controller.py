@@ -1,7 +1,8 @@
 """The controller: the one writer of cluster metadata.
 
 It claims a controller epoch in the metadata store, then every change (a broker registering, a
-topic created or deleted, a leader elected, an ISR committed) becomes the next metadata version,
+topic created or deleted, a leader elected, an ISR committed, a reassignment started, completed
+or cancelled) becomes the next metadata version,
 written put-if-absent so that a stale controller can never write. Brokers read each new version
 from the metadata store when their heartbeat names it (``BrokerLifecycle``).
 
