@@ -23,6 +23,7 @@ import pytest
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.describe import describe_topic_waiting
+from replication.client.types import PartitionInfo
 from replication.metadata.store import MetadataStore
 from tests.cluster import Cluster
 from tests.helpers import read_to_end, unique_name, wait_until
@@ -175,7 +176,12 @@ def test_a_partition_moves_under_acks_all_load_and_loses_nothing(
         )
         load.stop()
         assert load.failed == []
-        final = describe_topic_waiting(admin, topic).partitions[0]
+
+        def moved() -> PartitionInfo | None:
+            part = describe_topic_waiting(admin, topic).partitions[0]
+            return part if part.replicas == (1, 2, 3) else None
+
+        final = wait_until(moved, timeout=30, message="every broker's metadata showing the move")
         assert final.replicas == (1, 2, 3)
         assert final.leader in (1, 2, 3)
         assert set(final.isr) <= {1, 2, 3}
@@ -247,7 +253,11 @@ def test_a_throttled_move_stays_in_progress_and_cancel_reverts(
         )  # fmt: skip
         assert f"Successfully cancelled partition reassignments for: {topic}-0" in out
         assert admin.list_partition_reassignments() == {}
-        assert set(replicas(admin, topic)) == {0, 1, 2}
+        wait_until(  # the brokers' metadata follows the controller's
+            lambda: set(replicas(admin, topic)) == {0, 1, 2},
+            timeout=30,
+            message="the original replicas back",
+        )
     wait_until(lambda: not new_replica.exists(), timeout=30, message="broker 3's replica deleted")
     read = read_to_end(cluster.bootstrap, [TopicPartition(topic, 0)], timeout=60)
     assert len(read.records) == 300
@@ -291,7 +301,11 @@ def test_preferred_leader_election_moves_leadership_back(cluster_factory: Any) -
             )
         )  # fmt: skip
         assert f"Successfully completed leader election (preferred) for partitions {topic}-0" in out
-        assert describe_topic_waiting(admin, topic).partitions[0].leader == preferred
+        wait_until(  # the brokers' metadata follows the controller's
+            lambda: describe_topic_waiting(admin, topic).partitions[0].leader == preferred,
+            timeout=30,
+            message="the preferred replica leading",
+        )
         again = ok(
             replog(
                 "partitions", "elect-leaders", "--bootstrap-server", cluster.bootstrap,
@@ -347,8 +361,14 @@ def test_decommission_empties_a_broker_and_unregisters_it_once_stopped(
         assert f"Moving {len(held)} partition(s) off broker 3" in out
         assert "Broker 3 holds no replicas." in out
         assert "is still running: stop it" in out
+        wait_until(
+            lambda: all(
+                3 not in part.replicas for part in describe_topic_waiting(admin, topic).partitions
+            ),
+            timeout=30,
+            message="every broker's metadata without broker 3's replicas",
+        )
         for part in describe_topic_waiting(admin, topic).partitions:
-            assert 3 not in part.replicas
             assert len(part.replicas) == 2
         for index in held:
             wait_until(

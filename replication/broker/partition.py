@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from logstore.batch import ControlType, build_control, iter_batches, parse_header
@@ -391,8 +392,12 @@ class Partition:
 
     # --- ISR -----------------------------------------------------------------------------------
 
-    def isr_to_expand(self) -> tuple[int, ...] | None:
-        """The ISR with every follower that has caught up added, or None if none has."""
+    def isr_to_expand(self, live: Collection[int] | None = None) -> tuple[int, ...] | None:
+        """The ISR with every follower that has caught up added, or None if none has.
+
+        Only ``live`` brokers (registered, not fenced; None: any) join, as KIP-841: a dead
+        follower's last fetch may still look caught up, and the controller refuses an ISR
+        that names it, which would keep the live ones out too."""
         if not self.is_leader:
             return None
         epoch_start = self.log.leader_epoch_cache.start_offset_of(self.state.leader_epoch)
@@ -400,6 +405,7 @@ class Partition:
             replica_id
             for replica_id, replica in self.followers.items()
             if replica_id not in self.state.isr
+            and (live is None or replica_id in live)
             and replica.log_end_offset >= self.log.high_watermark
             and replica.log_end_offset >= (epoch_start if epoch_start is not None else 0)
         ]

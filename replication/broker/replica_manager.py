@@ -105,6 +105,9 @@ class ReplicaManager:
         #: the broker epoch of this process's registration (-1: not registered yet)
         self.broker_epoch = -1
         self._strays_checked = False
+        #: registered, unfenced brokers in the image applied last: the only ones an ISR
+        #: expansion proposes (KIP-841)
+        self._live: frozenset[int] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class ReplicaManager:
         if image.version <= self.image.version:
             return
         self.image = image
+        self._live = frozenset(b.broker_id for b in image.brokers if not b.fenced)
         me = image.broker(self.broker_id)
         if self.broker_epoch < 0 or me is None or me.epoch != self.broker_epoch:
             log.info(
@@ -467,7 +471,7 @@ class ReplicaManager:
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
-                    expanded = partition.isr_to_expand()
+                    expanded = partition.isr_to_expand(self._live or None)
                     if expanded is not None:
                         self._alter_isr(partition, expanded)
                     upper = plog.log_end_offset

@@ -647,6 +647,8 @@ class Controller:
                     if new is None:  # already on the target replicas
                         results.append(None)
                         continue
+                    if not new.reassigning and target is not None:
+                        what = "completed at once (the same replicas, reordered)"
                     completed = self._completed(new, live)
                     parts = list(info.partitions)
                     parts[index] = completed or new
