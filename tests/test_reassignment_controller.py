@@ -340,3 +340,20 @@ def test_plans_keep_the_replication_factor_and_spread_the_load() -> None:
         plan_decommission(1, [TopicDescription("u", (PartitionInfo(0, 0, 0, (0, 1), ()),))], [0, 1])
     proposed = generate_assignment([topic], [4, 5, 6])
     assert all(len(set(r)) == 2 and set(r) <= {4, 5, 6} for r in proposed.values())
+
+
+def test_isr_expansion_proposes_only_live_followers() -> None:
+    from logstore.batch import Record, build
+    from logstore.log import Log
+    from replication.broker.partition import Partition, TopicPolicy
+
+    plog = Log.open(Storage.from_url(f"memory://live-{uuid.uuid4().hex}/t/0"))
+    plog.append(build([Record(None, b"a", 0)]), leader_epoch=0)
+    plog.flush()
+    # a move to [0, 2, 3]: 1 (being removed) was fenced out of the ISR after its last fetch
+    state = PartitionState((0, 2, 3, 1), (0, 2), 0, 0, 0, (3,), (1,))
+    partition = Partition("t", 0, plog, 0, TopicPolicy(), state)
+    partition.update_follower_fetch(1, 1)  # what it fetched before it died
+    partition.update_follower_fetch(3, 1)
+    assert partition.isr_to_expand(live={0, 2, 3}) == (0, 2, 3)
+    assert partition.isr_to_expand() == (0, 2, 1, 3)  # without the metadata's view
