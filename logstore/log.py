@@ -758,6 +758,14 @@ class Log:
         self.leader_epoch_cache.clear()
         return offset
 
+    def delete(self) -> None:
+        """Delete the whole log from storage, checkpoint and all, and close it (its replica is
+        gone: the topic was deleted or the replica moved to other brokers)."""
+        with self._maintenance_lock, self._flush_lock, self._lock:
+            self._truncate_fully_locked(0)
+            self._closed = True
+        self.storage.delete_all()
+
     # --- retention --------------------------------------------------------------------------
 
     def delete_retained_segments(self) -> int:
@@ -910,8 +918,12 @@ class Log:
     # --- checkpoint and close ---------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write checkpoint.json describing the durable log (atomic whole-object write)."""
+        """Write checkpoint.json describing the durable log (atomic whole-object write).
+
+        A closed log writes none: after :meth:`delete` nothing of it may come back."""
         with self._lock:
+            if self._closed:
+                return
             doc = Checkpoint(
                 log_start_offset=self._log_start_offset,
                 high_watermark=self._high_watermark,

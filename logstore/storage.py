@@ -38,10 +38,12 @@ b'atch'
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import pathlib
+import shutil
 import stat
 import threading
 import time
@@ -275,6 +277,14 @@ class Storage(ABC):
     def delete(self, path: str) -> None:
         """Remove the object; a missing object is fine."""
 
+    def delete_all(self) -> int:
+        """Delete every object under this storage's root (and, on a local filesystem, the
+        directories); returns how many objects went. For a replica that is gone for good."""
+        objects = self.list()
+        for info in objects:
+            self.delete(info.path)
+        return len(objects)
+
     # --- structure -------------------------------------------------------------------------
 
     @abstractmethod
@@ -469,6 +479,13 @@ class LocalStorage(Storage):
                 return
             if self._fsync:
                 _fsync_dir(os.path.dirname(full))
+
+    def delete_all(self) -> int:
+        deleted = super().delete_all()
+        # the directories too (and any temporary file a crash left): nothing of it stays
+        with self._translating("delete", ""), contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self._root)
+        return deleted
 
     # --- structure -------------------------------------------------------------------------
 

@@ -155,6 +155,39 @@ class BrokerConfig:
             "max.incremental.fetch.session.cache.slots", "fetch sessions a broker keeps", minimum=0
         ),
     )
+    follower_replication_throttled_rate: int = field(
+        default=0,
+        metadata=k(
+            "follower.replication.throttled.rate",
+            "bytes/s a replica catching up in a reassignment fetches at (0: no limit; a "
+            "reassignment's own --throttle takes precedence)",
+            minimum=0,
+        ),
+    )
+    auto_leader_rebalance_enable: bool = field(
+        default=True,
+        metadata=k(
+            "auto.leader.rebalance.enable",
+            "the controller moves leadership back to preferred replicas periodically",
+        ),
+    )
+    leader_imbalance_check_interval_seconds: int = field(
+        default=300,
+        metadata=k(
+            "leader.imbalance.check.interval.seconds",
+            "how often the controller checks leader imbalance",
+            minimum=1,
+        ),
+    )
+    leader_imbalance_per_broker_percentage: int = field(
+        default=10,
+        metadata=k(
+            "leader.imbalance.per.broker.percentage",
+            "a broker leading fewer of its preferred partitions than this share triggers a "
+            "rebalance (percent not led)",
+            minimum=0,
+        ),
+    )
     unclean_leader_election_enable: bool = field(
         default=False,
         metadata=k(

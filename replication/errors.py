@@ -41,6 +41,8 @@ __all__ = [
     "CorruptRecordError",
     "DuplicateBrokerRegistrationError",
     "DuplicateSequenceNumberError",
+    "ElectionNotNeededError",
+    "EligibleLeadersNotAvailableError",
     "FencedInstanceIdError",
     "FencedLeaderEpochError",
     "FetchSessionIdNotFoundError",
@@ -72,6 +74,7 @@ __all__ = [
     "LeaderNotAvailableError",
     "MemberIdRequiredError",
     "NetworkError",
+    "NoReassignmentInProgressError",
     "NotControllerError",
     "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
@@ -80,6 +83,7 @@ __all__ = [
     "OffsetNotAvailableError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
+    "PreferredLeaderNotAvailableError",
     "ProducerFencedError",
     "ProtocolError",
     "RebalanceInProgressError",
@@ -655,6 +659,43 @@ class TransactionalIdNotFoundError(WireError):
     """
 
     code = 105
+# --- partition reassignment and leader election (KIP-455, KIP-460) -------------------------------
+
+
+class PreferredLeaderNotAvailableError(WireError):
+    """The preferred leader (the first replica) is not live or not in the ISR.
+
+    Wait until it is back and has caught up (see `replog topics describe`), then elect again.
+    """
+
+    code = 80
+
+
+class EligibleLeadersNotAvailableError(WireError):
+    """No live replica may lead this partition (an unclean election found none).
+
+    Bring one of the partition's replicas back, then elect again.
+    """
+
+    code = 83
+
+
+class ElectionNotNeededError(WireError):
+    """The partition already has the leader this election would choose.
+
+    Nothing to do.
+    """
+
+    code = 84
+
+
+class NoReassignmentInProgressError(WireError):
+    """The partition has no reassignment in progress, so there is nothing to cancel.
+
+    See `replog partitions reassign --verify` for the ones in progress.
+    """
+
+    code = 85
 
 
 # --- wire protocol (client and broker side, never sent as their own code) ------------------------

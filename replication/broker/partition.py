@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from logstore.batch import ControlType, build_control, iter_batches, parse_header
@@ -401,7 +402,9 @@ class Partition:
 
     # --- ISR -----------------------------------------------------------------------------------
 
-    def isr_to_expand(self, fetched_by: int | None = None) -> tuple[int, ...] | None:
+    def isr_to_expand(
+        self, fetched_by: int | None = None, live: Collection[int] | None = None
+    ) -> tuple[int, ...] | None:
         """The ISR with every follower that has caught up added, or None if none has.
 
         ``fetched_by``: consider only that follower, the one whose fetch is being handled (as
@@ -409,6 +412,10 @@ class Partition:
         the others: a stalled follower whose last fetch offset still equals the HW of an idle
         partition would otherwise rejoin the ISR at every other follower's fetch, and leave it
         again at the next shrink check (the ISR, and under-replicated metrics, would flap).
+
+        Only ``live`` brokers (registered, not fenced; None: any) join, as KIP-841: a dead
+        follower's last fetch may still look caught up, and the controller refuses an ISR
+        that names it, which would keep the live ones out too.
         """
         if not self.is_leader:
             return None
@@ -418,6 +425,7 @@ class Partition:
             for replica_id, replica in self.followers.items()
             if (fetched_by is None or replica_id == fetched_by)
             and replica_id not in self.state.isr
+            and (live is None or replica_id in live)
             and replica.log_end_offset >= self.log.high_watermark
             and replica.log_end_offset >= (epoch_start if epoch_start is not None else 0)
         ]

@@ -10,6 +10,12 @@ leader's HW (min LEO over the ISR) then counts only data that is on every ISR me
 Divergence is settled by leader epoch (KIP-101/279, Fetch v12's DivergingEpoch): the fetch
 carries the epoch of the follower's last batch; if the leader's log ends that epoch earlier,
 the follower truncates there and fetches again, never truncating to its HW alone.
+
+A replica catching up in a reassignment (in its partition's adding replicas, not yet in the
+ISR) is throttled: the broker's one :class:`~replication.broker.throttle.TokenBucket` limits the
+bytes fetched for such replicas to the reassignment's throttle (or
+follower.replication.throttled.rate), as Kafka's follower throttle does; in-sync replicas are
+never throttled.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import logging
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 
 from logstore.epoch_cache import UNDEFINED_EPOCH
 from logstore.errors import ReplogError
@@ -26,6 +33,7 @@ from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session_handler import FetchSessionHandler
 from replication.broker.partition import Partition
 from replication.broker.replica_manager import ReplicaManager
+from replication.broker.throttle import TokenBucket
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
@@ -43,8 +51,11 @@ class ReplicaFetcher:
         image: Callable[[], MetadataImage],
         leader_id: int,
         fetcher_id: int,
+        throttle: TokenBucket | None = None,
     ) -> None:
         self.config = config
+        #: the broker's replication throttle (shared by its fetchers)
+        self.throttle = throttle or TokenBucket(0)
         self.replica_manager = replica_manager
         self.image = image
         self.leader_id = leader_id
@@ -141,12 +152,35 @@ class ReplicaFetcher:
             log_start_offset=plog.log_start_offset,
         )
 
+    def throttled_rate(self, partition: Partition) -> int:
+        """Bytes/s this replica may fetch at (0: unthrottled): a reassignment's adding replica
+        that is not in the ISR yet."""
+        state = partition.state
+        if self.config.broker_id not in state.adding_replicas or self.config.broker_id in state.isr:
+            return 0
+        return state.throttled_rate or self.config.follower_replication_throttled_rate
+
     async def _fetch_once(self) -> bool:
         await self._prepare()
         conn = self._connection()
         if conn is None:
             return False
-        data = self.session.build({k: self._fetch_state(v) for k, v in self.partitions.items()})
+        states = {k: self._fetch_state(v) for k, v in self.partitions.items()}
+        rates = {k: r for k, v in self.partitions.items() if (r := self.throttled_rate(v)) > 0}
+        if rates:
+            self.throttle.set_rate(min(rates.values()))
+            allowance = self.throttle.available()
+            for key in rates:
+                if allowance <= 0:  # left out until the bucket refills
+                    del states[key]
+                else:
+                    states[key] = replace(
+                        states[key], max_bytes=min(states[key].max_bytes, max(int(allowance), 1))
+                    )
+            if not states:
+                await asyncio.sleep(min(self.throttle.seconds_until_available(), 1.0))
+                return True
+        data = self.session.build(states)
         topics: dict[str, list[p.FetchRequestPartition]] = {}
         for (topic, index), state in data.to_send:
             topics.setdefault(topic, []).append(
@@ -194,6 +228,8 @@ class ReplicaFetcher:
             return bool(response.error_code)  # a session error: fetch again (full) at once
         progressed = False
         for key, part in responded:
+            if key in rates and part.records is not None:
+                self.throttle.consume(len(part.records))
             partition = self.partitions.get(key)
             if partition is None or partition.state.leader != self.leader_id:
                 continue
@@ -287,6 +323,8 @@ class ReplicaFetcherManager:
         self.image = image
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+        #: follower.replication.throttled.rate, for every fetcher of this broker
+        self.throttle = TokenBucket(0)
 
     def _fetcher_id(self, key: TopicPartition) -> int:
         return zlib.crc32(f"{key[0]}-{key[1]}".encode()) % self.config.num_replica_fetchers
@@ -298,7 +336,9 @@ class ReplicaFetcherManager:
             self.fetchers[old].remove(partition.key)
         fetcher = self.fetchers.get(slot)
         if fetcher is None:
-            fetcher = ReplicaFetcher(self.config, self.replica_manager, self.image, *slot)
+            fetcher = ReplicaFetcher(
+                self.config, self.replica_manager, self.image, *slot, throttle=self.throttle
+            )
             self.fetchers[slot] = fetcher
             fetcher.start()
         fetcher.add(partition)

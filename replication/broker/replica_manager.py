@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from logstore.batch import count_records
@@ -40,6 +41,9 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 
 log = logging.getLogger(__name__)
+
+#: a partition directory's topic part (Kafka's legal topic names)
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -111,6 +115,10 @@ class ReplicaManager:
         self.topic_stats = BrokerTopicStats()
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self._strays_checked = False
+        #: registered, unfenced brokers in the image applied last: the only ones an ISR
+        #: expansion proposes (KIP-841)
+        self._live: frozenset[int] = frozenset()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -202,6 +210,7 @@ class ReplicaManager:
             return
         previous, self.image = self.image, image
         self._reconfigure(previous, image)
+        self._live = frozenset(b.broker_id for b in image.brokers if not b.fenced)
         me = image.broker(self.broker_id)
         if self.broker_epoch < 0 or me is None or me.epoch != self.broker_epoch:
             log.info(
@@ -210,6 +219,9 @@ class ReplicaManager:
                 image.version,
             )
             return
+        if not self._strays_checked:
+            self._strays_checked = True
+            self._delete_stray_replicas(image)
         wanted: set[TopicPartition] = set()
         broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
         for topic in image.topics:
@@ -249,9 +261,65 @@ class ReplicaManager:
             partition.state = PartitionState(partition.state.replicas, (), -1, -1, -1)
             self._role_changed(partition)
             self._partition_changed(partition)
-            log.info("deleting %s-%d (topic deleted or replica moved)", *key)
-            partition.log.truncate_fully_and_start_at(0)
+            log.info("deleting %s-%d (topic deleted or replica moved away)", *key)
+            try:
+                partition.log.delete()
+            except ReplogError as err:  # the replica is gone either way; its storage stays
+                log.warning(
+                    "%s-%d: could not delete the replica's storage %s: %s",
+                    *key,
+                    partition.log.storage.url,
+                    err,
+                )
             self.topic_stats.retain(tp.topic for tp in self.partitions)
+
+    def _delete_stray_replicas(self, image: MetadataImage) -> None:
+        """Delete the replicas on this broker's storage that the metadata does not give it:
+        moved away or deleted while this broker was down (as Kafka's stray replicas,
+        KAFKA-14616). Run once, on the first image that carries this process's registration,
+        before any partition is opened, so no image can give one back meanwhile.
+
+        Only ``<topic>/<partition>/`` directories of a legal topic name are considered, never
+        the metadata root (which may live under ``log.dir``)."""
+        root = self.storage.url.rstrip("/") + "/"
+        meta = self.config.metadata_root.rstrip("/") + "/"
+        skip = {"__cluster_metadata"}  # the default metadata root, whatever the URL's spelling
+        if meta.startswith(root):
+            skip.add(meta[len(root) :].split("/", 1)[0])
+        try:
+            objects = self.storage.list()
+        except ReplogError as err:
+            log.warning("could not look for stray replicas on %s: %s", self.storage.url, err)
+            return
+        found: set[tuple[str, int]] = set()
+        for obj in objects:
+            parts = obj.path.split("/")
+            if (
+                len(parts) >= 3
+                and parts[0] not in skip
+                and _LEGAL_TOPIC.match(parts[0])
+                and parts[1].isdigit()
+            ):
+                found.add((parts[0], int(parts[1])))
+        for topic, index in sorted(found):
+            info = image.topic(topic)
+            if (
+                info is not None
+                and index < len(info.partitions)
+                and self.broker_id in info.partitions[index].replicas
+            ):
+                continue
+            log.info(
+                "deleting stray replica %s-%d: the metadata (version %d) gives this broker no "
+                "replica of it (moved away or deleted while this broker was down)",
+                topic,
+                index,
+                image.version,
+            )
+            try:
+                self.storage.child(f"{topic}/{index}").delete_all()
+            except ReplogError as err:
+                log.warning("could not delete stray replica %s-%d: %s", topic, index, err)
 
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
@@ -484,7 +552,7 @@ class ReplicaManager:
                 if follower:
                     if partition.update_follower_fetch(replica_id, spec.fetch_offset):
                         self._hw_moved(partition)
-                    expanded = partition.isr_to_expand(replica_id)
+                    expanded = partition.isr_to_expand(replica_id, self._live or None)
                     if expanded is not None:
                         self._alter_isr(partition, expanded)
                     upper = plog.log_end_offset
@@ -578,12 +646,12 @@ class ReplicaManager:
             if code or result is None:
                 log.info("%r: ISR change to %s refused (error %d)", partition, list(new_isr), code)
                 return
-            committed = PartitionState(
-                state.replicas,
-                tuple(result.isr),
-                result.leader_id,
-                result.leader_epoch,
-                result.partition_epoch,
+            committed = replace(
+                state,
+                isr=tuple(result.isr),
+                leader=result.leader_id,
+                leader_epoch=result.leader_epoch,
+                partition_epoch=result.partition_epoch,
             )
             if set(state.isr) - set(committed.isr):
                 self.isr_shrinks += 1

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Literal, TypeVar
 
@@ -38,6 +38,7 @@ from replication.client.coordinator import CallState, CoordinatorClient
 from replication.client.errors import ClientClosedError
 from replication.client.group_admin import GroupAdmin
 from replication.client.offsets import OffsetLookup
+from replication.client.reassignments import PartitionReassignment
 from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.transaction_admin import TransactionAdmin
 from replication.client.types import (
@@ -74,13 +75,17 @@ from replication.protocol import (
     CONFIG_OP_SET,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    PREFERRED_ELECTION,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TOPIC_RESOURCE,
+    UNCLEAN_ELECTION,
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,
     AlterConfigsResourceResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     ApiKey,
     CommitSinkBatchRequest,
     CommitSinkBatchResponse,
@@ -103,6 +108,9 @@ from replication.protocol import (
     DescribeLogDirsResponse,
     DescribeSinkRequest,
     DescribeSinkResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ElectLeadersTopicPartitions,
     FetchRequest,
     FetchRequestPartition,
     FetchRequestTopic,
@@ -110,10 +118,17 @@ from replication.protocol import (
     IncrementalAlterableConfig,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    ListPartitionReassignmentsTopics,
     ListTransactionsRequest,
     ListTransactionsResponse,
     MetadataResponse,
+    ReassignablePartition,
+    ReassignableTopic,
     SinkTransaction,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 
 __all__ = ["Admin", "ConfigResourceType", "OffsetSpec"]
@@ -377,6 +392,164 @@ class Admin:
                 for b in sorted(response.brokers, key=lambda b: b.node_id)
             ),
         )
+
+    # --- reassignments, leader elections, brokers (KIP-455, KIP-460) ----------------------
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartition | tuple[str, int], Sequence[int] | None],
+        *,
+        throttle: int = 0,
+    ) -> None:
+        """Move partitions to new replicas (a list of broker ids, the first the preferred
+        leader) or cancel their move in progress (None), as Kafka's
+        alterPartitionReassignments. ``throttle`` (bytes/s, 0: none) limits how fast the new
+        replicas catch up. Returns once the controller started the moves; they complete in the
+        background (see :meth:`list_partition_reassignments`). Raises the first partition's
+        error (by class) after trying them all."""
+        by_topic: dict[str, list[ReassignablePartition]] = {}
+        for key, replicas in reassignments.items():
+            tp = TopicPartition(*key)
+            by_topic.setdefault(tp.topic, []).append(
+                ReassignablePartition(
+                    partition_index=tp.partition,
+                    replicas=None if replicas is None else [int(r) for r in replicas],
+                )
+            )
+        request = AlterPartitionReassignmentsRequest(
+            timeout_ms=self.config.request_timeout_ms,
+            topics=[ReassignableTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+            throttled_rate=throttle,
+        )
+
+        def send() -> AlterPartitionReassignmentsResponse:
+            response: AlterPartitionReassignmentsResponse = self._send_to_controller(
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS, lambda version: request, 0
+            )
+            if response.error_code == NotControllerError.code:
+                raise NotControllerError()
+            return response
+
+        response = self._retrying("reassigning partitions", send)
+        if response.error_code:
+            raise _error(response.error_code, response.error_message, "cannot reassign")
+        self._raise_first(
+            [
+                _error(
+                    r.error_code, r.error_message, f"cannot reassign {t.name}-{r.partition_index}"
+                )
+                for t in response.responses
+                for r in t.partitions
+                if r.error_code
+            ]
+        )
+        self._cluster.request_update()
+
+    def list_partition_reassignments(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions`` only, if given)."""
+        topics: list[ListPartitionReassignmentsTopics] | None = None
+        if partitions is not None:
+            wanted: dict[str, list[int]] = {}
+            for key in partitions:
+                tp = TopicPartition(*key)
+                wanted.setdefault(tp.topic, []).append(tp.partition)
+            topics = [
+                ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
+                for t, ps in wanted.items()
+            ]
+        request = ListPartitionReassignmentsRequest(
+            timeout_ms=self.config.request_timeout_ms, topics=topics
+        )
+
+        def send() -> ListPartitionReassignmentsResponse:
+            response: ListPartitionReassignmentsResponse = self._send_to_controller(
+                ApiKey.LIST_PARTITION_REASSIGNMENTS, lambda version: request, 0
+            )
+            if response.error_code == NotControllerError.code:
+                raise NotControllerError()
+            return response
+
+        response = self._retrying("listing partition reassignments", send)
+        if response.error_code:
+            raise _error(response.error_code, response.error_message, "cannot list reassignments")
+        return {
+            TopicPartition(t.name, p.partition_index): PartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas)
+            )
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    def elect_leaders(
+        self,
+        election_type: Literal["preferred", "unclean"] = "preferred",
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+    ) -> dict[TopicPartition, ReplogError | None]:
+        """Kafka's electLeaders: ``preferred`` moves each partition's leadership to its first
+        replica (if live and in the ISR); ``unclean`` elects a leader for partitions without one,
+        from outside the ISR if it must (may lose records). ``partitions`` None: every
+        partition, and only those elected or failing are in the answer. The answer maps each
+        partition to None (elected) or its error (ElectionNotNeededError,
+        PreferredLeaderNotAvailableError, ...)."""
+        if election_type not in ("preferred", "unclean"):
+            raise ValueError(f"election type {election_type!r}: use 'preferred' or 'unclean'")
+        tps: list[ElectLeadersTopicPartitions] | None = None
+        if partitions is not None:
+            wanted: dict[str, list[int]] = {}
+            for key in partitions:
+                tp = TopicPartition(*key)
+                wanted.setdefault(tp.topic, []).append(tp.partition)
+            tps = [ElectLeadersTopicPartitions(topic=t, partitions=ps) for t, ps in wanted.items()]
+        request = ElectLeadersRequest(
+            election_type=PREFERRED_ELECTION if election_type == "preferred" else UNCLEAN_ELECTION,
+            topic_partitions=tps,
+            timeout_ms=self.config.request_timeout_ms,
+        )
+
+        def send() -> ElectLeadersResponse:
+            response: ElectLeadersResponse = self._send_to_controller(
+                ApiKey.ELECT_LEADERS, lambda version: request, 0
+            )
+            if response.error_code == NotControllerError.code:
+                raise NotControllerError()
+            return response
+
+        response = self._retrying("electing leaders", send)
+        if response.error_code:
+            raise _error(response.error_code, None, "cannot elect leaders")
+        self._cluster.request_update()
+        return {
+            TopicPartition(t.topic, r.partition_id): (
+                _error(r.error_code, r.error_message, f"{t.topic}-{r.partition_id}")
+                if r.error_code
+                else None
+            )
+            for t in response.replica_election_results
+            for r in t.partition_result
+        }
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker's registration (Kafka's unregisterBroker). Refused while the broker
+        holds replicas: move them off first (:func:`~replication.client.reassignments.
+        plan_decommission`). A broker process still running registers again, empty."""
+        request = UnregisterBrokerRequest(broker_id=broker_id)
+
+        def send() -> UnregisterBrokerResponse:
+            response: UnregisterBrokerResponse = self._send_to_controller(
+                ApiKey.UNREGISTER_BROKER, lambda version: request, 0
+            )
+            if response.error_code == NotControllerError.code:
+                raise NotControllerError()
+            return response
+
+        response = self._retrying(f"unregistering broker {broker_id}", send)
+        if response.error_code:
+            raise _error(
+                response.error_code, response.error_message, f"cannot unregister broker {broker_id}"
+            )
+        self._cluster.request_update()
 
     # --- offsets ----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The controller: the one writer of cluster metadata.
 
 It claims a controller epoch in the metadata store, then every change (a broker registering, a
-topic created or deleted, a leader elected, an ISR committed) becomes the next metadata version,
+topic created or deleted, a leader elected, an ISR committed, a reassignment started, completed
+or cancelled) becomes the next metadata version,
 written put-if-absent so that a stale controller can never write. Brokers read each new version
 from the metadata store when their heartbeat names it (``BrokerLifecycle``).
 
@@ -29,7 +30,10 @@ from replication.dynamic_config import (
     validate_topic_configs,
 )
 from replication.errors import (
+    BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
@@ -38,8 +42,10 @@ from replication.errors import (
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
+    NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
+    PreferredLeaderNotAvailableError,
     ReplogError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
@@ -393,12 +399,12 @@ class Controller:
                 leader, isr = NO_LEADER, state.isr
         if leader == state.leader and isr == state.isr:
             return state
-        return PartitionState(
-            state.replicas,
-            isr,
-            leader,
-            state.leader_epoch + (1 if leader != state.leader else 0),
-            state.partition_epoch + 1,
+        return replace(
+            state,
+            isr=isr,
+            leader=leader,
+            leader_epoch=state.leader_epoch + (1 if leader != state.leader else 0),
+            partition_epoch=state.partition_epoch + 1,
         )
 
     def _fence_replicas(self, image: MetadataImage, fenced: set[int]) -> MetadataImage:
@@ -484,6 +490,18 @@ class Controller:
                 )
             new_state = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
             self.update_partition(topic, index, new_state)
+            if new_state.reassigning:
+                for joined in sorted(added & set(new_state.adding_replicas)):
+                    log.info(
+                        "%s-%d: reassignment: replica %d caught up and joined the ISR "
+                        "(leader epoch %d, partition epoch %d)",
+                        topic,
+                        index,
+                        joined,
+                        new_state.leader_epoch,
+                        new_state.partition_epoch,
+                    )
+                self._maybe_complete_reassignment(topic, index)
             return new_state
 
     # --- topics -------------------------------------------------------------------------------
@@ -659,3 +677,351 @@ class Controller:
             return self._commit(
                 self.image.next().with_topic(replace(info, partitions=tuple(parts)))
             )
+
+    # --- reassignments (KIP-455), leader elections (KIP-460), unregistration ----------------------
+
+    def alter_partition_reassignments(
+        self,
+        changes: Sequence[tuple[str, int, Sequence[int] | None]],
+        *,
+        throttled_rate: int = 0,
+    ) -> list[ReplogError | None]:
+        """Start (target replicas) or cancel (None) reassignments, one result per change.
+
+        As Kafka's KIP-455: during a move the partition's replicas are target + (original -
+        target), the new ones catch up as followers, and the move completes (replicas = target)
+        only once every target replica is in the ISR (:meth:`_completed`). Acked records are
+        safe throughout: the ISR only ever loses a replica when the move completes, and then
+        every target replica is in it. ``throttled_rate`` (bytes/s, 0: none) is what the adding
+        replicas fetch at while they catch up.
+        """
+        if throttled_rate < 0:
+            raise InvalidRequestError(f"throttle {throttled_rate} bytes/s must be >= 0")
+        with self._lock:
+            image = self.image.next()
+            live = self._live(image)
+            results: list[ReplogError | None] = []
+            events: list[tuple[str, str, int, PartitionState]] = []
+            for topic, index, target in changes:
+                try:
+                    info = image.topic(topic)
+                    if info is None or not 0 <= index < len(info.partitions):
+                        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
+                    state = info.partitions[index]
+                    new: PartitionState | None
+                    if target is None:
+                        new, what = self._cancelled(topic, index, state, live), "cancelled"
+                    else:
+                        new = self._started(
+                            image, topic, index, state, target, throttled_rate, live
+                        )
+                        what = "started"
+                    if new is None:  # already on the target replicas
+                        results.append(None)
+                        continue
+                    if not new.reassigning and target is not None:
+                        what = "completed at once (the same replicas, reordered)"
+                    completed = self._completed(new, live)
+                    parts = list(info.partitions)
+                    parts[index] = completed or new
+                    image = image.with_topic(replace(info, partitions=tuple(parts)))
+                    events.append((what, topic, index, new))
+                    if completed is not None:
+                        events.append(("completed", topic, index, completed))
+                    results.append(None)
+                except ReplogError as err:
+                    results.append(err)
+            if events:
+                self._commit(image)
+            for what, topic, index, state in events:
+                self._log_reassignment(what, topic, index, state)
+            return results
+
+    def _started(
+        self,
+        image: MetadataImage,
+        topic: str,
+        index: int,
+        state: PartitionState,
+        target: Sequence[int],
+        throttled_rate: int,
+        live: set[int],
+    ) -> PartitionState | None:
+        wanted = tuple(target)
+        registered = {b.broker_id for b in image.brokers}
+        if not wanted or len(set(wanted)) != len(wanted):
+            raise InvalidReplicaAssignmentError(
+                f"{topic}-{index}: target replicas {list(wanted)} must name one or more "
+                "distinct brokers"
+            )
+        if not set(wanted) <= registered:
+            raise InvalidReplicaAssignmentError(
+                f"{topic}-{index}: target replicas {list(wanted)} name brokers that are not "
+                f"registered ({sorted(set(wanted) - registered)}); registered: {sorted(registered)}"
+            )
+        original = state.original_replicas
+        if wanted == original and not state.reassigning:
+            return None
+        replicas = wanted + tuple(r for r in original if r not in wanted)
+        isr = tuple(r for r in state.isr if r in replicas)
+        if not isr:
+            raise InvalidReplicaAssignmentError(
+                f"{topic}-{index}: no replica of {list(replicas)} is in the ISR "
+                f"{list(state.isr)}; let the reassignment in progress finish first"
+            )
+        new = replace(
+            state,
+            replicas=replicas,
+            isr=isr,
+            adding_replicas=tuple(r for r in wanted if r not in original),
+            removing_replicas=tuple(r for r in original if r not in wanted),
+            throttled_rate=throttled_rate,
+            partition_epoch=state.partition_epoch + 1,
+        )
+        if new.leader not in replicas:  # led by an adding replica of the move this replaces
+            new = self._reelect(new, live)
+        return new
+
+    def _cancelled(
+        self, topic: str, index: int, state: PartitionState, live: set[int]
+    ) -> PartitionState:
+        if not state.reassigning:
+            raise NoReassignmentInProgressError(
+                f"{topic}-{index} has no reassignment in progress to cancel"
+            )
+        original = state.original_replicas
+        isr = tuple(r for r in state.isr if r in original)
+        if not isr:
+            raise InvalidReplicaAssignmentError(
+                f"{topic}-{index}: cannot cancel: no original replica {list(original)} is in the "
+                f"ISR {list(state.isr)} any more (it would lose records); let the "
+                "reassignment finish"
+            )
+        new = replace(
+            state,
+            replicas=original,
+            isr=isr,
+            adding_replicas=(),
+            removing_replicas=(),
+            throttled_rate=0,
+            partition_epoch=state.partition_epoch + 1,
+        )
+        if new.leader not in original:
+            new = self._reelect(new, live)
+        return new
+
+    def _reelect(self, state: PartitionState, live: set[int]) -> PartitionState:
+        """A new leader from the ISR (in replica order) with a new leader epoch."""
+        candidates = [r for r in state.replicas if r in state.isr and r in live]
+        return replace(
+            state,
+            leader=candidates[0] if candidates else NO_LEADER,
+            leader_epoch=state.leader_epoch + 1,
+        )
+
+    def _completed(self, state: PartitionState, live: set[int]) -> PartitionState | None:
+        """The partition once its reassignment completes, or None if it cannot yet.
+
+        Rule (KIP-455): a move completes only once every target replica is in the ISR. Then
+        replicas = target, ISR = ISR & target (so still every target replica), and a leader
+        that is being removed hands over to the first live target replica, with a new epoch.
+        """
+        target = state.target_replicas
+        if not state.reassigning or not set(target) <= set(state.isr):
+            return None
+        done = replace(
+            state,
+            replicas=target,
+            isr=tuple(r for r in state.isr if r in target),
+            adding_replicas=(),
+            removing_replicas=(),
+            throttled_rate=0,
+            partition_epoch=state.partition_epoch + 1,
+        )
+        if done.leader not in target:
+            done = self._reelect(done, live)
+        return done
+
+    def _maybe_complete_reassignment(self, topic: str, index: int) -> None:
+        with self._lock:
+            info = self.image.topic(topic)
+            if info is None or not 0 <= index < len(info.partitions):
+                return
+            done = self._completed(info.partitions[index], self._live(self.image))
+            if done is not None:
+                self.update_partition(topic, index, done)
+                self._log_reassignment("completed", topic, index, done)
+
+    @staticmethod
+    def _log_reassignment(what: str, topic: str, index: int, state: PartitionState) -> None:
+        log.info(
+            "%s-%d: reassignment %s: replicas %s, adding %s, removing %s, ISR %s, leader %d "
+            "(leader epoch %d, partition epoch %d)",
+            topic,
+            index,
+            what,
+            list(state.replicas),
+            list(state.adding_replicas),
+            list(state.removing_replicas),
+            list(state.isr),
+            state.leader,
+            state.leader_epoch,
+            state.partition_epoch,
+        )
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> list[tuple[str, int, PartitionState]]:
+        """The reassignments in progress (of ``partitions`` only, if given)."""
+        with self._lock:
+            wanted = None if partitions is None else set(partitions)
+            return [
+                (topic.name, index, state)
+                for topic in self.image.topics
+                for index, state in enumerate(topic.partitions)
+                if state.reassigning and (wanted is None or (topic.name, index) in wanted)
+            ]
+
+    def elect_leaders(
+        self, preferred: bool, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], ReplogError | None]:
+        """Kafka's ElectLeaders: PREFERRED moves leadership to the first replica if it is live
+        and in the ISR; UNCLEAN (``preferred=False``) elects a leader for partitions that have
+        none, from outside the ISR if it must. With ``partitions`` None, every partition is
+        considered and only those elected (or failing for a reason other than not needing an
+        election) are in the answer. One metadata version for all."""
+        with self._lock:
+            image = self.image.next()
+            live = self._live(image)
+            named = partitions is not None
+            keys = (
+                list(partitions)
+                if partitions is not None
+                else [(t.name, i) for t in image.topics for i in range(len(t.partitions))]
+            )
+            results: dict[tuple[str, int], ReplogError | None] = {}
+            elected: list[tuple[str, int, PartitionState]] = []
+            for topic, index in keys:
+                info = image.topic(topic)
+                try:
+                    if info is None or not 0 <= index < len(info.partitions):
+                        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
+                    state = info.partitions[index]
+                    new = (
+                        self._preferred(topic, index, state, live)
+                        if preferred
+                        else self._unclean(topic, index, state, live)
+                    )
+                except ElectionNotNeededError as err:
+                    if named:
+                        results[(topic, index)] = err
+                    continue
+                except ReplogError as err:
+                    results[(topic, index)] = err
+                    continue
+                assert info is not None
+                parts = list(info.partitions)
+                parts[index] = new
+                image = image.with_topic(replace(info, partitions=tuple(parts)))
+                results[(topic, index)] = None
+                elected.append((topic, index, new))
+            if elected:
+                self._commit(image)
+            for topic, index, state in elected:
+                log.info(
+                    "%s-%d: %s leader election: leader %d (leader epoch %d, partition epoch %d)",
+                    topic,
+                    index,
+                    "preferred" if preferred else "unclean",
+                    state.leader,
+                    state.leader_epoch,
+                    state.partition_epoch,
+                )
+            return results
+
+    @staticmethod
+    def _preferred(topic: str, index: int, state: PartitionState, live: set[int]) -> PartitionState:
+        first = state.replicas[0]
+        if state.leader == first:
+            raise ElectionNotNeededError(f"{topic}-{index}: the preferred leader {first} leads")
+        if first not in live or first not in state.isr:
+            raise PreferredLeaderNotAvailableError(
+                f"{topic}-{index}: the preferred leader {first} is "
+                f"{'not in the ISR ' + str(list(state.isr)) if first in live else 'not live'}; "
+                "elect again once it has caught up"
+            )
+        return replace(
+            state,
+            leader=first,
+            leader_epoch=state.leader_epoch + 1,
+            partition_epoch=state.partition_epoch + 1,
+        )
+
+    def _unclean(
+        self, topic: str, index: int, state: PartitionState, live: set[int]
+    ) -> PartitionState:
+        if state.leader != NO_LEADER and state.leader in live:
+            raise ElectionNotNeededError(f"{topic}-{index} has a leader ({state.leader})")
+        new = self._elect(replace(state, leader=NO_LEADER), live, unclean=True)
+        if new.leader == NO_LEADER:
+            raise EligibleLeadersNotAvailableError(
+                f"{topic}-{index}: no replica of {list(state.replicas)} is live"
+            )
+        return replace(new, leader_epoch=max(new.leader_epoch, state.leader_epoch + 1))
+
+    def rebalance_leaders(self, imbalance_percentage: int) -> list[tuple[str, int]]:
+        """Kafka's auto leader rebalance: for every live broker whose share of partitions it
+        is the preferred leader of but does not lead exceeds ``imbalance_percentage``
+        (leader.imbalance.per.broker.percentage), move those partitions' leadership back to it
+        where it is in the ISR. Partitions being reassigned are left alone. Returns the moved."""
+        with self._lock:
+            live = self._live(self.image)
+            preferred_of: dict[int, list[tuple[str, int, PartitionState]]] = {}
+            for topic in self.image.topics:
+                for index, state in enumerate(topic.partitions):
+                    if state.replicas:
+                        preferred_of.setdefault(state.replicas[0], []).append(
+                            (topic.name, index, state)
+                        )
+            moves: list[tuple[str, int]] = []
+            for broker, parts in sorted(preferred_of.items()):
+                if broker not in live:
+                    continue
+                off = [(t, i, s) for t, i, s in parts if s.leader != broker]
+                if len(off) * 100 <= imbalance_percentage * len(parts):
+                    continue
+                moves.extend((t, i) for t, i, s in off if broker in s.isr and not s.reassigning)
+            if not moves:
+                return []
+            results = self.elect_leaders(True, moves)
+            moved = [key for key, err in results.items() if err is None]
+            if moved:
+                log.info(
+                    "leader rebalance moved %d partition(s) to their preferred leader", len(moved)
+                )
+            return moved
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker's registration (Kafka's UnregisterBroker), refused while it still
+        holds replicas: move them off first (`replog brokers decommission`)."""
+        with self._lock:
+            if self.image.broker(broker_id) is None:
+                raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
+            held = [
+                f"{topic.name}-{index}"
+                for topic in self.image.topics
+                for index, state in enumerate(topic.partitions)
+                if broker_id in state.replicas
+            ]
+            if held:
+                shown = ", ".join(held[:5]) + (
+                    f" and {len(held) - 5} more" if len(held) > 5 else ""
+                )
+                raise InvalidRequestError(
+                    f"broker {broker_id} still holds replicas of {len(held)} partition(s) "
+                    f"({shown}); move them off first with `replog brokers decommission "
+                    f"--broker-id {broker_id}`"
+                )
+            self._commit(self.image.next().without_broker(broker_id))
+            self._last_heartbeat.pop(broker_id, None)
+            log.info("broker %d unregistered", broker_id)

@@ -6,7 +6,9 @@ for ``broker.session.timeout.ms``, the standby claims the next epoch with a put-
 Only one claimant can win, and a deposed controller cannot write metadata (its next version
 already exists), so a paused controller that wakes up finds itself stale and steps down.
 
-The active controller also fences brokers whose heartbeats stopped and moves their leadership.
+The active controller also fences brokers whose heartbeats stopped and moves their leadership,
+and, with auto.leader.rebalance.enable, moves leadership back to preferred replicas every
+leader.imbalance.check.interval.seconds (``Controller.rebalance_leaders``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class ControllerService:
     async def _run(self) -> None:
         interval = self.config.broker_heartbeat_interval_ms / 1000 / 2
         last_claim_check = 0
+        last_rebalance = _now_ms()
+        rebalance_ms = self.config.leader_imbalance_check_interval_seconds * 1000
         while True:
             try:
                 if self.controller.active:
@@ -71,6 +75,15 @@ class ControllerService:
                     if _now_ms() - last_claim_check > 1000:
                         last_claim_check = _now_ms()
                         await self._step_down_if_superseded()
+                    if (
+                        self.config.auto_leader_rebalance_enable
+                        and _now_ms() - last_rebalance > rebalance_ms
+                    ):
+                        last_rebalance = _now_ms()
+                        await asyncio.to_thread(
+                            self.controller.rebalance_leaders,
+                            self.config.leader_imbalance_per_broker_percentage,
+                        )
                 else:
                     await self._maybe_take_over()
             except StaleControllerEpochError as err:

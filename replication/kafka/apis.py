@@ -80,6 +80,10 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.ALTER_CONFIGS: p.AlterConfigsRequest,
     p.ApiKey.CREATE_PARTITIONS: p.CreatePartitionsRequest,
     p.ApiKey.INCREMENTAL_ALTER_CONFIGS: p.IncrementalAlterConfigsRequest,
+    p.ApiKey.ELECT_LEADERS: p.ElectLeadersRequest,
+    p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: p.AlterPartitionReassignmentsRequest,
+    p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsRequest,
+    p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)

@@ -76,6 +76,10 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 

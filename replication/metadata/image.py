@@ -16,8 +16,10 @@ from logstore.errors import CorruptRecordError
 #: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation.
 #: 3 added each broker's other listeners (endpoints); older files are read with none.
 #: 4 added dynamic broker configs (cluster default and per broker); older files have none.
-FORMAT_VERSION = 4
-READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4})
+#: 5 added partition reassignments (adding and removing replicas, the catch-up throttle) as
+#: three optional trailing fields of a partition; older files are read with none in progress.
+FORMAT_VERSION = 5
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4, 5})
 NO_LEADER = -1
 #: The entity name of the cluster-wide default broker configs (Kafka's ``--entity-default``;
 #: a broker's own dynamic configs are under its id, as a string).
@@ -56,6 +58,27 @@ class PartitionState:
     leader_epoch: int = 0
     #: versions every change of this partition's ISR or leadership (Kafka's partition epoch)
     partition_epoch: int = 0
+    #: a reassignment in progress (KIP-455): replicas joining, which catch up as followers ...
+    adding_replicas: tuple[int, ...] = ()
+    #: ... and replicas leaving once every target replica is in the ISR
+    removing_replicas: tuple[int, ...] = ()
+    #: bytes/s the adding replicas fetch at while they catch up (0: no throttle here; the
+    #: broker's follower.replication.throttled.rate applies)
+    throttled_rate: int = 0
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress completes (or the replicas)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (what a cancel goes back to)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +141,9 @@ class MetadataImage:
             others.append((entity, tuple(sorted(configs.items()))))
         return replace(self, broker_configs=tuple(sorted(others)))
 
+    def without_broker(self, broker_id: int) -> MetadataImage:
+        return replace(self, brokers=tuple(b for b in self.brokers if b.broker_id != broker_id))
+
     def with_broker(self, broker: BrokerInfo) -> MetadataImage:
         others = tuple(b for b in self.brokers if b.broker_id != broker.broker_id)
         return replace(self, brokers=tuple(sorted((*others, broker), key=lambda b: b.broker_id)))
@@ -154,10 +180,7 @@ class MetadataImage:
                     "name": t.name,
                     "id": t.topic_id,
                     "configs": [list(c) for c in t.configs],
-                    "partitions": [
-                        [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
-                        for p in t.partitions
-                    ],
+                    "partitions": [_partition(p) for p in t.partitions],
                 }
                 for t in self.topics
             ],
@@ -189,10 +212,7 @@ class MetadataImage:
                         name=str(t["name"]),
                         topic_id=str(t["id"]),
                         configs=tuple((str(k), str(v)) for k, v in t["configs"]),
-                        partitions=tuple(
-                            PartitionState(tuple(r), tuple(i), int(ld), int(le), int(pe))
-                            for r, i, ld, le, pe in t["partitions"]
-                        ),
+                        partitions=tuple(_partition_state(p) for p in t["partitions"]),
                     )
                     for t in doc["topics"]
                 ),
@@ -205,6 +225,28 @@ class MetadataImage:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable metadata: {err}") from err
+
+
+def _partition(p: PartitionState) -> list[Any]:
+    fields: list[Any] = [list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch]
+    if p.reassigning or p.throttled_rate:
+        fields += [list(p.adding_replicas), list(p.removing_replicas), p.throttled_rate]
+    return fields
+
+
+def _partition_state(fields: list[Any]) -> PartitionState:
+    replicas, isr, leader, leader_epoch, partition_epoch, *rest = fields
+    adding, removing, throttled_rate = rest if rest else ((), (), 0)  # before format 5: none
+    return PartitionState(
+        tuple(int(r) for r in replicas),
+        tuple(int(r) for r in isr),
+        int(leader),
+        int(leader_epoch),
+        int(partition_epoch),
+        tuple(int(r) for r in adding),
+        tuple(int(r) for r in removing),
+        int(throttled_rate),
+    )
 
 
 def _broker(fields: list[Any]) -> BrokerInfo:

@@ -110,6 +110,16 @@ from replication.protocol.metadata import (
     MetadataResponse,
 )
 from replication.protocol.produce import ProduceRequest, ProduceResponse
+from replication.protocol.reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
 from replication.protocol.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -197,6 +207,14 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
         IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 0
     ),
+    ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, 0, 0),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _Api(
+        AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0
+    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _Api(
+        ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0
+    ),
+    ApiKey.UNREGISTER_BROKER: _Api(UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0),
 }
 
 #: The (min, max) version replog speaks for each API.

@@ -36,6 +36,7 @@ from replication.metadata.image import MetadataImage
 from replication.server.configs import describe_configs
 from replication.server.controller_apis import (
     ControllerApis,
+    not_controller_admin,
     not_controller_alter_configs,
     not_controller_create,
     not_controller_create_partitions,
@@ -95,6 +96,13 @@ class KafkaApis:
                     p.ApiKey.DESCRIBE_SINK: self.handle_describe_sink,
                 }
             )
+        for api_key in (
+            p.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            p.ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            p.ApiKey.ELECT_LEADERS,
+            p.ApiKey.UNREGISTER_BROKER,
+        ):
+            self.handlers[api_key] = self.handle_controller_admin
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
 
@@ -264,6 +272,20 @@ class KafkaApis:
             responses = not_controller_alter_configs(body).responses
         await self._after_controller_change()
         return responses
+
+    async def handle_controller_admin(self, header: p.RequestHeader, body: Any) -> Any:
+        """Reassignments, leader elections, unregistration: answered by this process's
+        controller if it is the active one, else forwarded to the active controller."""
+        controller = self.controller_apis
+        if controller is not None and (controller.active or self.lifecycle is None):
+            response = await controller.admin_handlers[header.api_key](body)
+        elif self.lifecycle is not None:
+            response = await self.lifecycle.controller_request(p.ApiKey(header.api_key), body)
+        else:  # a broker still starting: no way to the controller yet
+            response = not_controller_admin(header.api_key)
+        if header.api_key != p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
+            await self._after_controller_change()
+        return response
 
     async def handle_delete_records(
         self, header: p.RequestHeader, body: p.DeleteRecordsRequest

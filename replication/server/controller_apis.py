@@ -1,6 +1,7 @@
 """Request handlers of the controller's APIs, as Kafka's ControllerApis: broker registration
-and heartbeats, AlterPartition, producer id blocks, topic creation and deletion, and config
-changes (AlterConfigs, IncrementalAlterConfigs).
+and heartbeats, AlterPartition, producer id blocks, topic creation and deletion, config
+changes (AlterConfigs, IncrementalAlterConfigs), partition reassignments, leader elections
+and broker unregistration.
 
 A standby controller answers NOT_CONTROLLER. On a node that is also a broker, KafkaApis
 routes these APIs here (:mod:`replication.server.apis`).
@@ -100,6 +101,13 @@ class ControllerApis:
             p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
             p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
             p.ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
+        }
+        #: the admin APIs a broker forwards to the active controller (KafkaApis routes them)
+        self.admin_handlers: dict[int, Any] = {
+            p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+            p.ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            p.ApiKey.ELECT_LEADERS: self.elect_leaders,
+            p.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
         }
 
     @property
@@ -252,6 +260,32 @@ class ControllerApis:
                 )
         return results
 
+    # --- reassignments, leader elections, unregistration --------------------------------------
+
+    async def alter_partition_reassignments(self, body: Any) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_admin(p.ApiKey.ALTER_PARTITION_REASSIGNMENTS)
+        return await _alter_partition_reassignments(controller, body)
+
+    async def list_partition_reassignments(self, body: Any) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_admin(p.ApiKey.LIST_PARTITION_REASSIGNMENTS)
+        return await _list_partition_reassignments(controller, body)
+
+    async def elect_leaders(self, body: Any) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_admin(p.ApiKey.ELECT_LEADERS)
+        return await _elect_leaders(controller, body)
+
+    async def unregister_broker(self, body: Any) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            return not_controller_admin(p.ApiKey.UNREGISTER_BROKER)
+        return await _unregister_broker(controller, body)
+
     # --- producer ids, brokers, ISR ----------------------------------------------------------
 
     async def handle_allocate_producer_ids(
@@ -348,3 +382,118 @@ class ControllerApis:
                     )
             topics.append(p.AlterPartitionResponseTopic(topic_name=t.topic_name, partitions=parts))
         return p.AlterPartitionResponse(topics=topics)
+
+
+# --- reassignments, leader elections, unregistration ------------------------------------------
+
+_STANDBY = "this controller is a standby; send it to the active controller"
+
+
+def not_controller_admin(api_key: int) -> Any:
+    """The answer of a node that cannot reach the active controller, for the admin APIs of
+    :attr:`ControllerApis.admin_handlers` (each has a top-level error code)."""
+    if api_key == p.ApiKey.ELECT_LEADERS:
+        return p.ElectLeadersResponse(error_code=NotControllerError.code)
+    response = {
+        p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: p.AlterPartitionReassignmentsResponse,
+        p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsResponse,
+        p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerResponse,
+    }[p.ApiKey(api_key)]
+    return response(error_code=NotControllerError.code, error_message=_STANDBY)
+
+
+async def _alter_partition_reassignments(
+    controller: Controller, body: p.AlterPartitionReassignmentsRequest
+) -> p.AlterPartitionReassignmentsResponse:
+    changes = [
+        (t.name, part.partition_index, part.replicas) for t in body.topics for part in t.partitions
+    ]
+    try:
+        results = await asyncio.to_thread(
+            controller.alter_partition_reassignments, changes, throttled_rate=body.throttled_rate
+        )
+    except ReplogError as err:
+        return p.AlterPartitionReassignmentsResponse(
+            error_code=error_code(err), error_message=error_message(err)
+        )
+    by_topic: dict[str, list[p.ReassignablePartitionResponse]] = {}
+    for (topic, index, _), failure in zip(changes, results, strict=True):
+        by_topic.setdefault(topic, []).append(
+            p.ReassignablePartitionResponse(
+                partition_index=index,
+                error_code=error_code(failure) if failure else 0,
+                error_message=error_message(failure) if failure else None,
+            )
+        )
+    return p.AlterPartitionReassignmentsResponse(
+        responses=[p.ReassignableTopicResponse(name=n, partitions=ps) for n, ps in by_topic.items()]
+    )
+
+
+async def _list_partition_reassignments(
+    controller: Controller, body: p.ListPartitionReassignmentsRequest
+) -> p.ListPartitionReassignmentsResponse:
+    wanted = (
+        None
+        if body.topics is None
+        else [(t.name, i) for t in body.topics for i in t.partition_indexes]
+    )
+    ongoing = controller.list_partition_reassignments(wanted)
+    by_topic: dict[str, list[p.OngoingPartitionReassignment]] = {}
+    for topic, index, state in ongoing:
+        by_topic.setdefault(topic, []).append(
+            p.OngoingPartitionReassignment(
+                partition_index=index,
+                replicas=list(state.replicas),
+                adding_replicas=list(state.adding_replicas),
+                removing_replicas=list(state.removing_replicas),
+            )
+        )
+    return p.ListPartitionReassignmentsResponse(
+        topics=[p.OngoingTopicReassignment(name=n, partitions=ps) for n, ps in by_topic.items()]
+    )
+
+
+async def _elect_leaders(
+    controller: Controller, body: p.ElectLeadersRequest
+) -> p.ElectLeadersResponse:
+    if body.election_type not in (p.PREFERRED_ELECTION, p.UNCLEAN_ELECTION):
+        return p.ElectLeadersResponse(error_code=InvalidRequestError.code)
+    wanted = (
+        None
+        if body.topic_partitions is None
+        else [(t.topic, i) for t in body.topic_partitions for i in t.partitions]
+    )
+    try:
+        results = await asyncio.to_thread(
+            controller.elect_leaders, body.election_type == p.PREFERRED_ELECTION, wanted
+        )
+    except ReplogError as err:
+        return p.ElectLeadersResponse(error_code=error_code(err))
+    by_topic: dict[str, list[p.ElectLeadersPartitionResult]] = {}
+    for (topic, index), failure in results.items():
+        by_topic.setdefault(topic, []).append(
+            p.ElectLeadersPartitionResult(
+                partition_id=index,
+                error_code=error_code(failure) if failure else 0,
+                error_message=error_message(failure) if failure else None,
+            )
+        )
+    return p.ElectLeadersResponse(
+        replica_election_results=[
+            p.ElectLeadersReplicaElectionResult(topic=t, partition_result=r)
+            for t, r in by_topic.items()
+        ]
+    )
+
+
+async def _unregister_broker(
+    controller: Controller, body: p.UnregisterBrokerRequest
+) -> p.UnregisterBrokerResponse:
+    try:
+        await asyncio.to_thread(controller.unregister_broker, body.broker_id)
+    except ReplogError as err:
+        return p.UnregisterBrokerResponse(
+            error_code=error_code(err), error_message=error_message(err)
+        )
+    return p.UnregisterBrokerResponse()

@@ -54,6 +54,10 @@ app.add_typer(configs_app, name="configs")
 from replication.tools.cli_records import records_app  # noqa: E402
 
 app.add_typer(records_app, name="records")
+from replication.tools.cli_partitions import brokers_app, partitions_app  # noqa: E402
+
+app.add_typer(partitions_app, name="partitions")
+app.add_typer(brokers_app, name="brokers")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )
