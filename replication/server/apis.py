@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from logstore.batch import iter_batches
 from logstore.errors import OffsetOutOfRangeError, ReplogError
@@ -35,12 +35,9 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.server.configs import describe_configs
 from replication.server.controller_apis import (
+    FORWARDED_APIS,
     ControllerApis,
-    not_controller_admin,
-    not_controller_alter_configs,
-    not_controller_create,
-    not_controller_create_partitions,
-    not_controller_delete,
+    not_controller_answer,
 )
 from replication.server.group_apis import GroupApis
 from replication.server.responses import Handler, error_code, error_message
@@ -67,11 +64,6 @@ class KafkaApis:
         self.handlers: dict[int, Handler] = {
             p.ApiKey.API_VERSIONS: self.handle_api_versions,
             p.ApiKey.METADATA: self.handle_metadata,
-            p.ApiKey.CREATE_TOPICS: self.handle_create_topics,
-            p.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
-            p.ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
-            p.ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
-            p.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
         }
         if replica_manager is not None:
             self.handlers.update(
@@ -96,13 +88,8 @@ class KafkaApis:
                     p.ApiKey.DESCRIBE_SINK: self.handle_describe_sink,
                 }
             )
-        for api_key in (
-            p.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-            p.ApiKey.LIST_PARTITION_REASSIGNMENTS,
-            p.ApiKey.ELECT_LEADERS,
-            p.ApiKey.UNREGISTER_BROKER,
-        ):
-            self.handlers[api_key] = self.handle_controller_admin
+        for api_key in FORWARDED_APIS:
+            self.handlers[api_key] = self.handle_forwarded
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
 
@@ -203,89 +190,27 @@ class KafkaApis:
 
     # --- topics ------------------------------------------------------------------------------
 
-    async def handle_create_topics(
-        self, header: p.RequestHeader, body: p.CreateTopicsRequest
-    ) -> Any:
+    async def handle_forwarded(self, header: p.RequestHeader, body: Any) -> Any:
+        """Topic, config, reassignment, election and unregistration requests: answered by this
+        process's controller if it is the active one, else forwarded to the active controller
+        (as KRaft brokers forward them, KIP-590). Whatever the controller changed is in this
+        process's metadata before the answer goes back."""
+        api = p.ApiKey(header.api_key)
         controller = self.controller_apis
         if controller is not None and (controller.active or self.lifecycle is None):
-            response = await controller.create_topics(body)
+            response = await controller.forwarded_handlers[api](body)
         elif self.lifecycle is not None:
-            response = await self.lifecycle.controller_request(p.ApiKey.CREATE_TOPICS, body)
+            response = await self.lifecycle.controller_request(api, body)
         else:  # a broker still starting: no way to the controller yet
-            response = not_controller_create(body)
-        await self._after_controller_change()
-        return response
-
-    async def handle_delete_topics(
-        self, header: p.RequestHeader, body: p.DeleteTopicsRequest
-    ) -> Any:
-        controller = self.controller_apis
-        if controller is not None and (controller.active or self.lifecycle is None):
-            response = await controller.delete_topics(body)
-        elif self.lifecycle is not None:
-            response = await self.lifecycle.controller_request(p.ApiKey.DELETE_TOPICS, body)
-        else:  # a broker still starting: no way to the controller yet
-            response = not_controller_delete(body)
-        await self._after_controller_change()
-        return response
-
-    async def handle_create_partitions(
-        self, header: p.RequestHeader, body: p.CreatePartitionsRequest
-    ) -> Any:
-        controller = self.controller_apis
-        if controller is not None and (controller.active or self.lifecycle is None):
-            response = await controller.create_partitions(body)
-        elif self.lifecycle is not None:
-            response = await self.lifecycle.controller_request(p.ApiKey.CREATE_PARTITIONS, body)
-        else:  # a broker still starting: no way to the controller yet
-            response = not_controller_create_partitions(body)
-        await self._after_controller_change()
-        return response
-
-    async def handle_alter_configs(
-        self, header: p.RequestHeader, body: p.AlterConfigsRequest
-    ) -> Any:
-        return p.AlterConfigsResponse(responses=await self._alter_configs(body))
-
-    async def handle_incremental_alter_configs(
-        self, header: p.RequestHeader, body: p.IncrementalAlterConfigsRequest
-    ) -> Any:
-        return p.IncrementalAlterConfigsResponse(responses=await self._alter_configs(body))
-
-    async def _alter_configs(
-        self, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
-    ) -> list[p.AlterConfigsResourceResponse]:
-        """Config changes go to the active controller, which validates and writes them into
-        the metadata; every broker applies them with that metadata version."""
-        controller = self.controller_apis
-        if controller is not None and (controller.active or self.lifecycle is None):
-            responses = await controller.alter_configs(body)
-        elif self.lifecycle is not None:
-            api = (
-                p.ApiKey.INCREMENTAL_ALTER_CONFIGS
-                if isinstance(body, p.IncrementalAlterConfigsRequest)
-                else p.ApiKey.ALTER_CONFIGS
-            )
-            forwarded = await self.lifecycle.controller_request(api, body)
-            responses = list(forwarded.responses)
-        else:  # a broker still starting: no way to the controller yet
-            responses = not_controller_alter_configs(body).responses
-        await self._after_controller_change()
-        return responses
-
-    async def handle_controller_admin(self, header: p.RequestHeader, body: Any) -> Any:
-        """Reassignments, leader elections, unregistration: answered by this process's
-        controller if it is the active one, else forwarded to the active controller."""
-        controller = self.controller_apis
-        if controller is not None and (controller.active or self.lifecycle is None):
-            response = await controller.admin_handlers[header.api_key](body)
-        elif self.lifecycle is not None:
-            response = await self.lifecycle.controller_request(p.ApiKey(header.api_key), body)
-        else:  # a broker still starting: no way to the controller yet
-            response = not_controller_admin(header.api_key)
-        if header.api_key != p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
+            response = not_controller_answer(api, body)
+        if api != p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
             await self._after_controller_change()
         return response
+
+    async def handle_create_topics(
+        self, header: p.RequestHeader, body: p.CreateTopicsRequest
+    ) -> p.CreateTopicsResponse:
+        return cast(p.CreateTopicsResponse, await self.handle_forwarded(header, body))
 
     async def handle_delete_records(
         self, header: p.RequestHeader, body: p.DeleteRecordsRequest

@@ -10,6 +10,7 @@ routes these APIs here (:mod:`replication.server.apis`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from logstore.errors import ReplogError
@@ -29,6 +30,21 @@ class ControllerHandle(Protocol):
 
     @property
     def active(self) -> bool: ...
+
+
+#: the admin APIs any broker takes and the active controller answers (KRaft brokers forward
+#: them, KIP-590); :meth:`ControllerApis.forwarded_handlers` answers them on the controller
+FORWARDED_APIS = (
+    p.ApiKey.CREATE_TOPICS,
+    p.ApiKey.DELETE_TOPICS,
+    p.ApiKey.CREATE_PARTITIONS,
+    p.ApiKey.ALTER_CONFIGS,
+    p.ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    p.ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+    p.ApiKey.LIST_PARTITION_REASSIGNMENTS,
+    p.ApiKey.ELECT_LEADERS,
+    p.ApiKey.UNREGISTER_BROKER,
+)
 
 
 def not_controller_create(body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
@@ -73,10 +89,12 @@ def not_controller_delete(body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse
 
 def not_controller_alter_configs(
     body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest,
-) -> p.AlterConfigsResponse:
+) -> p.AlterConfigsResponse | p.IncrementalAlterConfigsResponse:
     """AlterConfigs / IncrementalAlterConfigs answered by a node that cannot reach the active
-    controller (both responses have this shape)."""
-    return p.AlterConfigsResponse(
+    controller."""
+    incremental = isinstance(body, p.IncrementalAlterConfigsRequest)
+    response = p.IncrementalAlterConfigsResponse if incremental else p.AlterConfigsResponse
+    return response(
         responses=[
             p.AlterConfigsResourceResponse(
                 error_code=NotControllerError.code,
@@ -102,8 +120,14 @@ class ControllerApis:
             p.ApiKey.ALTER_PARTITION: self.handle_alter_partition,
             p.ApiKey.ALLOCATE_PRODUCER_IDS: self.handle_allocate_producer_ids,
         }
-        #: the admin APIs a broker forwards to the active controller (KafkaApis routes them)
-        self.admin_handlers: dict[int, Any] = {
+        #: how the active controller answers each of FORWARDED_APIS (KafkaApis.handle_forwarded
+        #: routes them here, or onwards to the active controller)
+        self.forwarded_handlers: dict[int, Callable[[Any], Awaitable[Any]]] = {
+            p.ApiKey.CREATE_TOPICS: self.create_topics,
+            p.ApiKey.DELETE_TOPICS: self.delete_topics,
+            p.ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            p.ApiKey.ALTER_CONFIGS: self.alter_configs,
+            p.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.alter_configs,
             p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
             p.ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
             p.ApiKey.ELECT_LEADERS: self.elect_leaders,
@@ -213,12 +237,12 @@ class ControllerApis:
 
     async def alter_configs(
         self, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
-    ) -> list[p.AlterConfigsResourceResponse]:
+    ) -> p.AlterConfigsResponse | p.IncrementalAlterConfigsResponse:
         """AlterConfigs (each resource's keys become its whole set of dynamic configs) or
         IncrementalAlterConfigs (SET / DELETE per key): per resource, done or why not."""
         controller = self.active_controller
         if controller is None:
-            return not_controller_alter_configs(body).responses
+            return not_controller_alter_configs(body)
         incremental = isinstance(body, p.IncrementalAlterConfigsRequest)
         results = []
         for resource in body.resources:
@@ -258,7 +282,8 @@ class ControllerApis:
                         resource_name=resource.resource_name,
                     )
                 )
-        return results
+        response = p.IncrementalAlterConfigsResponse if incremental else p.AlterConfigsResponse
+        return response(responses=results)
 
     # --- reassignments, leader elections, unregistration --------------------------------------
 
@@ -389,9 +414,25 @@ class ControllerApis:
 _STANDBY = "this controller is a standby; send it to the active controller"
 
 
+def not_controller_answer(api_key: int, body: Any) -> Any:
+    """What a node that cannot reach the active controller answers to a forwarded API (one of
+    :attr:`ControllerApis.forwarded_handlers`)."""
+    match api_key:
+        case p.ApiKey.CREATE_TOPICS:
+            return not_controller_create(body)
+        case p.ApiKey.DELETE_TOPICS:
+            return not_controller_delete(body)
+        case p.ApiKey.CREATE_PARTITIONS:
+            return not_controller_create_partitions(body)
+        case p.ApiKey.ALTER_CONFIGS | p.ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            return not_controller_alter_configs(body)
+        case _:
+            return not_controller_admin(api_key)
+
+
 def not_controller_admin(api_key: int) -> Any:
     """The answer of a node that cannot reach the active controller, for the admin APIs of
-    :attr:`ControllerApis.admin_handlers` (each has a top-level error code)."""
+    reassignments, elections and unregistration (each has a top-level error code)."""
     if api_key == p.ApiKey.ELECT_LEADERS:
         return p.ElectLeadersResponse(error_code=NotControllerError.code)
     response = {
