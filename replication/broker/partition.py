@@ -92,8 +92,12 @@ class Partition:
         broker_id: int,
         policy: TopicPolicy,
         state: PartitionState,
+        *,
+        producer_id_expiration_ms: int | None = None,
     ) -> None:
         self.topic = topic
+        #: producer.id.expiration.ms (None: producer ids never expire)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.index = index
         self.log = log
         self.broker_id = broker_id
@@ -348,6 +352,25 @@ class Partition:
             offset = batches[-1].next_offset
         state.truncate_head(self.log.log_start_offset)
         self.producer_state = state
+        # the log still holds the batches of producers that expired: the same rule removes
+        # them again, so an expired id never comes back at recovery or after a truncation
+        self.remove_expired_producers(_now_ms())
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Remove the producer ids that expired (producer.id.expiration.ms): no open
+        transaction here and no batch for that long. Returns their ids."""
+        if self.producer_id_expiration_ms is None:
+            return []
+        expired = self.producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
+        if expired:
+            log.debug(
+                "%s-%d: %d producer id(s) expired after producer.id.expiration.ms=%d",
+                self.topic,
+                self.index,
+                len(expired),
+                self.producer_id_expiration_ms,
+            )
+        return expired
 
     def write_producer_snapshot(self) -> None:
         """Snapshot the producer state if it reflects only durable data (recovery replays

@@ -68,8 +68,10 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        #: bytes of every fetch request sent, for tests and metrics
-        self.request_sizes: list[int] = []
+        #: fetch requests sent and their total bytes (counters: a list of every request's size
+        #: grew with the fetcher's age), for tests and metrics
+        self.requests_sent = 0
+        self.request_bytes = 0
         #: per partition, how far this replica was behind the leader's high watermark after
         #: the last fetch (Kafka's FetcherLagMetrics; their max is ReplicaFetcherManager.MaxLag)
         self.lags: dict[TopicPartition, int] = {}
@@ -216,7 +218,8 @@ class ReplicaFetcher:
             self.session.handle_error(err)
             raise
         finally:
-            self.request_sizes.append(conn.bytes_sent - sent_before)
+            self.requests_sent += 1
+            self.request_bytes += conn.bytes_sent - sent_before
         responded = [
             (TopicPartition(t.topic, part.partition_index), part)
             for t in response.responses

@@ -268,7 +268,8 @@ class TransactionManager:
         if old >= 0:
             log.info(
                 "idempotent producer reset: producer id %d -> %d (a batch failed after it was "
-                "sent, so sequence numbers restart)",
+                "sent, or a partition's leader no longer knew the producer id: sequence numbers "
+                "restart)",
                 old,
                 self.producer_id,
             )
@@ -323,6 +324,26 @@ class TransactionManager:
                 self.unresolved = True
             else:
                 self._reset_pending = True
+
+    def restamp_after_unknown_producer(self, batch: ProducerBatch) -> bool:
+        """The partition's leader has no state for ``batch``'s producer id (it expired:
+        UNKNOWN_PRODUCER_ID) and refused it, appending nothing. An idempotent producer takes a
+        new producer id (its sequence numbers restart at 0 everywhere, as Kafka's producer
+        bumps its epoch) and the batch is sent again with a new stamp: True. A transactional
+        producer cannot (False): the batch fails, the transaction must be aborted, and the
+        abort bumps the epoch."""
+        if not self.idempotent or self.transactional or batch.base_sequence == NO_SEQUENCE:
+            return False
+        with self._seq_lock:
+            if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
+                self._reset_pending = True
+            # at most one batch per partition is in flight and none after it is stamped yet:
+            # restamped, it is the partition's first batch of the new producer id
+            batch.producer_id = NO_PRODUCER_ID
+            batch.producer_epoch = NO_PRODUCER_EPOCH
+            batch.base_sequence = NO_SEQUENCE
+            batch.payload = None
+        return True
 
     def batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
         """A batch failed for good (lock held)."""
