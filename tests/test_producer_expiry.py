@@ -11,6 +11,7 @@ keeps producing across expirations with every acked record in the log once, in o
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +25,12 @@ from logstore.log import Log
 from logstore.storage import Storage
 from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.producer_state import ProducerStateManager
+from replication.broker.replica_fetcher import ReplicaFetcherManager
+from replication.broker.replica_manager import ReplicaManager
 from replication.client import Admin, Producer, TopicPartition
-from replication.config import broker_config_from
+from replication.config import BrokerConfig, broker_config_from
 from replication.errors import ConfigError, UnknownProducerIdError
-from replication.metadata.image import PartitionState
+from replication.metadata.image import MetadataImage, PartitionState
 from tests.cluster import BrokerProcess
 from tests.helpers import read_to_end, unique_name, wait_until
 
@@ -145,6 +148,67 @@ def test_the_snapshot_keeps_last_timestamps(tmp_path: Path) -> None:
     for pid, entry in partition.producer_state.producers.items():
         assert loaded.producers[pid].last_timestamp == entry.last_timestamp
     assert loaded.remove_expired(_now_ms(), HOUR_MS) == [IDLE]
+
+
+@pytest.mark.unit
+def test_the_aborted_transactions_index_follows_the_log_start(tmp_path: Path) -> None:
+    """Every abort added an entry to the index, dropped only when a rebuild ran: the broker's
+    maintenance now drops those below the log start, as Kafka's go with their segments."""
+    partition = _open(tmp_path)
+    for i in range(5):
+        partition.append_as_leader(_batch(OPEN_TXN, 2 * i, _now_ms(), txn=True), acks=1)
+        partition.append_marker(OPEN_TXN, 0, commit=False, coordinator_epoch=0)
+    partition.log.flush()
+    assert [a.first_offset for a in partition.producer_state.aborted] == [0, 3, 6, 9, 12]
+    rm = ReplicaManager(BrokerConfig(broker_id=0), partition.log.storage)
+    rm.partitions[TopicPartition("events", 0)] = partition
+    partition.log.update_high_watermark(partition.log.log_end_offset)
+    partition.log.delete_records_before(6)
+    asyncio.run(rm.run_maintenance())
+    assert [a.first_offset for a in partition.producer_state.aborted] == [6, 9, 12]
+    assert partition.producer_state.aborted_in_range(6, 15) == partition.producer_state.aborted
+
+
+@pytest.mark.unit
+def test_a_replica_fetcher_left_without_partitions_goes(tmp_path: Path) -> None:
+    """The fetchers (one per leader and fetcher id) no longer accumulate with every broker that
+    ever led a partition here: the last partition's removal ends its fetcher, as Kafka's
+    shutdownIdleFetcherThreads does. Each fetcher counts its requests instead of keeping a list
+    of their sizes."""
+    follower = PartitionState((1, 0), (1, 0), 1, 1, 0)
+    partitions = [
+        Partition(
+            "events",
+            i,
+            Log.open(Storage.from_url(f"file://{tmp_path}/events/{i}", fsync=False), LogConfig()),
+            0,
+            TopicPolicy(),
+            follower,
+        )
+        for i in range(2)
+    ]
+
+    async def scenario() -> None:
+        config = BrokerConfig(broker_id=0, num_replica_fetchers=1)
+        rm = ReplicaManager(config, Storage.from_url(f"file://{tmp_path}", fsync=False))
+        manager = ReplicaFetcherManager(config, rm, MetadataImage)
+        for partition in partitions:
+            manager.add(partition)
+        (fetcher,) = manager.fetchers.values()
+        assert (fetcher.requests_sent, fetcher.request_bytes) == (0, 0)
+        manager.remove(partitions[0])
+        assert list(manager.fetchers.values()) == [fetcher], "a partition is left to fetch"
+        manager.remove(partitions[1])
+        assert manager.fetchers == {}
+        task = fetcher._task
+        assert task is not None
+        await asyncio.wait_for(asyncio.shield(task), timeout=30)  # its loop ended by itself
+        manager.add(partitions[0])  # a new fetcher when the leader leads here again
+        assert list(manager.fetchers) == [(1, 0)]
+        assert manager.fetchers[(1, 0)] is not fetcher
+        await manager.shutdown()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.unit

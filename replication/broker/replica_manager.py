@@ -748,3 +748,6 @@ class ReplicaManager:
                 await asyncio.to_thread(plog.delete_due_objects)
             except ReplogError as err:
                 log.warning("maintenance of %r failed: %s", partition, err)
+            # the aborted transactions index follows the log start (retention, DeleteRecords,
+            # a follower following its leader's), as Kafka's drops with its segments
+            partition.producer_state.truncate_head(plog.log_start_offset)
