@@ -12,6 +12,7 @@ keeps producing across expirations with every acked record in the log once, in o
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from logstore.batch import Record, build
+from logstore.batch import Compression, Record, build
 from logstore.config import LogConfig
 from logstore.log import Log
 from logstore.storage import Storage
@@ -27,7 +28,11 @@ from replication.broker.partition import Partition, TopicPolicy
 from replication.broker.producer_state import ProducerStateManager
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
-from replication.client import Admin, Producer, TopicPartition
+from replication.client import Admin, Producer, ProducerConfig, TopicPartition
+from replication.client.accumulator import ProducerBatch
+from replication.client.cluster import Cluster
+from replication.client.config import load
+from replication.client.transactions import TransactionManager
 from replication.config import BrokerConfig, broker_config_from
 from replication.errors import ConfigError, UnknownProducerIdError
 from replication.metadata.image import MetadataImage, PartitionState
@@ -60,8 +65,8 @@ def _batch(pid: int, seq: int, timestamp: int, *, txn: bool = False, n: int = 2)
 
 
 def _fill(partition: Partition) -> None:
-    """IDLE last wrote 2 hours ago; OPEN_TXN opened a transaction 3 hours ago and wrote
-    nothing since; RECENT wrote just now."""
+    """Batches whose records are old (IDLE's 2 hours, OPEN_TXN's transaction 3 hours) or new
+    (RECENT's), all appended now."""
     now = _now_ms()
     partition.append_as_leader(_batch(IDLE, 0, now - 3 * HOUR_MS), acks=1)
     partition.append_as_leader(_batch(OPEN_TXN, 0, now - 3 * HOUR_MS, txn=True), acks=1)
@@ -78,46 +83,51 @@ def test_an_idle_producer_id_expires_and_an_open_transaction_keeps_its_own(
     _fill(partition)
     state = partition.producer_state
     assert sorted(state.producers) == [IDLE, OPEN_TXN, RECENT]
-    assert state.producers[IDLE].last_timestamp < _now_ms() - 2 * HOUR_MS + 1000
+    now = _now_ms()
+    assert state.producers[IDLE].last_timestamp > now - 60_000, "appended now: old records"
 
     partition.producer_id_expiration_ms = HOUR_MS
-    assert partition.remove_expired_producers(_now_ms()) == [IDLE]
-    assert sorted(state.producers) == [OPEN_TXN, RECENT], "an open transaction is never expired"
+    assert partition.remove_expired_producers(now) == [], "a producer writing now is live"
+    assert partition.remove_expired_producers(now + HOUR_MS) == [IDLE, RECENT]
+    assert sorted(state.producers) == [OPEN_TXN], "an open transaction is never expired"
     assert state.first_unstable_offset() == 2, "the open transaction still bounds the LSO"
-    assert partition.remove_expired_producers(_now_ms()) == []
+    assert partition.remove_expired_producers(now + 5 * HOUR_MS) == []
 
-    # the transaction ends: its producer expires at the next check once idle long enough
+    # the transaction ends: its producer expires at a check once idle long enough
     partition.append_marker(OPEN_TXN, 0, commit=True, coordinator_epoch=0)
-    assert partition.remove_expired_producers(_now_ms() + HOUR_MS) == [OPEN_TXN, RECENT]
+    assert partition.remove_expired_producers(_now_ms() + HOUR_MS - 60_000) == []
+    assert partition.remove_expired_producers(_now_ms() + HOUR_MS) == [OPEN_TXN]
     assert state.producers == {}
 
 
 @pytest.mark.unit
 def test_an_expired_producer_must_start_again_at_sequence_zero(tmp_path: Path) -> None:
     partition = _open(tmp_path)
-    _fill(partition)  # opening rebuilt nothing; the periodic check removes IDLE
-    assert partition.remove_expired_producers(_now_ms()) == [IDLE]
+    _fill(partition)
+    assert partition.remove_expired_producers(_now_ms() + HOUR_MS) == [IDLE, RECENT]
     end = partition.log.log_end_offset
     with pytest.raises(UnknownProducerIdError, match=r"producer.id.expiration.ms.*sequence 4"):
         partition.append_as_leader(_batch(IDLE, 4, _now_ms()), acks=1)
     assert partition.log.log_end_offset == end, "the refused batch was not appended"
-    # a live producer still in sequence is unaffected; a reset one starts at 0 and is accepted
-    info = partition.append_as_leader(_batch(RECENT, 2, _now_ms()), acks=1)
+    # the producer reset: its new producer id starts at 0, and its retries are recognised
+    info = partition.append_as_leader(_batch(IDLE + 10, 0, _now_ms()), acks=1)
+    assert (info.first_offset, info.duplicate) == (end, False)
+    retry = partition.append_as_leader(_batch(IDLE + 10, 0, _now_ms()), acks=1)
+    assert (retry.first_offset, retry.duplicate) == (end, True), "a retry is recognised"
+    # the transaction's producer, kept, continues in sequence
+    info = partition.append_as_leader(_batch(OPEN_TXN, 2, _now_ms(), txn=True), acks=1)
     assert not info.duplicate
-    info = partition.append_as_leader(_batch(IDLE, 0, _now_ms()), acks=1)
-    assert (info.first_offset, info.duplicate) == (end + 2, False)
-    retry = partition.append_as_leader(_batch(IDLE, 0, _now_ms()), acks=1)
-    assert (retry.first_offset, retry.duplicate) == (end + 2, True), "a retry is recognised"
 
 
 @pytest.mark.unit
 def test_expired_ids_do_not_come_back_at_recovery_or_truncation(tmp_path: Path) -> None:
+    """Recovery replays the log, where only the batches' own timestamps are known: the same
+    rule applied to them removes the producers whose records are old (IDLE's)."""
     first = _open(tmp_path)
     _fill(first)
-    assert first.remove_expired_producers(_now_ms()) == [IDLE]
     first.log.close()
 
-    reopened = _open(tmp_path)  # recovery replays every batch, IDLE's too
+    reopened = _open(tmp_path)
     assert sorted(reopened.producer_state.producers) == [OPEN_TXN, RECENT]
     assert reopened.producer_state.first_unstable_offset() == 2
     with pytest.raises(UnknownProducerIdError):
@@ -147,7 +157,48 @@ def test_the_snapshot_keeps_last_timestamps(tmp_path: Path) -> None:
     loaded = ProducerStateManager.from_bytes(data, "events-0")
     for pid, entry in partition.producer_state.producers.items():
         assert loaded.producers[pid].last_timestamp == entry.last_timestamp
-    assert loaded.remove_expired(_now_ms(), HOUR_MS) == [IDLE]
+    assert loaded.remove_expired(_now_ms() + HOUR_MS, HOUR_MS) == [IDLE, RECENT]
+
+
+def _stamped(txn: TransactionManager, partition: int) -> ProducerBatch:
+    batch = ProducerBatch(TopicPartition("t", partition), created=0.0, deadline=1e9, seq=0)
+    batch.values += [b"a", b"b"]
+    txn.stamp(batch)
+    return batch
+
+
+@pytest.mark.unit
+def test_the_idempotent_producer_restamps_only_a_batch_surely_not_in_the_log() -> None:
+    """UNKNOWN_PRODUCER_ID on a stamp's first attempt: the broker refused it, so the batch
+    may take a new producer id and sequence 0. After an attempt whose outcome is unknown (a
+    timeout), a copy in the log would have kept the producer's state unless it was judged by
+    old record timestamps at a restart: with old records the batch fails instead (and the
+    producer resets), with recent ones it is restamped."""
+    config = load(ProducerConfig, {"bootstrap_servers": "127.0.0.1:9"}, {})
+    txn = TransactionManager(config, Cluster(config), threading.Lock(), threading.Condition())
+    with txn._seq_lock:
+        txn._set_producer(7, 0)
+    first, other = _stamped(txn, 0), _stamped(txn, 1)
+    assert (first.producer_id, first.base_sequence, txn.needs_producer_id()) == (7, 0, False)
+    assert txn.restamp_after_unknown_producer(first)
+    assert (first.producer_id, first.base_sequence, first.payload) == (-1, -1, None)
+    assert txn.needs_producer_id(), "a new producer id before the next stamp"
+    other.timestamps += [_now_ms() - 3 * HOUR_MS] * 2
+    other.encode(Compression.NONE)
+    other.attempts += 1  # its first attempt timed out: it may be in the log
+    assert not txn.restamp_after_unknown_producer(other)
+    assert (other.producer_id, other.base_sequence) == (7, 0)
+    recent = _stamped(txn, 2)
+    recent.timestamps += [_now_ms()] * 2
+    recent.encode(Compression.NONE)
+    recent.attempts += 1
+    assert txn.restamp_after_unknown_producer(recent)
+    assert (recent.producer_id, recent.base_sequence) == (-1, -1)
+    with txn._seq_lock:
+        txn._set_producer(8, 0)
+    txn._reset_pending = False
+    txn.stamp(first)
+    assert (first.producer_id, first.base_sequence) == (8, 0), "sequences restart"
 
 
 @pytest.mark.unit

@@ -279,8 +279,9 @@ class Partition:
                 )
         info = self.log.append(records, leader_epoch=self.state.leader_epoch)
         offset = info.first_offset
+        now = _now_ms()
         for batch in batches:
-            self.producer_state.update(batch, offset)
+            self.producer_state.update(batch, offset, now)
             offset += batch.record_count
         return info
 
@@ -308,13 +309,14 @@ class Partition:
         batch = parse_header(marker)
         self.producer_state.check(batch)  # an older producer epoch is fenced
         info = self.log.append(marker, leader_epoch=self.state.leader_epoch)
-        self.producer_state.update(batch, info.first_offset)
+        self.producer_state.update(batch, info.first_offset, _now_ms())
         return info
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
         info = self.log.append_as_follower(records)
+        now = _now_ms()
         for batch in iter_batches(records, validate=False):
-            self.producer_state.update(batch)
+            self.producer_state.update(batch, now_ms=now)
         return info
 
     def truncate_to(self, offset: int) -> int:

@@ -12,7 +12,7 @@ versioned) taken at checkpoints, plus the batches after it. Followers maintain i
 batches they replicate, so a new leader has it.
 
 Expiry (Kafka's ``producer.id.expiration.ms``): a producer with no open transaction on the
-partition whose last batch's timestamp is that old is removed (:meth:`remove_expired`, run
+partition whose last batch was appended that long ago is removed (:meth:`remove_expired`, run
 periodically by the replica manager and after every rebuild, so an expired id does not come
 back at recovery). Its next batch must then start at sequence 0: a later one is refused with
 UNKNOWN_PRODUCER_ID, on which an idempotent producer resets its sequence numbers and retries.
@@ -58,7 +58,8 @@ class ProducerStateEntry:
     coordinator_epoch: int = -1
     #: first offset of this producer's open transaction on this partition, or -1
     current_txn_first_offset: int = -1
-    #: max timestamp of the producer's last batch here (Kafka's lastTimestamp), for expiry
+    #: when its last batch here was appended (Kafka's lastTimestamp: the batch's max
+    #: timestamp, or the append time if later), for expiry
     last_timestamp: int = -1
 
     @property
@@ -148,9 +149,15 @@ class ProducerStateManager:
 
     # --- updates (leader and follower) ---------------------------------------------------------
 
-    def update(self, batch: RecordBatch, base_offset: int | None = None) -> None:
+    def update(
+        self, batch: RecordBatch, base_offset: int | None = None, now_ms: int | None = None
+    ) -> None:
         """Take in a batch as appended (data or control), at ``base_offset`` if given (the
-        leader assigns offsets in its own copy of the bytes), else at its own offsets."""
+        leader assigns offsets in its own copy of the bytes), else at its own offsets.
+
+        ``now_ms``: the time it is appended (leader and followers), so a producer writing
+        records with old timestamps is not expired while it writes; replayed at recovery,
+        only the batch's own timestamp is known."""
         base = batch.base_offset if base_offset is None else base_offset
         last = base + batch.record_count - 1
         self.map_end_offset = max(self.map_end_offset, last + 1)
@@ -162,7 +169,9 @@ class ProducerStateManager:
         if batch.producer_epoch > entry.producer_epoch:
             entry.producer_epoch = batch.producer_epoch
             entry.batches.clear()
-        entry.last_timestamp = max(entry.last_timestamp, batch.max_timestamp)
+        entry.last_timestamp = max(
+            entry.last_timestamp, batch.max_timestamp, -1 if now_ms is None else now_ms
+        )
         if batch.is_control:
             self._end_transaction(entry, batch, base)
             return

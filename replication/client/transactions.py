@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from logstore.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from logstore.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, parse_header
 from replication.client.accumulator import ProducerBatch
 from replication.client.cluster import Cluster
 from replication.client.config import ProducerConfig
@@ -295,6 +295,7 @@ class TransactionManager:
             batch.producer_epoch = self.producer_epoch
             batch.base_sequence = seq
             batch.transactional = self.transactional
+            batch.stamped_attempt = batch.attempts
             self._next_seq[batch.tp] = increment_sequence(seq, batch.record_count)
 
     def rewind(self, batch: ProducerBatch) -> None:
@@ -329,11 +330,23 @@ class TransactionManager:
         """The partition's leader has no state for ``batch``'s producer id (it expired:
         UNKNOWN_PRODUCER_ID) and refused it, appending nothing. An idempotent producer takes a
         new producer id (its sequence numbers restart at 0 everywhere, as Kafka's producer
-        bumps its epoch) and the batch is sent again with a new stamp: True. A transactional
-        producer cannot (False): the batch fails, the transaction must be aborted, and the
-        abort bumps the epoch."""
+        bumps its epoch) and the batch is sent again with a new stamp: True.
+
+        If an earlier attempt with the same stamp failed otherwise (a timeout, a lost
+        response), that copy may be in the log, and a new stamp would append it twice. Its
+        append would have left the producer state the broker keeps for
+        producer.id.expiration.ms, far longer than a batch is retried (delivery.timeout.ms),
+        except after a restart, where the state is rebuilt from the log and judged by the
+        records' own timestamps: so the batch is restamped only if its records are recent.
+        Otherwise, and for a transactional producer, False: the batch fails and its sequence
+        is unresolved, so an idempotent producer resets anyway, and a transaction must be
+        aborted (the abort bumps the epoch)."""
         if not self.idempotent or self.transactional or batch.base_sequence == NO_SEQUENCE:
             return False
+        if batch.attempts != batch.stamped_attempt:
+            oldest_allowed = time.time() * 1000 - self.config.delivery_timeout_ms
+            if batch.payload is None or parse_header(batch.payload).max_timestamp < oldest_allowed:
+                return False
         with self._seq_lock:
             if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
                 self._reset_pending = True
