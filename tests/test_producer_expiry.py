@@ -42,7 +42,7 @@ from tests.helpers import read_to_end, unique_name, wait_until
 LEADER = PartitionState((0,), (0,), 0, 1, 0)
 HOUR_MS = 3_600_000
 #: producer ids of the unit tests
-IDLE, OPEN_TXN, RECENT = 1, 2, 3
+IDLE, OPEN_TXN, RECENT, OLD_RECORDS = 1, 2, 3, 4
 
 
 def _now_ms() -> int:
@@ -133,11 +133,13 @@ def test_expired_ids_do_not_come_back_at_recovery_or_truncation(tmp_path: Path) 
     with pytest.raises(UnknownProducerIdError):
         reopened.append_as_leader(_batch(IDLE, 4, _now_ms()), acks=1)
 
+    # a producer appending old records now: a truncation's rebuild keeps its append time
+    reopened.append_as_leader(_batch(OLD_RECORDS, 0, _now_ms() - 3 * HOUR_MS), acks=1)
     end = reopened.log.log_end_offset
     reopened.append_as_leader(_batch(RECENT, 2, _now_ms()), acks=1)
     reopened.log.flush()
     reopened.truncate_to(end)  # a follower's truncation rebuilds the state from the log
-    assert sorted(reopened.producer_state.producers) == [OPEN_TXN, RECENT]
+    assert sorted(reopened.producer_state.producers) == [OPEN_TXN, RECENT, OLD_RECORDS]
     assert reopened.producer_state.producers[RECENT].last_seq == 1
     reopened.log.close()
 
@@ -146,6 +148,7 @@ def test_expired_ids_do_not_come_back_at_recovery_or_truncation(tmp_path: Path) 
         IDLE,
         OPEN_TXN,
         RECENT,
+        OLD_RECORDS,
     ]
 
 

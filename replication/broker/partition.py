@@ -353,6 +353,12 @@ class Partition:
                     state.update(batch)
             offset = batches[-1].next_offset
         state.truncate_head(self.log.log_start_offset)
+        # the log has only its records' timestamps: a producer still in the log keeps the
+        # time of its last append here, if this process saw it (a truncation)
+        for pid, entry in state.producers.items():
+            seen = self.producer_state.producers.get(pid)
+            if seen is not None:
+                entry.last_timestamp = max(entry.last_timestamp, seen.last_timestamp)
         self.producer_state = state
         # the log still holds the batches of producers that expired: the same rule removes
         # them again, so an expired id never comes back at recovery or after a truncation
