@@ -253,6 +253,24 @@ class BrokerConfig:
             minimum=1,
         ),
     )
+    producer_id_expiration_ms: int = field(
+        default=86_400_000,
+        metadata=k(
+            "producer.id.expiration.ms",
+            "a producer id with no open transaction on a partition and no batch there for this "
+            "long is removed from the partition's producer state; its next batch must start at "
+            "sequence 0 (an idempotent producer resets on UNKNOWN_PRODUCER_ID)",
+            minimum=1,
+        ),
+    )
+    producer_id_expiration_check_interval_ms: int = field(
+        default=600_000,
+        metadata=k(
+            "producer.id.expiration.check.interval.ms",
+            "how often every partition removes its expired producer ids",
+            minimum=1,
+        ),
+    )
     offsets_topic_num_partitions: int = field(
         default=10,
         metadata=k(

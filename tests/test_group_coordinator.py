@@ -378,3 +378,17 @@ def test_a_snapshot_of_the_live_keys_follows_enough_records_but_not_an_open_tran
         assert b'"offset": 99' in (values[b"offset\0g\0events\x000"] or b"")
 
     run(test)
+
+
+def test_group_locks_live_only_while_in_use() -> None:
+    """A group's lock is dropped once nobody holds or waits for it: the coordinator keeps no
+    entry per group id it ever saw (ids used once would accumulate forever)."""
+
+    async def test(h: Harness) -> None:
+        tasks = [await join_new(h) for _ in range(2)]
+        assert h.coordinator._locks == {}, "joins waiting for the rebalance hold no lock"
+        await after_initial_delay(h)
+        await asyncio.gather(*tasks)
+        assert h.coordinator._locks == {}
+
+    run(test)

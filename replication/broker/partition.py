@@ -92,8 +92,12 @@ class Partition:
         broker_id: int,
         policy: TopicPolicy,
         state: PartitionState,
+        *,
+        producer_id_expiration_ms: int | None = None,
     ) -> None:
         self.topic = topic
+        #: producer.id.expiration.ms (None: producer ids never expire)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.index = index
         self.log = log
         self.broker_id = broker_id
@@ -275,8 +279,9 @@ class Partition:
                 )
         info = self.log.append(records, leader_epoch=self.state.leader_epoch)
         offset = info.first_offset
+        now = _now_ms()
         for batch in batches:
-            self.producer_state.update(batch, offset)
+            self.producer_state.update(batch, offset, now)
             offset += batch.record_count
         return info
 
@@ -304,13 +309,14 @@ class Partition:
         batch = parse_header(marker)
         self.producer_state.check(batch)  # an older producer epoch is fenced
         info = self.log.append(marker, leader_epoch=self.state.leader_epoch)
-        self.producer_state.update(batch, info.first_offset)
+        self.producer_state.update(batch, info.first_offset, _now_ms())
         return info
 
     def append_as_follower(self, records: bytes) -> AppendInfo:
         info = self.log.append_as_follower(records)
+        now = _now_ms()
         for batch in iter_batches(records, validate=False):
-            self.producer_state.update(batch)
+            self.producer_state.update(batch, now_ms=now)
         return info
 
     def truncate_to(self, offset: int) -> int:
@@ -347,7 +353,32 @@ class Partition:
                     state.update(batch)
             offset = batches[-1].next_offset
         state.truncate_head(self.log.log_start_offset)
+        # the log has only its records' timestamps: a producer still in the log keeps the
+        # time of its last append here, if this process saw it (a truncation)
+        for pid, entry in state.producers.items():
+            seen = self.producer_state.producers.get(pid)
+            if seen is not None:
+                entry.last_timestamp = max(entry.last_timestamp, seen.last_timestamp)
         self.producer_state = state
+        # the log still holds the batches of producers that expired: the same rule removes
+        # them again, so an expired id never comes back at recovery or after a truncation
+        self.remove_expired_producers(_now_ms())
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Remove the producer ids that expired (producer.id.expiration.ms): no open
+        transaction here and no batch for that long. Returns their ids."""
+        if self.producer_id_expiration_ms is None:
+            return []
+        expired = self.producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
+        if expired:
+            log.debug(
+                "%s-%d: %d producer id(s) expired after producer.id.expiration.ms=%d",
+                self.topic,
+                self.index,
+                len(expired),
+                self.producer_id_expiration_ms,
+            )
+        return expired
 
     def write_producer_snapshot(self) -> None:
         """Snapshot the producer state if it reflects only durable data (recovery replays

@@ -10,6 +10,12 @@ aborted transactions that read_committed fetches use to drop aborted records.
 The state is rebuilt from the log on recovery: a snapshot object (``producer-state.json``,
 versioned) taken at checkpoints, plus the batches after it. Followers maintain it from the
 batches they replicate, so a new leader has it.
+
+Expiry (Kafka's ``producer.id.expiration.ms``): a producer with no open transaction on the
+partition whose last batch was appended that long ago is removed (:meth:`remove_expired`, run
+periodically by the replica manager and after every rebuild, so an expired id does not come
+back at recovery). Its next batch must then start at sequence 0: a later one is refused with
+UNKNOWN_PRODUCER_ID, on which an idempotent producer resets its sequence numbers and retries.
 """
 
 from __future__ import annotations
@@ -22,10 +28,15 @@ from typing import Any
 
 from logstore.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, ControlType, RecordBatch
 from logstore.errors import CorruptRecordError
-from replication.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from replication.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
 
 SNAPSHOT_NAME = "producer-state.json"
-FORMAT_VERSION = 1
+#: 2: entries carry ``last_timestamp`` (another version is rebuilt from the log)
+FORMAT_VERSION = 2
 #: batches remembered per producer for duplicate detection (Kafka's NUM_BATCHES_TO_RETAIN)
 BATCHES_TO_RETAIN = 5
 _INT32_MAX = 2**31 - 1
@@ -47,6 +58,9 @@ class ProducerStateEntry:
     coordinator_epoch: int = -1
     #: first offset of this producer's open transaction on this partition, or -1
     current_txn_first_offset: int = -1
+    #: when its last batch here was appended (Kafka's lastTimestamp: the batch's max
+    #: timestamp, or the append time if later), for expiry
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -98,10 +112,11 @@ class ProducerStateManager:
         where = f"{self.topic_partition}, producer {batch.producer_id}"
         if entry is None:
             if batch.base_sequence not in (0, NO_SEQUENCE) and not batch.is_control:
-                raise OutOfOrderSequenceNumberError(
-                    f"{where}: first batch has sequence {batch.base_sequence}, expected 0 "
-                    "(the producer's earlier batches are not in this log: they may have been "
-                    "removed by retention); the producer must reset"
+                raise UnknownProducerIdError(
+                    f"{where}: the partition has no state for this producer (its id expired "
+                    "after producer.id.expiration.ms without a batch here, or its batches were "
+                    f"removed by retention) and the batch has sequence {batch.base_sequence}, "
+                    "expected 0; the producer must reset its sequence numbers"
                 )
             return None
         if batch.producer_epoch < entry.producer_epoch:
@@ -134,9 +149,15 @@ class ProducerStateManager:
 
     # --- updates (leader and follower) ---------------------------------------------------------
 
-    def update(self, batch: RecordBatch, base_offset: int | None = None) -> None:
+    def update(
+        self, batch: RecordBatch, base_offset: int | None = None, now_ms: int | None = None
+    ) -> None:
         """Take in a batch as appended (data or control), at ``base_offset`` if given (the
-        leader assigns offsets in its own copy of the bytes), else at its own offsets."""
+        leader assigns offsets in its own copy of the bytes), else at its own offsets.
+
+        ``now_ms``: the time it is appended (leader and followers), so a producer writing
+        records with old timestamps is not expired while it writes; replayed at recovery,
+        only the batch's own timestamp is known."""
         base = batch.base_offset if base_offset is None else base_offset
         last = base + batch.record_count - 1
         self.map_end_offset = max(self.map_end_offset, last + 1)
@@ -148,6 +169,9 @@ class ProducerStateManager:
         if batch.producer_epoch > entry.producer_epoch:
             entry.producer_epoch = batch.producer_epoch
             entry.batches.clear()
+        entry.last_timestamp = max(
+            entry.last_timestamp, batch.max_timestamp, -1 if now_ms is None else now_ms
+        )
         if batch.is_control:
             self._end_transaction(entry, batch, base)
             return
@@ -186,6 +210,18 @@ class ProducerStateManager:
         """Aborted transactions with records in [start, end) (what a fetch there must drop)."""
         return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Remove every producer with no open transaction here whose last batch is at least
+        ``expiration_ms`` older than ``now_ms`` (Kafka's rule); return their ids."""
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
     def truncate_head(self, log_start_offset: int) -> None:
         self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
 
@@ -201,6 +237,7 @@ class ProducerStateManager:
                     "epoch": e.producer_epoch,
                     "coordinator_epoch": e.coordinator_epoch,
                     "txn_first_offset": e.current_txn_first_offset,
+                    "last_timestamp": e.last_timestamp,
                     "batches": [
                         [b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches
                     ],
@@ -228,6 +265,7 @@ class ProducerStateManager:
                     int(p["epoch"]),
                     coordinator_epoch=int(p["coordinator_epoch"]),
                     current_txn_first_offset=int(p["txn_first_offset"]),
+                    last_timestamp=int(p["last_timestamp"]),
                 )
                 entry.batches.extend(BatchMetadata(*map(int, b)) for b in p["batches"])
                 state.producers[entry.producer_id] = entry

@@ -68,8 +68,10 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        #: bytes of every fetch request sent, for tests and metrics
-        self.request_sizes: list[int] = []
+        #: fetch requests sent and their total bytes (counters: a list of every request's size
+        #: grew with the fetcher's age), for tests and metrics
+        self.requests_sent = 0
+        self.request_bytes = 0
         #: per partition, how far this replica was behind the leader's high watermark after
         #: the last fetch (Kafka's FetcherLagMetrics; their max is ReplicaFetcherManager.MaxLag)
         self.lags: dict[TopicPartition, int] = {}
@@ -90,6 +92,13 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def retire(self) -> asyncio.Task[None] | None:
+        """No partition left to fetch (Kafka shuts such fetcher threads down): the loop ends
+        after the fetch in flight, if any, and closes its connection. Its task, or None."""
+        self._stopping = True
+        self._wake.set()
+        return self._task
 
     def add(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
@@ -131,6 +140,8 @@ class ReplicaFetcher:
                 progressed = False
             if not progressed:
                 await asyncio.sleep(backoff)
+        if self._conn is not None:
+            await self._conn.close()
 
     async def _prepare(self) -> None:
         """Former leaders flush what they appended before following (their fetch offset is
@@ -216,7 +227,8 @@ class ReplicaFetcher:
             self.session.handle_error(err)
             raise
         finally:
-            self.request_sizes.append(conn.bytes_sent - sent_before)
+            self.requests_sent += 1
+            self.request_bytes += conn.bytes_sent - sent_before
         responded = [
             (TopicPartition(t.topic, part.partition_index), part)
             for t in response.responses
@@ -323,6 +335,8 @@ class ReplicaFetcherManager:
         self.image = image
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._assigned: dict[TopicPartition, tuple[int, int]] = {}
+        #: tasks of fetchers left without partitions, finishing their last fetch
+        self._retiring: set[asyncio.Task[None]] = set()
         #: follower.replication.throttled.rate, for every fetcher of this broker
         self.throttle = TokenBucket(0)
 
@@ -334,6 +348,7 @@ class ReplicaFetcherManager:
         old = self._assigned.get(partition.key)
         if old is not None and old != slot:
             self.fetchers[old].remove(partition.key)
+            self._retire_if_idle(old)
         fetcher = self.fetchers.get(slot)
         if fetcher is None:
             fetcher = ReplicaFetcher(
@@ -348,10 +363,26 @@ class ReplicaFetcherManager:
         slot = self._assigned.pop(partition.key, None)
         if slot is not None:
             self.fetchers[slot].remove(partition.key)
+            self._retire_if_idle(slot)
+
+    def _retire_if_idle(self, slot: tuple[int, int]) -> None:
+        """A fetcher left without partitions goes (its leader may never lead here again: the
+        fetchers would otherwise accumulate with every broker that ever led a partition)."""
+        fetcher = self.fetchers.get(slot)
+        if fetcher is None or fetcher.partitions:
+            return
+        del self.fetchers[slot]
+        task = fetcher.retire()
+        if task is not None and not task.done():
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
 
     def max_lag(self) -> int:
         """The largest lag in records of a partition fetched here (0 if none)."""
         return max((lag for f in self.fetchers.values() for lag in f.lags.values()), default=0)
 
     async def shutdown(self) -> None:
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))

@@ -128,6 +128,7 @@ class ReplicaManager:
             asyncio.create_task(self._flush_loop(), name="flush"),
             asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
             asyncio.create_task(self._retention_loop(), name="retention"),
+            asyncio.create_task(self._producer_expiration_loop(), name="producer-expiration"),
         ]
 
     async def shutdown(self) -> None:
@@ -324,7 +325,15 @@ class ReplicaManager:
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
         plog = Log.open(self.storage.child(f"{topic.name}/{index}"), log_config)
-        partition = Partition(topic.name, index, plog, self.broker_id, policy, state)
+        partition = Partition(
+            topic.name,
+            index,
+            plog,
+            self.broker_id,
+            policy,
+            state,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+        )
         self.partitions[TopicPartition(topic.name, index)] = partition
         if partition.is_leader:
             partition.maybe_increment_high_watermark()
@@ -713,6 +722,17 @@ class ReplicaManager:
                 except ReplogError as err:
                     log.warning("checkpoint of %s failed: %s", plog.storage.url, err)
 
+    async def _producer_expiration_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.producer_id_expiration_check_interval_ms / 1000)
+            self.remove_expired_producers()
+
+    def remove_expired_producers(self) -> int:
+        """Kafka's producer id expiration on every partition here (leaders and followers
+        apply the same rule to the same batch timestamps); the number removed."""
+        now = time.time_ns() // 1_000_000
+        return sum(len(p.remove_expired_producers(now)) for p in list(self.partitions.values()))
+
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
@@ -728,3 +748,6 @@ class ReplicaManager:
                 await asyncio.to_thread(plog.delete_due_objects)
             except ReplogError as err:
                 log.warning("maintenance of %r failed: %s", partition, err)
+            # the aborted transactions index follows the log start (retention, DeleteRecords,
+            # a follower following its leader's), as Kafka's drops with its segments
+            partition.producer_state.truncate_head(plog.log_start_offset)

@@ -78,6 +78,7 @@ class ProducerBatch:
         "retry_at",
         "seq",
         "size",
+        "stamped_attempt",
         "table",
         "timestamps",
         "tp",
@@ -121,6 +122,8 @@ class ProducerBatch:
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
         self.transactional = False
+        #: ``attempts`` when the stamp was given: later attempts resent the same stamp
+        self.stamped_attempt = 0
 
     def __repr__(self) -> str:
         return (

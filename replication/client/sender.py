@@ -42,6 +42,7 @@ from replication.errors import (
     NetworkError,
     RecordTooLargeError,
     ReplogError,
+    UnknownProducerIdError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -372,7 +373,10 @@ class Sender:
                 self._acc.replace(batch, parts)
             retry.extend(parts)
             return
-        if not error.retriable:
+        restamped = isinstance(
+            error, UnknownProducerIdError
+        ) and self._txn.restamp_after_unknown_producer(batch)
+        if not error.retriable and not restamped:
             failed.append((batch, error))
             return
         if batch.attempts >= self.config.retries or now >= batch.deadline:

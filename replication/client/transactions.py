@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from logstore.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from logstore.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, parse_header
 from replication.client.accumulator import ProducerBatch
 from replication.client.cluster import Cluster
 from replication.client.config import ProducerConfig
@@ -268,7 +268,8 @@ class TransactionManager:
         if old >= 0:
             log.info(
                 "idempotent producer reset: producer id %d -> %d (a batch failed after it was "
-                "sent, so sequence numbers restart)",
+                "sent, or a partition's leader no longer knew the producer id: sequence numbers "
+                "restart)",
                 old,
                 self.producer_id,
             )
@@ -294,6 +295,7 @@ class TransactionManager:
             batch.producer_epoch = self.producer_epoch
             batch.base_sequence = seq
             batch.transactional = self.transactional
+            batch.stamped_attempt = batch.attempts
             self._next_seq[batch.tp] = increment_sequence(seq, batch.record_count)
 
     def rewind(self, batch: ProducerBatch) -> None:
@@ -323,6 +325,38 @@ class TransactionManager:
                 self.unresolved = True
             else:
                 self._reset_pending = True
+
+    def restamp_after_unknown_producer(self, batch: ProducerBatch) -> bool:
+        """The partition's leader has no state for ``batch``'s producer id (it expired:
+        UNKNOWN_PRODUCER_ID) and refused it, appending nothing. An idempotent producer takes a
+        new producer id (its sequence numbers restart at 0 everywhere, as Kafka's producer
+        bumps its epoch) and the batch is sent again with a new stamp: True.
+
+        If an earlier attempt with the same stamp failed otherwise (a timeout, a lost
+        response), that copy may be in the log, and a new stamp would append it twice. Its
+        append would have left the producer state the broker keeps for
+        producer.id.expiration.ms, far longer than a batch is retried (delivery.timeout.ms),
+        except after a restart, where the state is rebuilt from the log and judged by the
+        records' own timestamps: so the batch is restamped only if its records are recent.
+        Otherwise, and for a transactional producer, False: the batch fails and its sequence
+        is unresolved, so an idempotent producer resets anyway, and a transaction must be
+        aborted (the abort bumps the epoch)."""
+        if not self.idempotent or self.transactional or batch.base_sequence == NO_SEQUENCE:
+            return False
+        if batch.attempts != batch.stamped_attempt:
+            oldest_allowed = time.time() * 1000 - self.config.delivery_timeout_ms
+            if batch.payload is None or parse_header(batch.payload).max_timestamp < oldest_allowed:
+                return False
+        with self._seq_lock:
+            if (batch.producer_id, batch.producer_epoch) == (self.producer_id, self.producer_epoch):
+                self._reset_pending = True
+            # at most one batch per partition is in flight and none after it is stamped yet:
+            # restamped, it is the partition's first batch of the new producer id
+            batch.producer_id = NO_PRODUCER_ID
+            batch.producer_epoch = NO_PRODUCER_EPOCH
+            batch.base_sequence = NO_SEQUENCE
+            batch.payload = None
+        return True
 
     def batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
         """A batch failed for good (lock held)."""

@@ -140,6 +140,13 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+@dataclass(slots=True)
+class _GroupLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: holders and waiters
+    users: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
     """The coordinator's policy, from the broker's configuration (Kafka's key names)."""
@@ -338,7 +345,7 @@ class GroupCoordinator:
         self._append = append
         self._time_ms = time_ms
         self.partitions: dict[int, _OffsetsPartition] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _GroupLock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- becoming (and stopping being) a coordinator -----------------------------------------
@@ -396,8 +403,23 @@ class GroupCoordinator:
             group = groups[group_id] = GroupMetadata(group_id, state_since_ms=self._time_ms())
         return group
 
-    def _lock(self, group_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(group_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def _locked(self, *group_ids: str) -> AsyncIterator[None]:
+        """Hold the locks of ``group_ids``, in a fixed order. A group's lock lives only while
+        someone holds or waits for it, so the map stays as small as the work in flight (a
+        group id used once leaves nothing behind)."""
+        ordered = sorted(set(group_ids))
+        entries = [self._locks.setdefault(g, _GroupLock()) for g in ordered]
+        for entry in entries:
+            entry.users += 1
+        try:
+            async with hold_all([e.lock for e in entries]):
+                yield
+        finally:
+            for group_id, entry in zip(ordered, entries, strict=True):
+                entry.users -= 1
+                if entry.users == 0 and self._locks.get(group_id) is entry:
+                    del self._locks[group_id]
 
     # --- JoinGroup ---------------------------------------------------------------------------
 
@@ -427,7 +449,7 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(
                 "a member must name its protocol type and protocols"
             )
-        async with self._lock(r.group_id):
+        async with self._locked(r.group_id):
             group = self._group(r.group_id, create=not r.member_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {r.group_id!r} has no member {r.member_id!r}")
@@ -648,7 +670,7 @@ class GroupCoordinator:
             if not state.loaded:
                 continue
             for group in list(state.groups.values()):
-                async with self._lock(group.group_id):
+                async with self._locked(group.group_id):
                     for member in list(group.members.values()):
                         busy = member.join_waiter is not None or member.sync_waiter is not None
                         if not busy and now - member.last_heartbeat_ms > member.session_timeout_ms:
@@ -669,7 +691,7 @@ class GroupCoordinator:
         assignments: Mapping[str, bytes],
     ) -> bytes:
         """The member's assignment once the leader has sent them all (raises on errors)."""
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             group = self._group(group_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {group_id!r} does not exist; rejoin")
@@ -717,7 +739,7 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> None:
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             group = self._group(group_id)
             if group is None or group.is_(GroupState.EMPTY):
                 raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
@@ -736,7 +758,7 @@ class GroupCoordinator:
         self, group_id: str, members: Iterable[tuple[str, str | None]]
     ) -> list[type[ReplogError] | None]:
         """Remove each (member id, instance id); one error class (or None) per member."""
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             group = self._group(group_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {group_id!r} does not exist")
@@ -765,7 +787,7 @@ class GroupCoordinator:
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> dict[TopicPartition, type[ReplogError] | None]:
         """Store the offsets (acks=all) and answer per partition; raises for the whole group."""
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             group = self._group(group_id, create=generation_id < 0)
             if group is None:
                 raise IllegalGenerationError(f"group {group_id!r} does not exist; rejoin")
@@ -793,7 +815,7 @@ class GroupCoordinator:
         part of it, visible when its COMMIT marker reaches this partition (:meth:`complete_txn`),
         dropped on ABORT. A member and generation, when given, are checked as for a commit
         (KIP-447): a zombie's transaction cannot commit offsets either."""
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             state = self._partition(group_id)
             group = self._group(group_id, create=True)
             assert group is not None
@@ -933,7 +955,7 @@ class GroupCoordinator:
         return self._group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
-        async with self._lock(group_id):
+        async with self._locked(group_id):
             state = self._partition(group_id)
             group = state.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
@@ -992,7 +1014,7 @@ class GroupCoordinator:
             # No commit of a known group may sit between its append and its in-memory update
             # while the snapshot reads the state: hold every group's lock (in order), then
             # the append lock (commits of groups created meanwhile append after the snapshot).
-            async with hold_all([self._lock(g) for g in sorted(state.groups)]), state.append_lock:
+            async with self._locked(*state.groups), state.append_lock:
                 yield
 
         def records() -> list[Record] | None:
