@@ -239,8 +239,11 @@ def _topic_change(old: TopicInfo | None, new: TopicInfo) -> dict[str, Any] | Non
     was = old.partitions
     changed = [
         [index, _partition(state)]
-        for index, state in enumerate(new.partitions)
-        if index >= len(was) or (was[index] is not state and was[index] != state)
+        for index, (before, state) in enumerate(zip(was, new.partitions, strict=False))
+        if before is not state and before != state
+    ]
+    changed += [
+        [index, _partition(new.partitions[index])] for index in range(len(was), len(new.partitions))
     ]
     entry: dict[str, Any] = {
         "name": new.name,
