@@ -196,6 +196,7 @@ class Controller:
                 snapshots = self.store.snapshot_versions()
                 self._snapshot_version = snapshots[-1] if snapshots else 0
                 self._delta_bytes = 0
+                self._snapshots = []
                 try:
                     committed = self._commit(
                         image.next(

@@ -292,6 +292,11 @@ class MetadataStore:
             if isinstance(found, MetadataImage):  # a full image (written before deltas)
                 base = found
                 break
+            if found.base_version >= version:
+                raise KafkaStorageError(
+                    f"{self.storage.url}/{_name(METADATA_DIR, version)}: metadata delta of "
+                    f"version {version} follows version {found.base_version}, not an older one"
+                )
             chain.append(found)
             version, epoch = found.base_version, found.base_epoch
         for delta in reversed(chain):
