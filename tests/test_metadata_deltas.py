@@ -399,3 +399,55 @@ def test_the_delta_format_is_the_version_objects_format() -> None:
     doc = json.loads(store.storage.read(f"{METADATA_DIR}/{c.image.version:020d}.json"))
     assert doc["format_version"] == DELTA_FORMAT_VERSION
     assert doc["brokers"]["upsert"] == [[2, "127.0.0.1", 9102, None, 1, False, "b2", []]]
+
+
+def test_a_reader_catching_up_after_every_kind_of_controller_change_has_the_controllers_image() -> (
+    None
+):
+    from replication.dynamic_config import DELETE, SET
+
+    clock = Clock()
+    store = new_store()
+    c = Controller(store, 100, "127.0.0.1", 9100, time_ms=clock, session_timeout_ms=1_000)
+    c.activate()
+    reader = new_store(store.storage.url)
+    held = reader.read_latest()
+
+    def check() -> None:
+        nonlocal held
+        reader.snapshots_read = 0
+        held = reader.read_latest(held)
+        assert held == c.image
+        assert [t.name for t in held.topics] == [t.name for t in c.image.topics]
+        assert reader.snapshots_read == 0
+        assert new_store(store.storage.url).read_latest() == c.image
+
+    changes: list[Callable[[], object]] = [
+        lambda: with_brokers(c, 4),
+        lambda: c.create_topic("a", 4, 3),
+        lambda: c.create_topic("b", 2, 2, [("retention.ms", "1000")]),
+        lambda: c.create_topic("c", 1, 1),
+        lambda: isr_change(c, "a", 2),
+        lambda: c.create_partitions("a", 6),
+        lambda: c.alter_topic_configs("a", [(SET, "retention.ms", "5000")]),
+        lambda: c.alter_topic_configs("b", [(DELETE, "retention.ms", None)]),
+        lambda: c.alter_broker_configs("", [(SET, "retention.ms", "7")]),
+        lambda: c.alter_broker_configs("1", [(SET, "retention.ms", "8")]),
+        lambda: c.allocate_producer_ids(),
+        lambda: c.alter_partition_reassignments([("a", 0, [3, 2, 1])], throttled_rate=100),
+        lambda: c.delete_topic("b"),
+        lambda: c.create_topic("b", 3, 3),  # the same name, a new topic id
+        lambda: c.register_broker(2, "127.0.0.1", 9202, None, "b2"),
+    ]
+    for change in changes:
+        change()
+        check()
+    # brokers 0-2 heartbeat; broker 3's session expires: fenced, leaderships moved off it
+    clock.now += 600
+    for broker in range(3):
+        c.heartbeat(broker, c.image.broker(broker).epoch)  # type: ignore[union-attr]
+    clock.now += 600
+    assert 3 in c.check_sessions()
+    check()
+    c.delete_topic("c")
+    check()
