@@ -195,6 +195,7 @@ class Controller:
                 self.active = True
                 snapshots = self.store.snapshot_versions()
                 self._snapshot_version = snapshots[-1] if snapshots else 0
+                self._snapshot_bytes = self.store.snapshot_size(snapshots[-1]) if snapshots else 0
                 self._delta_bytes = 0
                 self._snapshots = []
                 try:

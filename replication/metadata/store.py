@@ -173,6 +173,13 @@ class MetadataStore:
         """The versions that have a snapshot (a full image), oldest first."""
         return _numbers(self.storage, SNAPSHOT_DIR)
 
+    def snapshot_size(self, version: int) -> int:
+        """The bytes of the snapshot of ``version`` (0 if it is gone: pruned meanwhile)."""
+        try:
+            return self.storage.size(_name(SNAPSHOT_DIR, version))
+        except ObjectNotFoundError:
+            return 0
+
     def read_snapshot(self, version: int) -> MetadataImage:
         name = _name(SNAPSHOT_DIR, version)
         return MetadataImage.from_bytes(self.storage.read(name), where=f"{self.storage.url}/{name}")
