@@ -659,8 +659,6 @@ class TransactionalIdNotFoundError(WireError):
     """
 
     code = 105
-
-
 # --- partition reassignment and leader election (KIP-455, KIP-460) -------------------------------
 
 
