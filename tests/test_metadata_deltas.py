@@ -57,6 +57,8 @@ class CountingStore(MetadataStore):
         self.snapshots_read = 0
         #: called once, right after the next read_latest (to interleave a paused controller)
         self.after_read: Callable[[], None] | None = None
+        #: called once, right before the next read_latest
+        self.before_read: Callable[[], None] | None = None
 
     def read_record(self, version: int) -> MetadataImage | MetadataDelta:
         self.records_read += 1
@@ -67,6 +69,9 @@ class CountingStore(MetadataStore):
         return super().read_snapshot(version)
 
     def read_latest(self, since: MetadataImage | None = None) -> MetadataImage:
+        before, self.before_read = self.before_read, None
+        if before is not None:
+            before()
         image = super().read_latest(since)
         hook, self.after_read = self.after_read, None
         if hook is not None:
@@ -312,6 +317,23 @@ def test_a_deposed_controllers_delta_in_the_middle_of_the_chain_is_never_applied
     assert new_store(store.storage.url).read_latest() == new.image
     assert store.read_latest(seen_stale[0]) == new.image
     assert new_store(store.storage.url).read_latest().broker(7) is None
+
+
+def test_a_controller_that_reads_a_newer_epochs_version_at_activation_never_writes() -> None:
+    """Standbys claim in a cascade: X claims epoch 2, Y claims 3 and writes before X reads.
+    X reads Y's version: it is deposed already, and writes nothing after Y's version."""
+    store = new_store()
+    first = controller(store, 100)
+    with_brokers(first)
+    slow = new_store(store.storage.url)
+    fast: list[Controller] = []
+    slow.before_read = lambda: fast.append(controller(new_store(store.storage.url), 102))
+    with pytest.raises(StaleControllerEpochError, match=r"epoch 3 wrote .*epoch 2 is stale"):
+        controller(slow, 101)
+    epochs = [store.read_record(v).controller_epoch for v in range(1, store.latest_version() + 1)]
+    assert epochs == sorted(epochs)  # no version of an older epoch after a newer one
+    assert epochs[-1] == 3
+    assert new_store(store.storage.url).read_latest() == fast[0].image
 
 
 def test_a_deposed_controllers_delta_after_the_fence_is_skipped() -> None:

@@ -189,6 +189,14 @@ class Controller:
             # retry on top of it (it cannot write again: the next version will be ours).
             for _ in range(10):
                 image = self.store.read_latest()
+                if image.controller_epoch > epoch:
+                    # a controller that claimed after us already wrote: we are deposed before
+                    # we began, and a version on top of its would be a stale one after it
+                    self.active = False
+                    raise StaleControllerEpochError(
+                        f"controller epoch {image.controller_epoch} wrote metadata version "
+                        f"{image.version}; this controller's claim of epoch {epoch} is stale"
+                    )
                 now = self._time_ms()
                 # every broker gets a full session to heartbeat to this controller
                 self._last_heartbeat = {b.broker_id: now for b in image.brokers}
