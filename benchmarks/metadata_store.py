@@ -3,11 +3,14 @@ grows, beside the limit of writing the same bytes once.
 
 For 100, 1,000 and 10,000 partitions (one topic, replication factor 3, three brokers), on
 local files (a temp directory, fsync on, as a controller writes): the controller commits
-``--changes`` ISR changes (Controller.alter_partition, each a new metadata version: the full
-image written put-if-absent, the fencing check, a prune every 100 versions). Reported per
-change: the controller's time (p50, p99), the image's size in bytes and its serialization
-time (MetadataImage.to_bytes); and the limit, measured in the same run on the same storage:
-one put_if_absent of the same number of bytes (p50, p99).
+``--changes`` ISR changes (Controller.alter_partition, each a new metadata version: the delta
+from the version before written put-if-absent, the fencing check, a full snapshot at least
+every 100 versions, a prune every 100 versions). Reported per change: the controller's time
+(p50, p99), the bytes of the version object (p50) and the bytes written per change with the
+snapshots counted in; a broker's time to catch up one version (read_latest from the image it
+holds, p50) and a new reader's (from the newest snapshot); the full image's size and its
+serialization time (MetadataImage.to_bytes); and the limit, measured in the same run on the
+same storage: one put_if_absent of the full image's bytes (p50, p99).
 
 Prints one JSON line per size.
 
@@ -30,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from logstore.storage import Storage
 from replication.controller.controller import Controller
+from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
 
 SIZES = (100, 1_000, 10_000)
@@ -44,14 +48,31 @@ def ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+class MeasuredStore(MetadataStore):
+    """Counts the bytes of the snapshots written."""
+
+    snapshot_bytes = 0
+
+    def write_snapshot(self, image: MetadataImage) -> int:
+        size = super().write_snapshot(image)
+        self.snapshot_bytes += size
+        return size
+
+
 def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
-    store = MetadataStore(Storage.from_url(f"file://{root}/cluster-{partitions}"))
+    url = f"file://{root}/cluster-{partitions}"
+    store = MeasuredStore(Storage.from_url(url))
     controller = Controller(store, 0, "127.0.0.1", 9000)
     controller.activate()
     for broker in range(3):
         controller.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
     controller.create_topic("events", partitions, 3)
+    broker = MetadataStore(Storage.from_url(url))
+    held = broker.read_latest()
+    store.snapshot_bytes = 0
     change_s: list[float] = []
+    version_bytes: list[int] = []
+    catch_up_s: list[float] = []
     for change in range(changes):
         info = controller.image.topic("events")
         assert info is not None
@@ -63,7 +84,15 @@ def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
             state.leader, "events", index, state.leader_epoch, state.partition_epoch, isr
         )
         change_s.append(time.perf_counter() - start)
+        version_bytes.append(store.last_write_bytes)
+        start = time.perf_counter()
+        held = broker.read_latest(held)
+        catch_up_s.append(time.perf_counter() - start)
+        assert held == controller.image
     image = controller.image
+    start = time.perf_counter()
+    assert MetadataStore(Storage.from_url(url)).read_latest() == image
+    new_reader_s = time.perf_counter() - start
     serialize_s = []
     for _ in range(min(changes, 50)):
         start = time.perf_counter()
@@ -80,10 +109,14 @@ def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
         "benchmark": "metadata_store",
         "partitions": partitions,
         "changes": changes,
+        "version_object_bytes_p50": statistics.median(version_bytes),
+        "bytes_written_per_change": round((sum(version_bytes) + store.snapshot_bytes) / changes),
         "image_bytes": len(data),
         "controller_change_ms_p50": ms(statistics.median(change_s)),
         "controller_change_ms_p99": ms(percentile(change_s, 0.99)),
         "image_to_bytes_ms_p50": ms(statistics.median(serialize_s)),
+        "broker_catch_up_one_version_ms_p50": ms(statistics.median(catch_up_s)),
+        "new_reader_ms": ms(new_reader_s),
         "limit_put_if_absent_ms_p50": ms(statistics.median(put_s)),
         "limit_put_if_absent_ms_p99": ms(percentile(put_s, 0.99)),
         "storage": "local files, fsync",

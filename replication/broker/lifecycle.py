@@ -2,8 +2,9 @@
 
 Finds the active controller through the metadata store's newest claim, registers (getting a
 broker epoch), heartbeats every ``broker.heartbeat.interval.ms``, and applies each newer
-metadata version the heartbeat names, read straight from the metadata store. Responses from a
-controller whose epoch is older than one already seen are ignored (a deposed controller).
+metadata version the heartbeat names, read straight from the metadata store (the deltas after
+the version it holds). Responses from a controller whose epoch is older than one already seen
+are ignored (a deposed controller).
 Controller requests other brokers receive (CreateTopics, AlterPartition...) are forwarded here.
 """
 
@@ -59,6 +60,8 @@ class BrokerLifecycle:
         self.incarnation = uuid.uuid4()
         #: the broker's other listeners to register: (name, advertised host, port)
         self.endpoints: tuple[tuple[str, str, int], ...] = ()
+        #: the newest metadata image read from the store
+        self._image: MetadataImage | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="lifecycle")
@@ -72,7 +75,9 @@ class BrokerLifecycle:
 
     async def refresh_metadata(self) -> None:
         """Read and apply the newest valid metadata version now."""
-        image = await asyncio.to_thread(self.store.read_latest)
+        # from the image read last, only the deltas after it (if it is on the valid chain)
+        image = await asyncio.to_thread(self.store.read_latest, self._image)
+        self._image = image
         if image.version > self.current_version():
             self.apply_image(image)
 

@@ -61,7 +61,9 @@ from replication.metadata.image import (
 )
 from replication.metadata.store import (
     PRUNE_INTERVAL_VERSIONS,
+    RETAINED_SNAPSHOTS,
     RETAINED_VERSIONS,
+    SNAPSHOT_MIN_INTERVAL_VERSIONS,
     ControllerClaim,
     MetadataStore,
 )
@@ -160,6 +162,12 @@ class Controller:
         self._lock = threading.RLock()
         self.epoch = 0
         self.image = MetadataImage()
+        #: the newest snapshot's version and size, and the bytes of the deltas written since
+        self._snapshot_version = 0
+        self._snapshot_bytes = 0
+        self._delta_bytes = 0
+        #: the snapshots this controller wrote, oldest first
+        self._snapshots: list[int] = []
 
     def activate(self) -> MetadataImage:
         """Claim the next controller epoch and write a version that records it."""
@@ -181,17 +189,31 @@ class Controller:
             # retry on top of it (it cannot write again: the next version will be ours).
             for _ in range(10):
                 image = self.store.read_latest()
+                if image.controller_epoch > epoch:
+                    # a controller that claimed after us already wrote: we are deposed before
+                    # we began, and a version on top of its would be a stale one after it
+                    self.active = False
+                    raise StaleControllerEpochError(
+                        f"controller epoch {image.controller_epoch} wrote metadata version "
+                        f"{image.version}; this controller's claim of epoch {epoch} is stale"
+                    )
                 now = self._time_ms()
                 # every broker gets a full session to heartbeat to this controller
                 self._last_heartbeat = {b.broker_id: now for b in image.brokers}
                 self.active = True
+                snapshots = self.store.snapshot_versions()
+                self._snapshot_version = snapshots[-1] if snapshots else 0
+                self._snapshot_bytes = self.store.snapshot_size(snapshots[-1]) if snapshots else 0
+                self._delta_bytes = 0
+                self._snapshots = []
                 try:
                     committed = self._commit(
                         image.next(
                             controller_epoch=epoch,
                             controller_id=self.controller_id,
                             cluster_id=image.cluster_id or uuid.uuid4().hex,
-                        )
+                        ),
+                        base=image,
                     )
                 except StaleControllerEpochError:
                     continue
@@ -208,7 +230,9 @@ class Controller:
                 "metadata"
             )
 
-    def _commit(self, image: MetadataImage) -> MetadataImage:
+    def _commit(self, image: MetadataImage, base: MetadataImage | None = None) -> MetadataImage:
+        """Write ``image``, which follows ``base`` (by default the current image), as the
+        next metadata version (the delta from ``base``)."""
         if not self.active:
             raise NotControllerError(
                 f"controller {self.controller_id} is not the active controller; retry on the "
@@ -217,7 +241,7 @@ class Controller:
         # the version this one follows (not so when activating on a version read from storage)
         before = self.image if image.version == self.image.version + 1 else None
         try:
-            image = self.store.write(image)
+            image = self.store.write(image, self.image if base is None else base)
         except StaleControllerEpochError:
             self.active = False
             log.warning(
@@ -230,9 +254,42 @@ class Controller:
         if before is not None:
             log_state_changes(before, image)
         self.image = image
+        self._delta_bytes += self.store.last_write_bytes
+        if (
+            not self._snapshot_version
+            or image.version - self._snapshot_version >= PRUNE_INTERVAL_VERSIONS
+            or (
+                self._delta_bytes > self._snapshot_bytes
+                and image.version - self._snapshot_version >= SNAPSHOT_MIN_INTERVAL_VERSIONS
+            )
+        ):
+            self._snapshot(image)
         if image.version % PRUNE_INTERVAL_VERSIONS == 0:
             self._prune(image.version - RETAINED_VERSIONS)
         return image
+
+    def _snapshot(self, image: MetadataImage) -> None:
+        """Write the full image of a committed version, where readers start (a reader reads
+        the newest snapshot and the deltas after it)."""
+        try:
+            self._snapshot_bytes = self.store.write_snapshot(image)
+        except ReplogError as err:  # the next commit tries again; the commit stands
+            log.warning(
+                "could not write the snapshot of metadata version %d: %s",
+                image.version,
+                err,
+            )
+            return
+        self._snapshot_version = image.version
+        self._delta_bytes = 0
+        # the older snapshots this controller wrote go now (the store's prune finds the rest)
+        self._snapshots.append(image.version)
+        while len(self._snapshots) > RETAINED_SNAPSHOTS:
+            old = self._snapshots.pop(0)
+            try:
+                self.store.delete_snapshot(old)
+            except ReplogError as err:
+                log.warning("could not delete the snapshot of metadata version %d: %s", old, err)
 
     def _prune(self, below: int) -> None:
         """Delete metadata versions older than ``below`` (bounded store, bounded listings)."""

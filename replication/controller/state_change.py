@@ -30,14 +30,13 @@ def log_state_changes(old: MetadataImage, new: MetadataImage) -> None:
             events.log_config_changes(
                 log, "topic", topic.name, before.config_map(), topic.config_map()
             )
-        for index, state in enumerate(topic.partitions):
-            was = (
-                before.partitions[index]
-                if before is not None and index < len(before.partitions)
-                else None
-            )
-            if was != state:
+        olds = before.partitions if before is not None else ()
+        # untouched partitions are the same objects in both images
+        for index, (was, state) in enumerate(zip(olds, topic.partitions, strict=False)):
+            if was is not state and was != state:
                 _partition_changed(topic.name, index, was, state)
+        for index in range(len(olds), len(topic.partitions)):
+            _partition_changed(topic.name, index, None, topic.partitions[index])
 
 
 def _partition_changed(

@@ -121,8 +121,13 @@ class MetadataImage:
         return None
 
     def with_topic(self, topic: TopicInfo) -> MetadataImage:
-        others = tuple(t for t in self.topics if t.name != topic.name)
-        return replace(self, topics=(*others, topic))
+        """This image with ``topic`` added at the end, or replacing the topic of its name in
+        place (the order of topics is kept, so a metadata delta need not carry it)."""
+        if topic.name not in self._topic_index:
+            return replace(self, topics=(*self.topics, topic))
+        return replace(
+            self, topics=tuple(topic if t.name == topic.name else t for t in self.topics)
+        )
 
     def without_topic(self, name: str) -> MetadataImage:
         return replace(self, topics=tuple(t for t in self.topics if t.name != name))
