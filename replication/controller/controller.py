@@ -549,14 +549,8 @@ class Controller:
             self.update_partition(topic, index, new_state)
             if new_state.reassigning:
                 for joined in sorted(added & set(new_state.adding_replicas)):
-                    log.info(
-                        "%s-%d: reassignment: replica %d caught up and joined the ISR "
-                        "(leader epoch %d, partition epoch %d)",
-                        topic,
-                        index,
-                        joined,
-                        new_state.leader_epoch,
-                        new_state.partition_epoch,
+                    self._log_reassignment(
+                        "replica_caught_up", topic, index, new_state, replica=joined
                     )
                 self._maybe_complete_reassignment(topic, index)
             return new_state
@@ -693,7 +687,6 @@ class Controller:
                 )
                 # unclean.leader.election.enable=true elects where no leader is (as KRaft)
                 self._commit(self._elect_offline_leaders(image))
-                log.info("topic %s configs now %s", name, configs)
             return configs
 
     def alter_broker_configs(
@@ -714,7 +707,7 @@ class Controller:
             if not validate_only:
                 image = self.image.next().with_broker_configs(entity, configs)
                 self._commit(self._elect_offline_leaders(image))
-                log.info("dynamic broker configs of %r now %s", entity or "<default>", configs)
+                events.log_config_changes(log, "broker", entity, current, configs)
             return configs
 
     def allocate_producer_ids(self, count: int = 1000) -> range:
@@ -758,7 +751,7 @@ class Controller:
             image = self.image.next()
             live = self._live(image)
             results: list[ReplogError | None] = []
-            events: list[tuple[str, str, int, PartitionState]] = []
+            steps: list[tuple[str, str, int, PartitionState]] = []
             for topic, index, target in changes:
                 try:
                     info = image.topic(topic)
@@ -777,20 +770,20 @@ class Controller:
                         results.append(None)
                         continue
                     if not new.reassigning and target is not None:
-                        what = "completed at once (the same replicas, reordered)"
+                        what = "completed"  # the same replicas, reordered: nothing to move
                     completed = self._completed(new, live)
                     parts = list(info.partitions)
                     parts[index] = completed or new
                     image = image.with_topic(replace(info, partitions=tuple(parts)))
-                    events.append((what, topic, index, new))
+                    steps.append((what, topic, index, new))
                     if completed is not None:
-                        events.append(("completed", topic, index, completed))
+                        steps.append(("completed", topic, index, completed))
                     results.append(None)
                 except ReplogError as err:
                     results.append(err)
-            if events:
+            if steps:
                 self._commit(image)
-            for what, topic, index, state in events:
+            for what, topic, index, state in steps:
                 self._log_reassignment(what, topic, index, state)
             return results
 
@@ -910,20 +903,24 @@ class Controller:
                 self._log_reassignment("completed", topic, index, done)
 
     @staticmethod
-    def _log_reassignment(what: str, topic: str, index: int, state: PartitionState) -> None:
-        log.info(
-            "%s-%d: reassignment %s: replicas %s, adding %s, removing %s, ISR %s, leader %d "
-            "(leader epoch %d, partition epoch %d)",
-            topic,
-            index,
-            what,
-            list(state.replicas),
-            list(state.adding_replicas),
-            list(state.removing_replicas),
-            list(state.isr),
-            state.leader,
-            state.leader_epoch,
-            state.partition_epoch,
+    def _log_reassignment(
+        step: str, topic: str, index: int, state: PartitionState, **more: int
+    ) -> None:
+        """A reassignment step (started, replica_caught_up, completed, cancelled) as an event."""
+        events.event(
+            log,
+            events.REASSIGNMENT_STEP,
+            step=step,
+            topic=topic,
+            partition=index,
+            **more,
+            replicas=state.replicas,
+            adding_replicas=state.adding_replicas,
+            removing_replicas=state.removing_replicas,
+            isr=state.isr,
+            leader=state.leader,
+            leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch,
         )
 
     def list_partition_reassignments(
