@@ -161,11 +161,19 @@ class Controller:
         self.epoch = 0
         self.image = MetadataImage()
 
-    def activate(self) -> MetadataImage:
-        """Claim the next controller epoch and write a version that records it."""
+    def activate(self, after: int | None = None) -> MetadataImage:
+        """Claim the controller epoch after ``after`` (default: after the newest claimed one)
+        and write a version that records it; StaleControllerEpochError if this controller is
+        beaten to the claim or deposed before its first version.
+
+        A standby passes the epoch it found silent, so it never deposes a controller that
+        claimed a newer epoch meanwhile (and that it has not watched).
+        """
         with self._lock:
-            latest = self.store.latest_claim()
-            epoch = (latest.epoch if latest else 0) + 1
+            if after is None:
+                latest = self.store.latest_claim()
+                after = latest.epoch if latest else 0
+            epoch = after + 1
             self.store.claim(
                 ControllerClaim(
                     epoch,
@@ -177,36 +185,39 @@ class Controller:
                 )
             )
             self.epoch = epoch
-            # A controller deposed just now may still write one version before it notices;
-            # retry on top of it (it cannot write again: the next version will be ours).
-            for _ in range(10):
-                image = self.store.read_latest()
-                now = self._time_ms()
-                # every broker gets a full session to heartbeat to this controller
-                self._last_heartbeat = {b.broker_id: now for b in image.brokers}
-                self.active = True
-                try:
-                    committed = self._commit(
-                        image.next(
-                            controller_epoch=epoch,
-                            controller_id=self.controller_id,
-                            cluster_id=image.cluster_id or uuid.uuid4().hex,
-                        )
-                    )
-                except StaleControllerEpochError:
-                    continue
-                events.event(
-                    log,
-                    events.CONTROLLER_ACTIVE,
-                    controller_id=self.controller_id,
-                    controller_epoch=epoch,
-                    metadata_version=committed.version,
+            image = self.store.read_latest()
+            if image.controller_epoch > epoch:
+                # Overtaken between the claim and this read: a newer controller has written
+                # its first version. Building on it would put a version of this (deposed)
+                # epoch after the successor's: never write, step down.
+                self.active = False
+                raise StaleControllerEpochError(
+                    f"controller {self.controller_id} claimed epoch {epoch}, but controller "
+                    f"{image.controller_id} (epoch {image.controller_epoch}) wrote metadata "
+                    f"version {image.version} before it could"
                 )
-                return committed
-            raise StaleControllerEpochError(
-                f"controller {self.controller_id} claimed epoch {epoch} but could not write "
-                "metadata"
+            now = self._time_ms()
+            # every broker gets a full session to heartbeat to this controller
+            self._last_heartbeat = {b.broker_id: now for b in image.brokers}
+            self.active = True
+            # A version a deposed controller wrote after this read is skipped by the store's
+            # write; any other StaleControllerEpochError means this controller lost its epoch
+            # (_commit steps it down): it must not retry on top of its successor's versions.
+            committed = self._commit(
+                image.next(
+                    controller_epoch=epoch,
+                    controller_id=self.controller_id,
+                    cluster_id=image.cluster_id or uuid.uuid4().hex,
+                )
             )
+            events.event(
+                log,
+                events.CONTROLLER_ACTIVE,
+                controller_id=self.controller_id,
+                controller_epoch=epoch,
+                metadata_version=committed.version,
+            )
+            return committed
 
     def _commit(self, image: MetadataImage) -> MetadataImage:
         if not self.active:

@@ -108,7 +108,7 @@ class ControllerService:
         claim = await asyncio.to_thread(self.store.latest_claim)
         if claim is None or claim.controller_id == self.config.broker_id:
             # the first controller ever, our own earlier life, or our activation that failed
-            await self._activate()
+            await self._activate(claim.epoch if claim else 0)
             return
         if self._watched is None or claim.epoch != self._watched.epoch:
             self._watched = claim
@@ -135,10 +135,13 @@ class ControllerService:
                     claim.epoch,
                     silent,
                 )
-                await self._activate()
+                # only the silent controller's successor epoch: if another standby claimed it
+                # first, this one lost and watches the new controller (it never deposes a
+                # controller it has not seen silent)
+                await self._activate(claim.epoch)
 
-    async def _activate(self) -> None:
+    async def _activate(self, after: int) -> None:
         try:
-            await asyncio.to_thread(self.controller.activate)
+            await asyncio.to_thread(self.controller.activate, after)
         except StaleControllerEpochError as err:
             log.info("controller %d lost the election: %s", self.config.broker_id, err)
