@@ -21,9 +21,10 @@ import pytest
 
 from logstore.storage import Storage
 from replication.controller.controller import Controller
-from replication.errors import StaleControllerEpochError
+from replication.errors import NotControllerError, StaleControllerEpochError
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import METADATA_DIR, ControllerClaim, MetadataStore
+from tests.faulty_fs import FaultyStorage, InjectedStorageError
 
 pytestmark = pytest.mark.unit
 
@@ -152,3 +153,27 @@ def test_a_standby_takes_over_only_from_the_controller_it_found_silent(tmp_path:
     assert (latest.epoch, latest.controller_id) == (2, 0)
     assert [im.controller_epoch for im in history(root)] == [1, 2]
     assert store.read_latest() == standbys[0].image
+
+
+def test_a_controller_whose_first_version_failed_is_not_active(tmp_path: Path) -> None:
+    """A storage failure on the activation write (its outcome unknown) leaves the standby
+    inactive, not answering as the controller from the empty image it held before. It takes
+    over again with a new epoch, on top of whatever landed."""
+    root = (tmp_path / "metadata").as_uri()
+    first = controller(root, 100)
+    first.activate()
+    first.register_broker(0, "127.0.0.1", 9100, None, "a0")
+    faulty = FaultyStorage(Storage.from_url(root))
+    standby = Controller(MetadataStore(faulty), 1, "127.0.0.1", 9001, time_ms=Clock())
+    faulty.fail("put_if_absent", after=True, path_prefix=METADATA_DIR)
+    with pytest.raises(InjectedStorageError):
+        standby.activate()
+    assert not standby.active
+    with pytest.raises(NotControllerError):
+        standby.register_broker(7, "127.0.0.1", 9107, None, "r7")
+
+    standby.activate()
+    assert standby.epoch == 3
+    assert standby.image.version == 4  # on top of epoch 2's version, which landed
+    assert standby.image.broker(0) is not None
+    assert_epochs_never_go_back(root)

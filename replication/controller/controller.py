@@ -203,13 +203,20 @@ class Controller:
             # A version a deposed controller wrote after this read is skipped by the store's
             # write; any other StaleControllerEpochError means this controller lost its epoch
             # (_commit steps it down): it must not retry on top of its successor's versions.
-            committed = self._commit(
-                image.next(
-                    controller_epoch=epoch,
-                    controller_id=self.controller_id,
-                    cluster_id=image.cluster_id or uuid.uuid4().hex,
+            try:
+                committed = self._commit(
+                    image.next(
+                        controller_epoch=epoch,
+                        controller_id=self.controller_id,
+                        cluster_id=image.cluster_id or uuid.uuid4().hex,
+                    )
                 )
-            )
+            except BaseException:
+                # not active without a version of its own: it would answer as the active
+                # controller from the image it held before (the empty one, for a new standby),
+                # and the store would refuse its commits; the service activates it again
+                self.active = False
+                raise
             events.event(
                 log,
                 events.CONTROLLER_ACTIVE,
