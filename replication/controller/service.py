@@ -2,9 +2,11 @@
 
 Election without ZooKeeper or Raft: the active controller is the holder of the newest claim in
 the metadata store. A standby pings the claim's holder (ApiVersions); once it has not answered
-for ``broker.session.timeout.ms``, the standby claims the next epoch with a put-if-absent write.
-Only one claimant can win, and a deposed controller cannot write metadata (its next version
-already exists), so a paused controller that wakes up finds itself stale and steps down.
+for ``broker.session.timeout.ms``, the standby claims the epoch after that claim's with a
+put-if-absent write. Only one claimant can win; the standbys that lose watch the winner (none
+claims a later epoch over a controller it has not seen silent). A deposed controller cannot
+write metadata (its next version already exists), so a paused controller that wakes up finds
+itself stale and steps down.
 
 The active controller also fences brokers whose heartbeats stopped and moves their leadership,
 and, with auto.leader.rebalance.enable, moves leadership back to preferred replicas every
