@@ -169,11 +169,19 @@ class Controller:
         #: the snapshots this controller wrote, oldest first
         self._snapshots: list[int] = []
 
-    def activate(self) -> MetadataImage:
-        """Claim the next controller epoch and write a version that records it."""
+    def activate(self, after: int | None = None) -> MetadataImage:
+        """Claim the controller epoch after ``after`` (default: after the newest claimed one)
+        and write a version that records it; StaleControllerEpochError if this controller is
+        beaten to the claim or deposed before its first version.
+
+        A standby passes the epoch it found silent, so it never deposes a controller that
+        claimed a newer epoch meanwhile (and that it has not watched).
+        """
         with self._lock:
-            latest = self.store.latest_claim()
-            epoch = (latest.epoch if latest else 0) + 1
+            if after is None:
+                latest = self.store.latest_claim()
+                after = latest.epoch if latest else 0
+            epoch = after + 1
             self.store.claim(
                 ControllerClaim(
                     epoch,
@@ -185,50 +193,52 @@ class Controller:
                 )
             )
             self.epoch = epoch
-            # A controller deposed just now may still write one version before it notices;
-            # retry on top of it (it cannot write again: the next version will be ours).
-            for _ in range(10):
-                image = self.store.read_latest()
-                if image.controller_epoch > epoch:
-                    # a controller that claimed after us already wrote: we are deposed before
-                    # we began, and a version on top of its would be a stale one after it
-                    self.active = False
-                    raise StaleControllerEpochError(
-                        f"controller epoch {image.controller_epoch} wrote metadata version "
-                        f"{image.version}; this controller's claim of epoch {epoch} is stale"
-                    )
-                now = self._time_ms()
-                # every broker gets a full session to heartbeat to this controller
-                self._last_heartbeat = {b.broker_id: now for b in image.brokers}
-                self.active = True
-                snapshots = self.store.snapshot_versions()
-                self._snapshot_version = snapshots[-1] if snapshots else 0
-                self._snapshot_bytes = self.store.snapshot_size(snapshots[-1]) if snapshots else 0
-                self._delta_bytes = 0
-                self._snapshots = []
-                try:
-                    committed = self._commit(
-                        image.next(
-                            controller_epoch=epoch,
-                            controller_id=self.controller_id,
-                            cluster_id=image.cluster_id or uuid.uuid4().hex,
-                        ),
-                        base=image,
-                    )
-                except StaleControllerEpochError:
-                    continue
-                events.event(
-                    log,
-                    events.CONTROLLER_ACTIVE,
-                    controller_id=self.controller_id,
-                    controller_epoch=epoch,
-                    metadata_version=committed.version,
+            image = self.store.read_latest()
+            if image.controller_epoch > epoch:
+                # Overtaken between the claim and this read: a newer controller has written
+                # its first version. Building on it would put a version of this (deposed)
+                # epoch after the successor's: never write, step down.
+                self.active = False
+                raise StaleControllerEpochError(
+                    f"controller {self.controller_id} claimed epoch {epoch}, but controller "
+                    f"{image.controller_id} (epoch {image.controller_epoch}) wrote metadata "
+                    f"version {image.version} before it could"
                 )
-                return committed
-            raise StaleControllerEpochError(
-                f"controller {self.controller_id} claimed epoch {epoch} but could not write "
-                "metadata"
+            now = self._time_ms()
+            # every broker gets a full session to heartbeat to this controller
+            self._last_heartbeat = {b.broker_id: now for b in image.brokers}
+            self.active = True
+            snapshots = self.store.snapshot_versions()
+            self._snapshot_version = snapshots[-1] if snapshots else 0
+            self._snapshot_bytes = self.store.snapshot_size(snapshots[-1]) if snapshots else 0
+            self._delta_bytes = 0
+            self._snapshots = []
+            # A version a deposed controller wrote after this read is skipped by the store's
+            # write; any other StaleControllerEpochError means this controller lost its epoch
+            # (_commit steps it down): it must not retry on top of its successor's versions.
+            try:
+                committed = self._commit(
+                    image.next(
+                        controller_epoch=epoch,
+                        controller_id=self.controller_id,
+                        cluster_id=image.cluster_id or uuid.uuid4().hex,
+                    ),
+                    base=image,
+                )
+            except BaseException:
+                # not active without a version of its own: it would answer as the active
+                # controller from the image it held before (the empty one, for a new standby),
+                # and the store would refuse its commits; the service activates it again
+                self.active = False
+                raise
+            events.event(
+                log,
+                events.CONTROLLER_ACTIVE,
+                controller_id=self.controller_id,
+                controller_epoch=epoch,
+                metadata_version=committed.version,
             )
+            return committed
 
     def _commit(self, image: MetadataImage, base: MetadataImage | None = None) -> MetadataImage:
         """Write ``image``, which follows ``base`` (by default the current image), as the

@@ -2,9 +2,11 @@
 
 Election without ZooKeeper or Raft: the active controller is the holder of the newest claim in
 the metadata store. A standby pings the claim's holder (ApiVersions); once it has not answered
-for ``broker.session.timeout.ms``, the standby claims the next epoch with a put-if-absent write.
-Only one claimant can win, and a deposed controller cannot write metadata (its next version
-already exists), so a paused controller that wakes up finds itself stale and steps down.
+for ``broker.session.timeout.ms``, the standby claims the epoch after that claim's with a
+put-if-absent write. Only one claimant can win; the standbys that lose watch the winner (none
+claims a later epoch over a controller it has not seen silent). A deposed controller cannot
+write metadata (its next version already exists), so a paused controller that wakes up finds
+itself stale and steps down.
 
 The active controller also fences brokers whose heartbeats stopped and moves their leadership,
 and, with auto.leader.rebalance.enable, moves leadership back to preferred replicas every
@@ -108,7 +110,7 @@ class ControllerService:
         claim = await asyncio.to_thread(self.store.latest_claim)
         if claim is None or claim.controller_id == self.config.broker_id:
             # the first controller ever, our own earlier life, or our activation that failed
-            await self._activate()
+            await self._activate(claim.epoch if claim else 0)
             return
         if self._watched is None or claim.epoch != self._watched.epoch:
             self._watched = claim
@@ -135,10 +137,13 @@ class ControllerService:
                     claim.epoch,
                     silent,
                 )
-                await self._activate()
+                # only the silent controller's successor epoch: if another standby claimed it
+                # first, this one lost and watches the new controller (it never deposes a
+                # controller it has not seen silent)
+                await self._activate(claim.epoch)
 
-    async def _activate(self) -> None:
+    async def _activate(self, after: int) -> None:
         try:
-            await asyncio.to_thread(self.controller.activate)
+            await asyncio.to_thread(self.controller.activate, after)
         except StaleControllerEpochError as err:
             log.info("controller %d lost the election: %s", self.config.broker_id, err)
