@@ -22,6 +22,7 @@ import pytest
 from logstore.storage import Storage
 from replication.controller.controller import Controller
 from replication.errors import NotControllerError, StaleControllerEpochError
+from replication.metadata.delta import MetadataDelta, decode_version
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import METADATA_DIR, ControllerClaim, MetadataStore
 from tests.faulty_fs import FaultyStorage, InjectedStorageError
@@ -55,10 +56,11 @@ def on_storage_op(c: Controller, op: str, action: Callable[[], object]) -> list[
     return ran
 
 
-def history(root: str) -> list[MetadataImage]:
+def history(root: str) -> list[MetadataImage | MetadataDelta]:
+    """Every metadata version on storage, in order (full images and deltas)."""
     store = MetadataStore(Storage.from_url(root))
     names = sorted(i.path for i in store.storage.list(METADATA_DIR))
-    return [MetadataImage.from_bytes(store.storage.read(n)) for n in names]
+    return [decode_version(store.storage.read(n)) for n in names]
 
 
 def assert_epochs_never_go_back(root: str) -> None:
@@ -66,8 +68,8 @@ def assert_epochs_never_go_back(root: str) -> None:
     images = history(root)
     for before, after in itertools.pairwise(images):
         assert after.controller_epoch >= before.controller_epoch, (
-            f"metadata version {after.version} (controller {after.controller_id}, epoch "
-            f"{after.controller_epoch}) was written after version {before.version} of epoch "
+            f"metadata version {after.version} (controller epoch {after.controller_epoch}) was "
+            f"written after version {before.version} of epoch "
             f"{before.controller_epoch}: a deposed controller wrote after its successor"
         )
 
