@@ -21,6 +21,14 @@ take it for a commit. So every write checks, after its PUT, that no controller h
 newer epoch (claims are numbered without gaps and never pruned: one per failover). Kafka's
 KRaft fences by the Raft log instead; object storage gives us put-if-absent and this check.
 
+A PUT that lands and then fails the claim check is refused to its writer, but the object stays:
+if it landed before the successor's first version, the successor builds on it (it is part of
+the history from then on, though its writer was told it failed). Nothing may land *after* a
+successor's first version, and two rules in the controller see to it: a controller activates
+on the head it reads after its claim and steps down without writing if a newer epoch wrote
+that head; and a standby claims exactly the epoch after the one it found silent, so it never
+deposes a controller it has not watched. In version order, controller epochs never go back.
+
 Deltas and snapshots, as KRaft has records and snapshots. A full image per version made every
 change cost the cluster size (at 10,000 partitions: a 240 kB image, ~24 ms to serialize, per
 ISR change) and made every broker read and parse it all at every version. So a version object
