@@ -107,6 +107,24 @@ def consumed(members: list[MemberProcess]) -> set[int]:
     return set().union(*(m.values() for m in members))
 
 
+def wait_consumed(
+    members: list[MemberProcess], count: int, partitions: int, timeout: float
+) -> None:
+    """Wait until the members have consumed every value below ``count``; on timeout, fail
+    naming what is missing (by partition) and each member's state and last log lines."""
+    try:
+        wait_until(lambda: consumed(members) >= set(range(count)), timeout=timeout, message="all")
+    except AssertionError as err:
+        missing = sorted(set(range(count)) - consumed(members))
+        by_partition = {p: sum(v % partitions == p for v in missing) for p in range(partitions)}
+        lines = [f"{err}: {len(missing)} values missing, by partition {by_partition}"]
+        for i, m in enumerate(members):
+            tail = m.out.with_suffix(".stderr").read_text().splitlines()[-15:]
+            lines.append(f"member {i} (exit code {m.proc.poll()}), last log lines:")
+            lines.extend(f"  {line[:300]}" for line in tail)
+        raise AssertionError("\n".join(lines)) from None
+
+
 def owners(bootstrap: str, group: str) -> list[frozenset[TopicPartition]]:
     with Admin(bootstrap_servers=bootstrap) as admin:
         try:
@@ -143,7 +161,7 @@ def test_a_sigkilled_members_partitions_move_and_nothing_is_skipped(
             timeout=60,
             message="the survivors own all six partitions",
         )
-        wait_until(lambda: consumed(members) >= set(range(3000)), timeout=90, message="all")
+        wait_consumed(members, 3000, 6, timeout=90)
     finally:
         for m in members:
             m.stop()
@@ -173,7 +191,7 @@ def test_a_member_paused_past_its_session_rejoins_and_no_stale_commit_lands(
         zombie.signal(signal.SIGCONT)
         wait_until(lambda: len(owners(broker.bootstrap, group)) == 2, timeout=60, message="rejoin")
         produce(broker.bootstrap, topic, range(2000, 2400), 4)
-        wait_until(lambda: consumed(members) >= set(range(2400)), timeout=60, message="all")
+        wait_consumed(members, 2400, 4, timeout=60)
         wait_until(lambda: sum(watch.highest.values()) == 2400, timeout=60, message="committed")
     finally:
         watch.close()
@@ -203,7 +221,7 @@ def test_the_coordinators_broker_sigkilled_while_members_commit(
         survivors = ",".join(b.bootstrap for i, b in cluster.brokers.items() if i != coordinator)
         cluster.brokers[coordinator].kill()
         produce(survivors, topic, range(2000, 3000), 4)
-        wait_until(lambda: consumed(members) >= set(range(3000)), timeout=120, message="all")
+        wait_consumed(members, 3000, 4, timeout=120)
         watch.bootstrap = survivors
         wait_until(lambda: sum(watch.highest.values()) == 3000, timeout=120, message="committed")
     finally:

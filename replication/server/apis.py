@@ -29,6 +29,7 @@ from replication.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
@@ -281,37 +282,24 @@ class KafkaApis:
         self.handlers.update(group_apis.handlers)
 
     async def create_internal_topic(self, name: str, partitions: int, replication: int) -> None:
-        """Create an internal topic (min ISR 2 where it can be; kept whole: no retention).
+        """Create an internal topic: ``replication`` replicas, or as many as the controller
+        has registered brokers if fewer, min ISR 2 where it can be (the controller decides:
+        ``controller_apis.internal_topic_placement``); kept whole (no retention).
 
-        Its replication factor is ``replication``, or the number of registered brokers if
-        fewer, and it waits until that many are live: created while one of three brokers is
-        restarting, it would get 2 replicas with min ISR 2 and stop taking writes at the next
-        failure. Until then nothing is created, and the caller answers
+        The controller refuses until that many brokers are live: created while one of three
+        is restarting, it would get 2 replicas with min ISR 2 and stop taking writes at the
+        next failure. Until then nothing is created, and the caller answers
         COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka refuses likewise until
         offsets.topic.replication.factor brokers are up)."""
-        registered = len(self.image.brokers)
-        live = len([b for b in self.image.brokers if not b.fenced])
-        replication_factor = max(1, min(replication, registered))
-        if live < replication_factor:
-            log.info(
-                "not creating %s yet: %d of the %d brokers it needs are live",
-                name,
-                live,
-                replication_factor,
-            )
-            return
-        await self.handle_create_topics(
+        response = await self.handle_create_topics(
             p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
             p.CreateTopicsRequest(
                 topics=[
                     p.CreatableTopic(
                         name=name,
                         num_partitions=partitions,
-                        replication_factor=replication_factor,
+                        replication_factor=replication,
                         configs=[
-                            p.CreatableTopicConfig(
-                                name="min.insync.replicas", value=str(min(2, replication_factor))
-                            ),
                             # Kafka compacts its internal topics; replog has no compaction, so
                             # it keeps them whole (a sink's last committed batch, a group's
                             # offsets must outlive any retention).
@@ -322,6 +310,9 @@ class KafkaApis:
                 ]
             ),
         )
+        for result in response.topics:
+            if result.error_code and result.error_code != TopicAlreadyExistsError.code:
+                log.info("not creating %s yet: %s", name, result.error_message)
 
     async def handle_find_coordinator(
         self, header: p.RequestHeader, body: p.FindCoordinatorRequest

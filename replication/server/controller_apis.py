@@ -17,6 +17,8 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
+from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import InvalidRequestError, NotControllerError
 from replication.metadata.image import MetadataImage
 from replication.server.responses import Handler, error_code, error_message
@@ -109,6 +111,26 @@ def not_controller_alter_configs(
 
 ConfigOps = list[tuple[int, str, str | None]]
 
+#: Topics brokers create on first use (FindCoordinator), with internal_topic_placement.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+
+
+def internal_topic_placement(
+    image: MetadataImage, replication_factor: int, configs: list[tuple[str, str]]
+) -> tuple[int, list[tuple[str, str]]]:
+    """The replication factor and min ISR of an internal topic, decided here on the controller.
+
+    A broker asks for the configured replication factor (offsets.topic.replication.factor).
+    It gets at most the number of *registered* brokers, so that a one- or two-broker cluster
+    has its coordinators; create_topic still refuses until that many are live, and the broker
+    answers COORDINATOR_NOT_AVAILABLE meanwhile (Kafka refuses likewise until enough brokers
+    are up). The count is the controller's: a broker's metadata can lag a registration, and an
+    offsets topic it sized from its own view got 2 replicas in a 3-broker cluster, min ISR 2,
+    and stopped taking writes at the first broker failure. Min ISR is 2 where it can be."""
+    rf = max(1, min(replication_factor, len(image.brokers)))
+    configs = [(k, v) for k, v in configs if k != "min.insync.replicas"]
+    return rf, [*configs, ("min.insync.replicas", str(min(2, rf)))]
+
 
 class ControllerApis:
     def __init__(self, config: BrokerConfig, service: ControllerHandle) -> None:
@@ -163,13 +185,16 @@ class ControllerApis:
                 if topic.replication_factor != -1
                 else self.config.default_replication_factor
             )
+            configs = [(c.name, c.value or "") for c in topic.configs]
+            if topic.name in INTERNAL_TOPICS:
+                rf, configs = internal_topic_placement(self.image, rf, configs)
             try:
                 await asyncio.to_thread(
                     controller.create_topic,
                     topic.name,
                     partitions,
                     rf,
-                    [(c.name, c.value or "") for c in topic.configs],
+                    configs,
                     validate_only=body.validate_only,
                 )
                 results.append(
