@@ -32,8 +32,11 @@ TIERS = ("unit", "s3", "cluster", "spark", "chaos")
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects anything
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Fail collection when a test carries none of the tier markers."""
+    """Fail collection when a test carries none of the tier markers; put every test in an
+    xdist group (see :func:`xdist_group`)."""
     untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     if untiered:
         shown = "\n  ".join(untiered[:20])
         more = f"\n  ... and {len(untiered) - 20} more" if len(untiered) > 20 else ""
@@ -41,6 +44,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"{len(untiered)} test(s) carry no tier marker (one of {', '.join(TIERS)}); mark the"
             f" module (pytestmark = pytest.mark.unit), the class or the test:\n  {shown}{more}"
         )
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The pytest-xdist worker group of a test (pyproject.toml runs ``-n 2 --dist loadgroup``):
+    every Spark test in one group, so the run starts one SparkSession (it is slow to start and
+    holds a JVM), and every other test with the rest of its module, so a module-scoped fixture
+    (a shared broker or cluster) starts once."""
+    if item.get_closest_marker("spark"):
+        return "spark"
+    return item.nodeid.split("::", 1)[0]
 
 
 @dataclass(frozen=True)
