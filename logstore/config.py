@@ -18,9 +18,12 @@ from logstore.errors import ConfigError
 C = TypeVar("C")
 
 
-def key(name: str, doc: str = "", *, minimum: int | None = None) -> dict[str, Any]:
-    """Field metadata: the Kafka key name, a one-line description, an optional lower bound."""
-    return {"key": name, "doc": doc, "minimum": minimum}
+def key(
+    name: str, doc: str = "", *, minimum: int | None = None, secret: bool = False
+) -> dict[str, Any]:
+    """Field metadata: the Kafka key name, a one-line description, an optional lower bound,
+    and whether the value is a secret (a password: never printed; give the field repr=False)."""
+    return {"key": name, "doc": doc, "minimum": minimum, "secret": secret}
 
 
 def keys_of(cls: type[Any]) -> dict[str, dataclasses.Field[Any]]:
@@ -69,7 +72,12 @@ def parse(cls: type[C], values: Mapping[str, Any], *, ignore: frozenset[str] = f
         if f is None:
             allowed = ", ".join(sorted(fields))
             raise ConfigError(f"unknown config key {name!r}; known keys: {allowed}")
-        converted = _convert(name, hints[f.name], value)
+        try:
+            converted = _convert(name, hints[f.name], value)
+        except ConfigError:
+            if f.metadata.get("secret"):
+                raise ConfigError(f"config {name}=<redacted>: not a valid value") from None
+            raise
         minimum = f.metadata.get("minimum")
         if minimum is not None and converted < minimum:
             raise ConfigError(f"config {name}={value!r}: must be at least {minimum}")

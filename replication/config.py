@@ -15,6 +15,7 @@ from typing import Any
 from logstore.config import LogConfig, keys_of, parse
 from logstore.config import key as k
 from logstore.errors import ConfigError
+from replication.security.config import SecurityConfig
 
 #: Listener names: replog's own protocol, and Kafka's (for Kafka clients and tools).
 LISTENER_NAMES = ("REPLOG", "KAFKA")
@@ -339,6 +340,8 @@ class BrokerConfig:
         ),
     )
     log: LogConfig = field(default_factory=LogConfig)
+    #: TLS, SASL and authorization keys (replication/security/config.py)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @property
     def roles(self) -> frozenset[str]:
@@ -456,11 +459,16 @@ def load_broker_config(path: str | Path | None, overrides: Mapping[str, Any] = (
 
 def broker_config_from(values: Mapping[str, Any]) -> BrokerConfig:
     log_keys = set(keys_of(LogConfig))
+    security_keys = set(keys_of(SecurityConfig))
     log_values = {name: v for name, v in values.items() if name in log_keys}
-    broker_values = {name: v for name, v in values.items() if name not in log_keys}
+    security_values = {name: v for name, v in values.items() if name in security_keys}
+    broker_values = {
+        name: v for name, v in values.items() if name not in log_keys | security_keys
+    }
     log_config = parse(LogConfig, log_values)
+    security = parse(SecurityConfig, security_values)
     config = parse(BrokerConfig, broker_values)
-    return BrokerConfig(**{**config.__dict__, "log": log_config})
+    return BrokerConfig(**{**config.__dict__, "log": log_config, "security": security})
 
 
 def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -140,7 +140,12 @@ def effective_broker_config(static: BrokerConfig, image: MetadataImage) -> Broke
     overrides = dynamic_broker_overrides(image, static.broker_id)
     if not overrides:
         return static
-    values: dict[str, Any] = {**to_mapping(static), **to_mapping(static.log), **overrides}
+    values: dict[str, Any] = {
+        **to_mapping(static),
+        **to_mapping(static.log),
+        **to_mapping(static.security),
+        **overrides,
+    }
     try:
         return broker_config_from(values)
     except ConfigError as err:  # validated by the controller; a newer replog's key, say

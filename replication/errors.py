@@ -28,9 +28,12 @@ from logstore.errors import (
 )
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
     "BrokerUnreachableError",
+    "ClusterAuthorizationFailedError",
     "CommitFailedError",
     "CommitStateUnknownError",
     "ConcurrentTransactionsError",
@@ -47,10 +50,12 @@ __all__ = [
     "FencedLeaderEpochError",
     "FetchSessionIdNotFoundError",
     "FrameTooLargeError",
+    "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
     "IllegalGenerationError",
+    "IllegalSaslStateError",
     "InconsistentGroupProtocolError",
     "IneligibleReplicaError",
     "InvalidFetchSessionEpochError",
@@ -82,6 +87,7 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetNotAvailableError",
     "OffsetOutOfRangeError",
+    "OperationNotAttemptedError",
     "OutOfOrderSequenceNumberError",
     "PreferredLeaderNotAvailableError",
     "ProducerFencedError",
@@ -91,10 +97,15 @@ __all__ = [
     "ReplicaNotAvailableError",
     "ReplogError",
     "RequestTimedOutError",
+    "SaslAuthenticationFailedError",
+    "SecurityDisabledError",
+    "SslAuthenticationError",
     "StaleBrokerEpochError",
     "StaleControllerEpochError",
     "TopicAlreadyExistsError",
+    "TopicAuthorizationFailedError",
     "TransactionCoordinatorFencedError",
+    "TransactionalIdAuthorizationFailedError",
     "TransactionalIdNotFoundError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
@@ -103,6 +114,7 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
     "UnsupportedCompressionTypeError",
+    "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
     "WireError",
     "for_code",
@@ -738,6 +750,121 @@ class InvalidFieldError(ProtocolError, ValueError):
 
     Fix the value (e.g. an int16 field out of range, a string longer than 32767 bytes).
     """
+
+
+# --- security: authentication and authorization ------------------------------------------------
+
+
+class AuthorizationError(WireError):
+    """The principal may not do this (an ACL denies it, or none allows it).
+
+    Ask an operator to grant it: `replog acls add --allow-principal User:NAME --operation OP
+    --topic|--group|--transactional-id|--cluster ...`.
+    """
+
+
+class TopicAuthorizationFailedError(AuthorizationError):
+    """The principal is not authorized to access this topic.
+
+    Ask an operator for an ACL on it: `replog acls add --allow-principal User:NAME --operation
+    Read|Write|Describe|... --topic NAME`.
+    """
+
+    code = 29
+
+
+class GroupAuthorizationFailedError(AuthorizationError):
+    """The principal is not authorized to use this consumer group.
+
+    Ask an operator for an ACL on it: `replog acls add --allow-principal User:NAME --operation
+    Read --group NAME`.
+    """
+
+    code = 30
+
+
+class ClusterAuthorizationFailedError(AuthorizationError):
+    """The principal is not authorized for this cluster operation.
+
+    Ask an operator for an ACL on the cluster: `replog acls add --allow-principal User:NAME
+    --operation OP --cluster`.
+    """
+
+    code = 31
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    """The principal is not authorized to use this transactional id.
+
+    Ask an operator for an ACL on it: `replog acls add --allow-principal User:NAME --operation
+    Write --transactional-id ID` (--resource-pattern-type prefixed for a prefix).
+    """
+
+    code = 53
+
+
+class SecurityDisabledError(WireError):
+    """Security features (ACLs) are not enabled on this cluster.
+
+    Set authorizer.class.name on the brokers and controllers (see README, "Security").
+    """
+
+    code = 54
+
+
+class OperationNotAttemptedError(WireError):
+    """The broker did not attempt this part of the request because another part failed.
+
+    Fix the other error of the same request (an authorization failure, usually) and retry.
+    """
+
+    code = 55
+
+
+class AuthenticationError(WireError):
+    """The connection could not be authenticated.
+
+    Check the credentials (sasl.jaas.config or sasl.username/sasl.password, the certificates)
+    and the mechanism (sasl.mechanism) against the broker's listener.
+    """
+
+
+class UnsupportedSaslMechanismError(AuthenticationError):
+    """The broker does not enable this SASL mechanism on this listener.
+
+    Use one of the mechanisms the broker lists (sasl.enabled.mechanisms), e.g. SCRAM-SHA-512.
+    """
+
+    code = 33
+
+
+class IllegalSaslStateError(AuthenticationError):
+    """A request came at the wrong step of the SASL handshake.
+
+    Send SaslHandshake, then SaslAuthenticate rounds, before any other request.
+    """
+
+    code = 34
+
+
+class SaslAuthenticationFailedError(AuthenticationError):
+    """SASL authentication failed: an unknown user, a wrong password, or a malformed exchange.
+
+    Check the user name and password (`replog users list` shows the users) and the mechanism.
+    """
+
+    code = 58
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: a certificate that is not trusted, has expired or does not
+    name the host, or a peer that does not speak TLS.
+
+    Check ssl.truststore.location (the CA that signed the broker's certificate), the
+    certificate's dates and names, and that security.protocol matches the listener's.
+    """
+
+    retriable = False
 
 
 # --- client side, no wire code ---------------------------------------------------------------

@@ -133,6 +133,73 @@ class ClientConfig:
         ),
     )
 
+    # --- security (Kafka's client names; see README, "Security") -----------------------------
+    security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata=key(
+            "security.protocol",
+            "how to reach the brokers: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        ),
+    )
+    ssl_truststore_location: str = field(
+        default="",
+        metadata=key(
+            "ssl.truststore.location",
+            "PEM file of the CA certificates that signed the brokers' (empty: the system's)",
+        ),
+    )
+    ssl_keystore_location: str = field(
+        default="",
+        metadata=key(
+            "ssl.keystore.location",
+            "PEM file with this client's private key and certificate (mutual TLS)",
+        ),
+    )
+    ssl_key_password: str = field(
+        default="",
+        repr=False,
+        metadata=key("ssl.key.password", "password of the private key, if any", secret=True),
+    )
+    ssl_endpoint_identification_algorithm: str = field(
+        default="https",
+        metadata=key(
+            "ssl.endpoint.identification.algorithm",
+            "https: check that the broker's certificate names its host; empty: do not",
+        ),
+    )
+    sasl_mechanism: str = field(
+        default="SCRAM-SHA-512",
+        metadata=key("sasl.mechanism", "SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN"),
+    )
+    sasl_jaas_config: str = field(
+        default="",
+        repr=False,
+        metadata=key(
+            "sasl.jaas.config",
+            'the login: ScramLoginModule required username="alice" password="...";',
+            secret=True,
+        ),
+    )
+    sasl_username: str = field(
+        default="",
+        metadata=key("sasl.username", "the user name (instead of sasl.jaas.config)"),
+    )
+    sasl_password: str = field(
+        default="",
+        repr=False,
+        metadata=key(
+            "sasl.password", "the password (instead of sasl.jaas.config)", secret=True
+        ),
+    )
+    sasl_plain_insecure_enable: bool = field(
+        default=False,
+        metadata=key(
+            "sasl.plain.insecure.enable",
+            "send a PLAIN password over SASL_PLAINTEXT, in the clear (replog only; off: "
+            "PLAIN only over SASL_SSL)",
+        ),
+    )
+
     def __post_init__(self) -> None:
         parse_bootstrap(self.bootstrap_servers)
 
