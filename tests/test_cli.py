@@ -411,3 +411,51 @@ def test_help_lists_the_client_commands() -> None:
     assert result.returncode == 2
     for command in ("topics", "produce", "consume", "perf"):
         assert command in result.stdout + result.stderr
+
+
+# --- --command-config ------------------------------------------------------------------------
+
+
+def test_command_config_reaches_the_clients_of_every_command(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """A properties file (Kafka's tools' --command-config) is read by every client command:
+    a good one works, and a key no client knows fails each command naming that key (so no
+    command ignores the file)."""
+    topic = unique_name("cc")
+    good = tmp_path / "client.properties"
+    good.write_text(
+        "# a Kafka tools' properties file\n"
+        "! comments either way\n"
+        "client.id = replog-cli-test\n"
+        "request.timeout.ms: 20000\n"
+        "security.protocol=PLAIN\\\n"
+        "  TEXT\n"
+    )
+    bad = tmp_path / "bad.properties"
+    bad.write_text("no.such.client.key=1\n")
+    bs = ("--bootstrap-server", cluster.bootstrap)
+    ok(replog("topics", "create", topic, "--partitions", "1", *bs, "--command-config", str(good)))
+    commands: list[tuple[tuple[str, ...], str | None]] = [
+        (("topics", "list"), None),
+        (("topics", "describe", topic), None),
+        (("produce", topic), "a\nb\n"),
+        (("consume", topic, "--from-beginning", "--max-messages", "1"), None),
+        (("perf", "produce", "--topic", topic, "--num-records", "5", "--record-size", "8"), None),
+        (("configs", "describe", "--entity-type", "topics", "--entity-name", topic), None),
+        (("consumer-groups", "list"), None),
+        (("transactions", "list"), None),
+        (("records", "delete", "--topic", topic, "--partition", "0", "--offset", "1"), None),
+        (("partitions", "elect-leaders", "--election-type", "preferred", "--topic", topic), None),
+    ]
+    for config, expect_ok in ((good, True), (bad, False)):
+        cases = [
+            ((*argv, *bs, "--command-config", str(config)), stdin, ()) for argv, stdin in commands
+        ]
+        for (result, _), (argv, _, _) in zip(run_all(cases), cases, strict=True):
+            if expect_ok:
+                assert result.returncode == 0, (argv, result.stderr)
+            else:
+                assert_one_line_error(result, "no.such.client.key")
+    missing = replog("topics", "list", *bs, "--command-config", str(tmp_path / "none"))
+    assert_one_line_error(missing, "--command-config", "cannot read it")

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,7 +25,7 @@ except ImportError:  # pragma: no cover - typer on top of the click package
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
-    from replication.client import Admin, FetchedBatch
+    from replication.client import FetchedBatch
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -39,6 +40,14 @@ controller_app = typer.Typer(no_args_is_help=True, help="Run a controller.")
 app.add_typer(controller_app, name="controller")
 cluster_app = typer.Typer(no_args_is_help=True, help="A local cluster: a controller and N brokers.")
 app.add_typer(cluster_app, name="cluster")
+from replication.tools.cli_common import (  # noqa: E402
+    DEFAULT_BOOTSTRAP,
+    BootstrapOption,
+    CommandConfigOption,
+    admin_client,
+    client_config,
+    read_properties,
+)
 from replication.tools.cli_monitoring import cluster_prometheus_config  # noqa: E402
 
 cluster_app.command("prometheus-config")(cluster_prometheus_config)
@@ -319,15 +328,6 @@ def demo(
 
 # --- clients: topics, produce, consume, perf ------------------------------------------------------
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 
 
 class CommandError(ReplogError):
@@ -354,17 +354,13 @@ def _pairs(flag: str, pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _admin(bootstrap: str) -> Admin:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
-
-
-def _partitions_of(bootstrap: str, topic: str, partition: int | None) -> list[int]:
+def _partitions_of(
+    bootstrap: str, command_config: Path | None, topic: str, partition: int | None
+) -> list[int]:
     """The partitions of ``topic`` (just ``partition`` if given, checked to exist)."""
     from replication.client.describe import describe_topic_waiting
 
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         described = describe_topic_waiting(admin, topic)
     ids = [p.partition for p in described.partitions]
     if partition is None:
@@ -398,12 +394,13 @@ def topics_create(
         bool, typer.Option("--if-not-exists", help="succeed if the topic already exists")
     ] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Create a topic."""
     from replication.errors import TopicAlreadyExistsError
 
     settings = _pairs("--config", configs)
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         try:
             admin.create_topic(
                 name,
@@ -424,9 +421,10 @@ def topics_list(
         bool, typer.Option("--exclude-internal", help="leave out internal topics (__...)")
     ] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Print the name of every topic, one a line."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         names = admin.list_topics(include_internal=not exclude_internal)
     for name in names:
         typer.echo(name)
@@ -439,11 +437,12 @@ def topics_delete(
         bool, typer.Option("--if-exists", help="succeed if the topic does not exist")
     ] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Delete a topic and its data."""
     from replication.errors import UnknownTopicOrPartitionError
 
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         try:
             admin.delete_topic(name)
         except UnknownTopicOrPartitionError:
@@ -458,6 +457,7 @@ def topics_describe(
     name: Annotated[str, typer.Argument(help="the topic's name")],
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (shape below)")] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Per partition: leader, leader epoch, replicas, ISR, high watermark, and each replica's
     log end offset (LEO) and lag (leader LEO - replica LEO), asked of every broker.
@@ -475,7 +475,7 @@ def topics_describe(
 
     from replication.client.describe import describe_topic_status
 
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         status = describe_topic_status(admin, name)
     if as_json:
         typer.echo(json.dumps(status.to_json()))
@@ -541,6 +541,7 @@ def produce(
         typer.Option("--producer-property", help="a producer setting key=value, repeatable"),
     ] = None,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Send each line of stdin as a record (as kafka-console-producer); flush at EOF.
 
@@ -552,7 +553,7 @@ def produce(
     from replication.client import Producer
 
     props = _pairs("--producer-property", producer_property)
-    _partitions_of(bootstrap, topic, partition)  # the topic exists: fail fast if not
+    _partitions_of(bootstrap, command_config, topic, partition)  # the topic exists, or fail
     separator = None if key_separator is None else key_separator.encode()
     if separator == b"":
         raise CommandError("--key-separator must not be empty")
@@ -563,7 +564,7 @@ def produce(
         if error is not None:
             failed.append(error)
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **props})
+    producer = Producer(client_config(bootstrap, command_config, acks=acks, **props))
     sent = 0
     try:
         for number, raw in enumerate(sys.stdin.buffer, 1):
@@ -653,6 +654,7 @@ def consume(
         typer.Option("--consumer-property", help="a consumer setting key=value, repeatable"),
     ] = None,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Print each record's value on its own line (as kafka-console-consumer).
 
@@ -675,12 +677,14 @@ def consume(
             f"--property {unknown[0]}: unknown; known: {', '.join(_CONSOLE_PROPERTIES)}"
         )
     render = _formatter(fmt)
-    config = {
-        "bootstrap.servers": bootstrap,
-        "isolation.level": isolation_level,
+    config = client_config(
+        bootstrap,
+        command_config,
+        **{"isolation.level": isolation_level},
         **_pairs("--consumer-property", consumer_property),
-    }
-    tps = [TopicPartition(topic, p) for p in _partitions_of(bootstrap, topic, partition)]
+    )
+    partitions = _partitions_of(bootstrap, command_config, topic, partition)
+    tps = [TopicPartition(topic, p) for p in partitions]
     out = sys.stdout.buffer
     count = 0
     with Consumer(config) as consumer:
@@ -860,6 +864,7 @@ def perf_produce(
     ] = 10_000,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON line instead")] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Send records as fast as asked and report records/s, MB/s and latency percentiles
     (as kafka-producer-perf-test). Latency is send-to-ack: per record in records mode
@@ -884,6 +889,7 @@ def perf_produce(
             compression_type=compression_type,
             partition=partition,
             producer_props=_pairs("--producer-props", producer_props),
+            client_props=read_properties(command_config) if command_config else None,
             latency_sample_every=latency_sample_every,
             arrow_batch_records=arrow_batch_records,
             progress=update,
@@ -936,6 +942,7 @@ def perf_consume(
     ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON line instead")] = False,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Read records from the beginning and report records/s and MB/s (key and value bytes),
     as kafka-consumer-perf-test. With --group, --members consumers of one group share the
@@ -953,6 +960,7 @@ def perf_consume(
             members=members,
             timeout_ms=timeout,
             consumer_props=_pairs("--consumer-props", consumer_props),
+            client_props=read_properties(command_config) if command_config else None,
         )
         if as_json:
             typer.echo(json.dumps(grouped.to_json()))
@@ -972,6 +980,7 @@ def perf_consume(
             timeout_ms=timeout,
             fetch_size=fetch_size,
             consumer_props=_pairs("--consumer-props", consumer_props),
+            client_props=read_properties(command_config) if command_config else None,
             progress=update,
         )
     if as_json:

@@ -19,11 +19,12 @@ stderr and exit status 1, as every replog command.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Final
+from typing import Annotated, Final, Literal
 
 import typer
 
 from logstore.errors import ConfigError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 __all__ = ["configs_app"]
 
@@ -33,19 +34,13 @@ configs_app = typer.Typer(
 )
 
 #: --entity-type values, as kafka-configs takes them, and the Admin resource type of each.
-_ENTITY_TYPES: Final = {"topics": "topic", "brokers": "broker"}
+ResourceKind = Literal["topic", "broker"]
+_ENTITY_TYPES: Final[dict[str, ResourceKind]] = {"topics": "topic", "brokers": "broker"}
 #: The dynamic sources: what `describe` shows without --all (as kafka-configs).
 _DYNAMIC_SOURCES: Final = frozenset(
     {"DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG"}
 )
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 EntityTypeOption = Annotated[
     str, typer.Option("--entity-type", help="topics or brokers", show_default=False)
 ]
@@ -61,13 +56,9 @@ EntityDefaultOption = Annotated[
 ]
 
 
-def _admin(bootstrap: str) -> Any:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
-
-
-def _entity(entity_type: str, name: str | None, default: bool) -> tuple[str, str, str]:
+def _entity(
+    entity_type: str, name: str | None, default: bool
+) -> tuple[ResourceKind, str, str]:
     """(Admin resource type, resource name, text for messages) from the entity flags."""
     resource = _ENTITY_TYPES.get(entity_type)
     if resource is None:
@@ -115,6 +106,7 @@ def describe(
     entity_name: EntityNameOption = None,
     entity_default: EntityDefaultOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     all_configs: Annotated[
         bool, typer.Option("--all", help="every key, not only the dynamic ones")
     ] = False,
@@ -124,7 +116,7 @@ def describe(
     source (DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
     STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and whether it can be altered live."""
     resource, name, what = _entity(entity_type, entity_name, entity_default)
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         entries = admin.describe_configs(resource, name)
     shown = [
         e
@@ -162,6 +154,7 @@ def alter(
     entity_name: EntityNameOption = None,
     entity_default: EntityDefaultOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     add_config: Annotated[
         str | None,
         typer.Option(
@@ -190,7 +183,7 @@ def alter(
     both = sorted(set(to_set) & set(to_delete))
     if both:
         raise ConfigError(f"{', '.join(both)}: both added and deleted; give each key once")
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         admin.incremental_alter_configs(
             resource,
             name,

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from logstore.errors import ConfigError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 __all__ = ["groups_app"]
 
@@ -28,27 +29,18 @@ groups_app = typer.Typer(
     no_args_is_help=True, help="List, describe, reset and delete consumer groups."
 )
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 GroupArgument = Annotated[str, typer.Argument(help="the group id")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _admin(bootstrap: str) -> Any:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
-
-
 @groups_app.command("list")
-def list_groups(bootstrap: BootstrapOption = "127.0.0.1:9092", as_json: JsonOption = False) -> None:
+def list_groups(
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Every consumer group the brokers coordinate."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         groups = admin.list_consumer_groups()
     if as_json:
         typer.echo(json.dumps([{"group_id": g, "protocol_type": t} for g, t in groups]))
@@ -90,11 +82,12 @@ def describe_rows(admin: Any, group_id: str) -> tuple[Any, list[dict[str, Any]]]
 def describe_group(
     group_id: GroupArgument,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Per partition: committed offset, log end offset, lag and the member that owns it; then
     the group's state, assignor and coordinator."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         group, rows = describe_rows(admin, group_id)
     if as_json:
         typer.echo(
@@ -147,6 +140,7 @@ def reset_offsets(
         bool, typer.Option("--execute", help="apply it (without: print the plan only)")
     ] = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Set a group's committed offsets of a topic (the group must have no members). Without
     --execute this prints the new offsets and changes nothing, as kafka-consumer-groups."""
@@ -168,7 +162,7 @@ def reset_offsets(
             "give exactly one of --to-earliest, --to-latest, --to-offset, --to-timestamp, "
             f"--shift-by (got {', '.join(chosen) or 'none'})"
         )
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         info = admin.describe_topic(topic)
         tps = [TopicPartition(topic, p.partition) for p in info.partitions]
         earliest = admin.list_offsets(dict.fromkeys(tps, "earliest"))
@@ -206,9 +200,10 @@ def reset_offsets(
 def delete_groups(
     group_ids: Annotated[list[str], typer.Argument(help="group ids")],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Delete groups that have no members, with their committed offsets."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         admin.delete_consumer_groups(group_ids)
     for group_id in group_ids:
         typer.echo(f"deleted group {group_id}")

@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
+from replication.common import TopicPartition
 from replication.errors import InvalidReplicaAssignmentError, InvalidRequestError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
+
+#: Admin.alter_partition_reassignments' argument: new replicas, or None to cancel
+Moves = dict[TopicPartition | tuple[str, int], Sequence[int] | None]
 
 __all__ = ["brokers_app", "partitions_app"]
 
@@ -48,13 +54,6 @@ def _brokers() -> None:
     """Decommission and unregister brokers (as kafka-cluster)."""
 
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 ThrottleOption = Annotated[
     int,
     typer.Option(
@@ -63,12 +62,6 @@ ThrottleOption = Annotated[
         help="bytes/s the new replicas may fetch at while they catch up (0: no limit)",
     ),
 ]
-
-
-def _admin(bootstrap: str) -> Any:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
 
 
 def _read_json(path: Path, flag: str) -> Any:
@@ -136,6 +129,7 @@ def _current(admin: Any, topics: list[str]) -> dict[tuple[str, int], list[int]]:
 @partitions_app.command("reassign")
 def reassign(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     reassignment_file: Annotated[
         Path | None,
         typer.Option(
@@ -175,19 +169,19 @@ def reassign(
             raise InvalidRequestError(
                 "--generate needs --topics-to-move-json-file and --broker-list"
             )
-        _generate(bootstrap, topics_file, broker_list)
+        _generate(bootstrap, command_config, topics_file, broker_list)
         return
     if reassignment_file is None:
         raise InvalidRequestError(
             "--reassignment-json-file is required (or --generate to propose one)"
         )
     plan = read_reassignment(reassignment_file)
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         if verify:
             _verify(admin, plan)
         elif cancel:
             ongoing = admin.list_partition_reassignments(list(plan))
-            todo = {tp: None for tp in plan if tp in ongoing}
+            todo: Moves = {tp: None for tp in plan if tp in ongoing}
             if todo:
                 admin.alter_partition_reassignments(todo)
             shown = ",".join(f"{t}-{i}" for t, i in sorted(todo))
@@ -208,7 +202,8 @@ def reassign(
             typer.echo("Current partition replica assignment\n")
             typer.echo(reassignment_json({tp: current[tp] for tp in plan}))
             typer.echo("\nSave this to use as the --reassignment-json-file option during rollback")
-            admin.alter_partition_reassignments(plan, throttle=throttle)
+            moves: Moves = {tp: replicas for tp, replicas in plan.items()}  # noqa: C416 (mypy: keys)
+            admin.alter_partition_reassignments(moves, throttle=throttle)
             if throttle:
                 typer.echo(f"The catch-up of the new replicas is throttled to {throttle} B/s.")
             typer.echo(
@@ -239,7 +234,9 @@ def _verify(admin: Any, plan: dict[tuple[str, int], list[int]]) -> None:
             )
 
 
-def _generate(bootstrap: str, topics_file: Path, broker_list: str) -> None:
+def _generate(
+    bootstrap: str, command_config: Path | None, topics_file: Path, broker_list: str
+) -> None:
     from replication.client.reassignments import generate_assignment
 
     doc = _read_json(topics_file, "--topics-to-move-json-file")
@@ -259,7 +256,7 @@ def _generate(bootstrap: str, topics_file: Path, broker_list: str) -> None:
         raise InvalidRequestError(
             f"--broker-list {broker_list!r}: expected broker ids, e.g. 1,2,3"
         ) from err
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         described = admin.describe_topics([e["topic"] for e in entries])
     current = {(d.name, p.partition): list(p.replicas) for d in described for p in d.partitions}
     proposed = generate_assignment(described, brokers)
@@ -272,6 +269,7 @@ def _generate(bootstrap: str, topics_file: Path, broker_list: str) -> None:
 @partitions_app.command("elect-leaders")
 def elect_leaders(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     election_type: Annotated[
         str,
         typer.Option(
@@ -288,14 +286,18 @@ def elect_leaders(
     ] = False,
 ) -> None:
     """Elect leaders (as kafka-leader-election)."""
-    kind = election_type.lower()
-    if kind not in ("preferred", "unclean"):
+    kind: Literal["preferred", "unclean"]
+    if election_type.lower() == "preferred":
+        kind = "preferred"
+    elif election_type.lower() == "unclean":
+        kind = "unclean"
+    else:
         raise InvalidRequestError(f"--election-type {election_type!r}: use preferred or unclean")
     if all_partitions == (topic is not None):
         raise InvalidRequestError("name --topic (and --partition) or --all-topic-partitions")
     if partition is not None and topic is None:
         raise InvalidRequestError("--partition needs --topic")
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         wanted: list[tuple[str, int]] | None = None
         if topic is not None:
             ids = [p.partition for p in admin.describe_topic(topic).partitions]
@@ -329,6 +331,7 @@ def elect_leaders(
 def decommission(
     broker_id: Annotated[int, typer.Option("--broker-id", help="the broker to empty")],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     throttle: ThrottleOption = 0,
     timeout: Annotated[
         float, typer.Option("--timeout", help="seconds to wait for the moves to complete")
@@ -339,7 +342,7 @@ def decommission(
     it is stopped."""
     from replication.client.reassignments import plan_decommission
 
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         cluster = admin.describe_cluster()
         live = [b.node_id for b in cluster.brokers]
         topics = admin.describe_topics(admin.list_topics(include_internal=True))
@@ -347,7 +350,8 @@ def decommission(
         if plan:
             typer.echo(f"Moving {len(plan)} partition(s) off broker {broker_id}:")
             typer.echo(reassignment_json({(tp.topic, tp.partition): r for tp, r in plan.items()}))
-            admin.alter_partition_reassignments(plan, throttle=throttle)
+            moves: Moves = {tp: replicas for tp, replicas in plan.items()}  # noqa: C416 (mypy: keys)
+            admin.alter_partition_reassignments(moves, throttle=throttle)
         deadline = time.monotonic() + timeout
         while True:
             holding = [
@@ -380,8 +384,9 @@ def decommission(
 def unregister(
     broker_id: Annotated[int, typer.Option("--broker-id", help="the broker to unregister")],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Remove a stopped broker's registration (refused while it holds replicas)."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         admin.unregister_broker(broker_id)
     typer.echo(f"Broker {broker_id} unregistered.")

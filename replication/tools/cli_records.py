@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from logstore.errors import ConfigError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 __all__ = ["records_app"]
 
@@ -64,21 +65,10 @@ def _entry(path: str, entry: Any) -> tuple[tuple[str, int], int]:
         raise problem from None
 
 
-def _admin(bootstrap: str) -> Any:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
-
-
 @records_app.command("delete")
 def delete(
-    bootstrap: Annotated[
-        str,
-        typer.Option(
-            "--bootstrap-server",
-            help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-        ),
-    ] = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     offset_json_file: Annotated[
         str | None,
         typer.Option(
@@ -109,7 +99,7 @@ def delete(
         )
     else:
         offsets = {(topic, partition): offset}
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         low = admin.delete_records(offsets)
     typer.echo("Records delete operation completed:")
     for tp in sorted(low):

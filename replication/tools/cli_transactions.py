@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from logstore.errors import ReplogError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 __all__ = ["transactions_app"]
 
@@ -37,13 +38,6 @@ def _group() -> None:
     # A callback keeps ``list`` a subcommand even while it is the only one.
 
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -69,6 +63,7 @@ def _row(t: Any, coordinator: int, now_ms: int) -> dict[str, Any]:
 @transactions_app.command("list")
 def list_transactions(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     states: Annotated[
         list[str] | None,
         typer.Option(
@@ -95,11 +90,10 @@ def list_transactions(
     transaction holds back read_committed consumers (the LSO) until it ends or its
     transaction.timeout.ms aborts it.
     """
-    from replication.client import Admin
 
     wanted = list(states or ()) or ([] if show_all else list(OPEN_STATES))
     try:
-        with Admin(bootstrap_servers=bootstrap) as admin:
+        with admin_client(bootstrap, command_config) as admin:
             found = admin.list_transactions(wanted)
             coordinator = admin.transaction_coordinator()
     except (ReplogError, ValueError) as err:
@@ -141,14 +135,14 @@ def list_transactions(
 def describe_transaction(
     transactional_id: Annotated[str, typer.Option("--transactional-id", help="the id to describe")],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
 ) -> None:
     """Describe one transactional id as its coordinator knows it: producer id and epoch,
     state, timeout, the open transaction's start and partitions (DescribeTransactions)."""
-    from replication.client import Admin
 
     try:
-        with Admin(bootstrap_servers=bootstrap) as admin:
+        with admin_client(bootstrap, command_config) as admin:
             found = admin.describe_transactions([transactional_id])[transactional_id]
             coordinator = admin.transaction_coordinator()
     except (ReplogError, ValueError) as err:
@@ -177,6 +171,7 @@ def find_hanging(
         int, typer.Option("--broker-id", help="look at the partitions this broker leads")
     ],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     max_transaction_timeout: Annotated[
         int,
         typer.Option(
@@ -192,10 +187,9 @@ def find_hanging(
     max transaction timeout, while the coordinator does not know them as ongoing there. Each
     holds the partition's LSO (and read_committed consumers) back until aborted with
     `replog transactions abort`."""
-    from replication.client import Admin
 
     try:
-        with Admin(bootstrap_servers=bootstrap) as admin:
+        with admin_client(bootstrap, command_config) as admin:
             found = admin.find_hanging_transactions(broker_id, max_transaction_timeout * 60_000)
     except (ReplogError, ValueError) as err:
         raise _fail(err) from err
@@ -249,6 +243,7 @@ def abort_transaction(
     topic: Annotated[str, typer.Option("--topic", help="the partition's topic")],
     partition: Annotated[int, typer.Option("--partition", help="the partition")],
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     start_offset: Annotated[
         int | None,
         typer.Option("--start-offset", help="the open transaction's first offset"),
@@ -262,7 +257,6 @@ def abort_transaction(
 
     Name it by --start-offset, or by --producer-id, --producer-epoch and --coordinator-epoch
     (as `replog transactions find-hanging` prints them)."""
-    from replication.client import Admin
 
     by_producer = (producer_id, producer_epoch, coordinator_epoch)
     if (start_offset is None) == all(v is None for v in by_producer) or (
@@ -275,7 +269,7 @@ def abort_transaction(
             )
         )
     try:
-        with Admin(bootstrap_servers=bootstrap) as admin:
+        with admin_client(bootstrap, command_config) as admin:
             admin.abort_transaction(
                 (topic, partition),
                 producer_id=producer_id,

@@ -176,6 +176,7 @@ def produce_perf(
     compression_type: str | None = None,
     partition: int | None = None,
     producer_props: Mapping[str, Any] | None = None,
+    client_props: Mapping[str, Any] | None = None,
     latency_sample_every: int = DEFAULT_LATENCY_SAMPLE_EVERY,
     arrow_batch_records: int = DEFAULT_ARROW_BATCH_RECORDS,
     progress: Progress | None = None,
@@ -184,7 +185,8 @@ def produce_perf(
 
     Raises PerfError for bad arguments, UnknownTopicOrPartitionError if the topic does not
     exist (after a second's grace for a topic just created), BrokerUnreachableError if no
-    broker answers.
+    broker answers. ``client_props`` go to every client of the run (the admin client too):
+    the security configs of ``--command-config``.
     """
     if num_records < 1:
         raise PerfError(f"--num-records {num_records}: must be at least 1")
@@ -196,7 +198,8 @@ def produce_perf(
         raise PerfError(f"--latency-sample-every {latency_sample_every}: must be at least 1")
     if arrow_batch_records < 1:
         raise PerfError(f"--arrow-batch-records {arrow_batch_records}: must be at least 1")
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "acks": acks}
+    common = {**(client_props or {}), "bootstrap.servers": bootstrap_servers}
+    config: dict[str, Any] = {**common, "acks": acks}
     for name, value in (
         ("batch.size", batch_size),
         ("linger.ms", linger_ms),
@@ -209,7 +212,7 @@ def produce_perf(
     payload = _payload(record_size)
     acks_seen = _Acks()
     report = progress or (lambda sent: None)
-    with Admin(bootstrap_servers=bootstrap_servers) as admin:
+    with Admin(common) as admin:
         described = describe_topic_waiting(admin, topic)  # or raise: unknown, unreachable
     partitions = [p.partition for p in described.partitions]
     if partition is not None and partition not in partitions:
@@ -341,6 +344,7 @@ def consume_perf(
     timeout_ms: int = 10_000,
     fetch_size: int | None = None,
     consumer_props: Mapping[str, Any] | None = None,
+    client_props: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> ConsumePerfResult:
     """Read ``messages`` records of every partition of ``topic`` from the beginning.
@@ -350,15 +354,13 @@ def consume_perf(
     """
     if messages < 1:
         raise PerfError(f"--messages {messages}: must be at least 1")
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
-        "auto.offset.reset": "earliest",
-    }
+    common = {**(client_props or {}), "bootstrap.servers": bootstrap_servers}
+    config: dict[str, Any] = {**common, "auto.offset.reset": "earliest"}
     if fetch_size is not None:
         config["max.partition.fetch.bytes"] = fetch_size
     config.update(consumer_props or {})
     report = progress or (lambda read: None)
-    with Admin(bootstrap_servers=bootstrap_servers) as admin:
+    with Admin(common) as admin:
         described = describe_topic_waiting(admin, topic)
     with Consumer(config) as consumer:
         consumer.assign([TopicPartition(topic, p.partition) for p in described.partitions])
@@ -435,6 +437,7 @@ def consume_group_perf(
     members: int = 3,
     timeout_ms: int = 10_000,
     consumer_props: Mapping[str, Any] | None = None,
+    client_props: Mapping[str, Any] | None = None,
 ) -> GroupConsumePerfResult:
     """Read ``messages`` records of ``topic`` with ``members`` consumers of one group, each
     in its own thread (subscribe(), the group's assignment, from the beginning).
@@ -443,14 +446,15 @@ def consume_group_perf(
     read again after a rebalance (nothing is committed here) is work, not progress."""
     if messages < 1 or members < 1:
         raise PerfError(f"--messages {messages}, --members {members}: each must be at least 1")
+    common = {**(client_props or {}), "bootstrap.servers": bootstrap_servers}
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
+        **common,
         "auto.offset.reset": "earliest",
         "group.id": group,
         "enable.auto.commit": False,
         **(consumer_props or {}),
     }
-    with Admin(bootstrap_servers=bootstrap_servers) as admin:
+    with Admin(common) as admin:
         partitions = len(describe_topic_waiting(admin, topic).partitions)
     lock = threading.Lock()
     counts = {"records": 0, "bytes": 0}

@@ -1,0 +1,82 @@
+"""What every client command of the CLI shares: where the cluster is (``--bootstrap-server``)
+and how to reach it (``--command-config FILE``, as Kafka's tools: a Java properties file of
+client configs, e.g. security.protocol, sasl.*, ssl.*)::
+
+    replog topics list --bootstrap-server 127.0.0.1:9092 --command-config client.properties
+
+A command builds its clients with :func:`client_config` (or :func:`admin_client`), so a secured
+cluster takes the same file for every command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from jproperties import Properties, PropertyError
+
+from logstore.errors import ConfigError
+
+if TYPE_CHECKING:
+    from replication.client import Admin
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "BootstrapOption",
+    "CommandConfigOption",
+    "admin_client",
+    "client_config",
+    "read_properties",
+]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+BootstrapOption = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap-server",
+        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
+    ),
+]
+CommandConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--command-config",
+        help="a properties file of client configs (security.protocol, sasl.*, ssl.*), as "
+        "Kafka's tools take",
+        show_default=False,
+    ),
+]
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java properties file (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\``
+    continuations) as a mapping. ConfigError names the file when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"--command-config {path}: cannot read it ({err.strerror})") from None
+    properties = Properties()
+    try:
+        properties.load(data, "utf-8")
+    except (PropertyError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            f"--command-config {path}: not a properties file of key=value lines ({err})"
+        ) from None
+    return {str(key): str(value.data) for key, value in properties.items()}
+
+
+def client_config(bootstrap: str, command_config: Path | None, **more: Any) -> dict[str, Any]:
+    """Client configs by Kafka's names: the ``--command-config`` file's, then ``more``, with
+    bootstrap.servers from ``--bootstrap-server``."""
+    values: dict[str, Any] = read_properties(command_config) if command_config else {}
+    values.update(more)
+    values["bootstrap.servers"] = bootstrap
+    return values
+
+
+def admin_client(bootstrap: str, command_config: Path | None = None) -> Admin:
+    from replication.client import Admin
+
+    return Admin(client_config(bootstrap, command_config))
