@@ -449,8 +449,10 @@ def test_command_config_reaches_the_clients_of_every_command(
         (("partitions", "elect-leaders", "--election-type", "preferred", "--topic", topic), None),
     ]
     for config, expect_ok in ((good, True), (bad, False)):
+        no_words: tuple[str, ...] = ()
         cases = [
-            ((*argv, *bs, "--command-config", str(config)), stdin, ()) for argv, stdin in commands
+            ((*argv, *bs, "--command-config", str(config)), stdin, no_words)
+            for argv, stdin in commands
         ]
         for (result, _), (argv, _, _) in zip(run_all(cases), cases, strict=True):
             if expect_ok:
