@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from logstore.errors import ConfigError, ReplogError
 
-__all__ = ["DataLossError", "InvalidOptionError", "ReadTimeoutError"]
+__all__ = ["DataLossError", "InvalidOptionError", "ReadTimeoutError", "is_secret_option"]
+
+
+#: Words in an option's name that say its value is a secret (sasl.jaas.config,
+#: ssl.key.password, sasl.password, storage.secret, storage.token, ...).
+_SECRET_WORDS: Final = ("password", "jaas", "secret", "token", "credential")
+
+
+def is_secret_option(option: str) -> bool:
+    """Whether an option's value must never be printed (in errors, logs or reprs): a
+    password, a JAAS login, or a storage credential (s3fs' key, secret, token)."""
+    lower = option.lower()
+    return lower == "storage.key" or any(word in lower for word in _SECRET_WORDS)
 
 
 class InvalidOptionError(ConfigError):
@@ -21,7 +33,8 @@ class InvalidOptionError(ConfigError):
         self.option = option
         self.value = value
         self.allowed = allowed
-        given = " is missing" if value is None else f"={value!r} is not valid"
+        shown = "<redacted>" if is_secret_option(option) else repr(value)
+        given = " is missing" if value is None else f"={shown} is not valid"
         because = f": {reason}" if reason else ""
         self.reason = reason
         super().__init__(f"option {option}{given}{because}; expected {allowed}")

@@ -58,6 +58,7 @@ class ClusterView:
 
     def _config(self) -> dict[str, Any]:
         return {
+            **dict(self.options.client_security),
             "bootstrap.servers": self.options.bootstrap_servers,
             "client.id": _CLIENT_ID,
             "request.timeout.ms": 30_000,

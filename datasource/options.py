@@ -42,6 +42,8 @@ kafkaConsumer.pollTimeoutMs         ms a broker read may make no progress, > 0  
 commitOffsetsToGroup (streaming)    a consumer group id: each finished micro-batch  none
                                     commits its end offsets to it (lag tools see
                                     the query; the checkpoint stays the truth)
+security.protocol, ssl.*, sasl.*    the clients' security settings                 PLAINTEXT
+                                    (SECURITY_OPTIONS; README, "Security")
 ==================================  =============================================  =================
 
 Precedence as in Kafka: startingTimestamp over startingOffsetsByTimestamp over
@@ -58,7 +60,12 @@ sink.id                the sink's identity for exactly-once commits             
 <producer setting>     a Producer setting (linger.ms, batch.size,                  client's
                        compression.type, max.block.ms, ...); also as
                        ``kafka.<name>`` or ``producer.<name>``; acks only ``all``
+security.protocol,     the clients' security settings, as the source's             PLAINTEXT
+ssl.*, sasl.*
 =====================  ==========================================================  ==========
+
+Secret values (passwords, sasl.jaas.config, storage credentials) are never printed: options
+reprs leave them out and an error about such an option names it without its value.
 """
 
 from __future__ import annotations
@@ -83,7 +90,7 @@ from datasource.offsets import (
     parse_partition_map,
 )
 from logstore.errors import ConfigError
-from replication.client.config import ProducerConfig, load, parse_bootstrap
+from replication.client.config import ClientConfig, ProducerConfig, load, parse_bootstrap
 from replication.client.types import TopicPartition
 
 __all__ = [
@@ -99,6 +106,17 @@ __all__ = [
     "parse_sink_options",
     "parse_source_options",
 ]
+
+#: The clients' security settings (security.protocol, ssl.*, sasl.*): options of the source and
+#: of the sink, also as ``kafka.<name>``; they reach every client of the query (the driver's
+#: and the executors'), and secret ones (passwords, sasl.jaas.config) are never printed.
+SECURITY_OPTIONS: Final = tuple(
+    sorted(
+        f.metadata["key"]
+        for f in fields(ClientConfig)
+        if f.metadata.get("key", "").startswith(("security.", "ssl.", "sasl."))
+    )
+)
 
 ReadMode = Literal["auto", "direct", "broker"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
@@ -129,12 +147,15 @@ KNOWN_OPTIONS: Final = (
     "fetchOffset.retryIntervalMs",
     "kafkaConsumer.pollTimeoutMs",
     "commitOffsetsToGroup",
+    *SECURITY_OPTIONS,
 )
 STORAGE_PREFIX: Final = "storage."
 #: Kafka's prefix of the settings it hands to its clients (``kafka.bootstrap.servers``).
 KAFKA_PREFIX: Final = "kafka."
 #: The source's options that are Kafka client settings: also accepted with ``kafka.``.
-SOURCE_CLIENT_OPTIONS: Final = frozenset({"bootstrap.servers", "isolation.level"})
+SOURCE_CLIENT_OPTIONS: Final = frozenset(
+    {"bootstrap.servers", "isolation.level", *SECURITY_OPTIONS}
+)
 #: Options Spark itself may add to a read or a write; they mean nothing to replog.
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -209,7 +230,10 @@ class SourceOptions:
     include_headers: bool = False
     isolation_level: IsolationLevel = "read_committed"
     read_mode: ReadMode = "auto"
-    storage_options: tuple[tuple[str, Any], ...] = field(default=())
+    #: fsspec's options (credentials among them: never printed)
+    storage_options: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    #: the clients' security settings by Kafka name (SECURITY_OPTIONS; never printed)
+    client_security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
     poll_timeout_ms: int = 120_000
@@ -471,9 +495,11 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         KNOWN_OPTIONS,
         client=SOURCE_CLIENT_OPTIONS,
         prefixes=(STORAGE_PREFIX,),
-        described=" (fsspec options); bootstrap.servers and isolation.level also as kafka.<name>",
+        described=" (fsspec options); bootstrap.servers, isolation.level and the security "
+        "settings also as kafka.<name>",
     )
     servers = _bootstrap_servers(opts)
+    security = _client_security(opts, servers)
     subscription = _subscription(opts)
     strategy = opts.choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
     starting = _offsets_spec(
@@ -545,7 +571,21 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         fetch_offset_retry_interval_ms=10 if interval is None else interval,
         poll_timeout_ms=120_000 if poll is None else poll,
         commit_group=commit_group,
+        client_security=security,
     )
+
+
+def _client_security(opts: _Options, servers: str) -> tuple[tuple[str, str], ...]:
+    """The security settings given (SECURITY_OPTIONS), checked as a client would."""
+    security = {name: opts.values[name] for name in SECURITY_OPTIONS if name in opts.values}
+    for name, value in security.items():
+        try:
+            load(ClientConfig, {name: value, "bootstrap.servers": servers}, {})
+        except ConfigError as err:
+            raise InvalidOptionError(
+                opts.label(name), value, "a valid client security setting", str(err)
+            ) from None
+    return tuple(sorted(security.items()))
 
 
 def check_source_options(raw: Mapping[str, str]) -> None:
@@ -565,7 +605,9 @@ def check_source_options(raw: Mapping[str, str]) -> None:
 # --- the sink ------------------------------------------------------------------------------------
 
 #: Producer settings the sink decides itself: exactly-once writes need them as they are.
-_SINK_OWNED: Final = frozenset({"transactional.id", "enable.idempotence", "bootstrap.servers"})
+_SINK_OWNED: Final = frozenset(
+    {"transactional.id", "enable.idempotence", "bootstrap.servers", *SECURITY_OPTIONS}
+)
 #: The Producer's settings a sink may be given (``linger.ms``, ``batch.size``, ...).
 PRODUCER_OPTIONS: Final = tuple(
     sorted(
@@ -574,7 +616,13 @@ PRODUCER_OPTIONS: Final = tuple(
         if "key" in f.metadata and f.metadata["key"] not in _SINK_OWNED
     )
 )
-SINK_OPTIONS: Final = ("bootstrap.servers", "topic", "sink.id", *PRODUCER_OPTIONS)
+SINK_OPTIONS: Final = (
+    "bootstrap.servers",
+    "topic",
+    "sink.id",
+    *PRODUCER_OPTIONS,
+    *SECURITY_OPTIONS,
+)
 #: Kept from replog's first sink: ``producer.<name>`` is ``<name>``.
 PRODUCER_PREFIX: Final = "producer."
 
@@ -590,6 +638,13 @@ class SinkOptions:
     sink_id: str | None = None
     #: Producer settings by Kafka name (acks is always all)
     producer: Mapping[str, str] = field(default_factory=dict)
+    #: the clients' security settings by Kafka name (SECURITY_OPTIONS; never printed): the
+    #: producers' and the admin clients' of the sink
+    client_security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def client_config(self) -> dict[str, str]:
+        """What every client of the sink is given: the brokers and the security settings."""
+        return {"bootstrap.servers": self.bootstrap_servers, **dict(self.client_security)}
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
@@ -597,11 +652,12 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
     opts = _Options(
         raw,
         SINK_OPTIONS,
-        client=frozenset({"bootstrap.servers", *PRODUCER_OPTIONS}),
+        client=frozenset({"bootstrap.servers", *PRODUCER_OPTIONS, *SECURITY_OPTIONS}),
         prefixes=(PRODUCER_PREFIX,),
-        described=" (producer settings also as kafka.<name>)",
+        described=" (producer and security settings also as kafka.<name>)",
     )
     servers = _bootstrap_servers(opts)
+    security = _client_security(opts, servers)
     producer = {name: opts.values[name] for name in PRODUCER_OPTIONS if name in opts.values}
     for key, value in opts.prefixed[PRODUCER_PREFIX].items():
         name = key.lower()
@@ -636,4 +692,5 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         topic=topic,
         sink_id=opts.get("sink.id") or None,
         producer=producer,
+        client_security=security,
     )

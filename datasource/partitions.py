@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pyspark.sql.datasource import InputPartition
@@ -48,10 +48,14 @@ class ReadSettings:
     include_headers: bool
     #: auto, direct or broker (see :mod:`datasource.reader`)
     mode: str
-    #: fsspec options for the replicas' storage (none for local files)
-    storage_options: tuple[tuple[str, Any], ...] = ()
+    #: fsspec options for the replicas' storage (none for local files; credentials among
+    #: them, so never printed)
+    storage_options: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
+    #: the clients' security settings by Kafka name (never printed), for reads through the
+    #: brokers
+    client_security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)

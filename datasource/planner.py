@@ -78,6 +78,7 @@ class Planner:
             storage_options=options.storage_options,
             fail_on_data_loss=options.fail_on_data_loss,
             poll_timeout_ms=options.poll_timeout_ms,
+            client_security=options.client_security,
         )
         self._readers: dict[tuple[str, TopicPartition], SegmentReader] = {}
 

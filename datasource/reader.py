@@ -176,6 +176,7 @@ class _RangeRead:
         consumer = Consumer(
             {
                 **_CONSUMER,
+                **dict(settings.client_security),
                 "bootstrap.servers": settings.bootstrap_servers,
                 "isolation.level": "read_committed"
                 if settings.read_committed

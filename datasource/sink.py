@@ -215,7 +215,7 @@ class TopicCheck:
             wait = self.options.producer.get("max.block.ms", str(TOPIC_WAIT_MS))
             self._producer = Producer(
                 {
-                    "bootstrap.servers": self.options.bootstrap_servers,
+                    **self.options.client_config(),
                     "max.block.ms": wait,
                     "enable.idempotence": "false",
                 }
@@ -256,7 +256,7 @@ def write_transaction(
     from replication.client import Admin, Producer
 
     transactional_id = f"replog-sink/{sink_id}/{task}"
-    with Admin(bootstrap_servers=options.bootstrap_servers) as admin:
+    with Admin(options.client_config()) as admin:
         if admin.last_committed_batch(sink_id) >= batch_id:
             # Spark replays a batch this sink already committed: nothing to write again
             for _ in batches:
@@ -266,7 +266,7 @@ def write_transaction(
         {
             **BULK_PRODUCER_DEFAULTS,
             **options.producer,
-            "bootstrap.servers": options.bootstrap_servers,
+            **options.client_config(),
             "transactional.id": transactional_id,
             "acks": "all",
         }
@@ -347,7 +347,7 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):
         if len(sinks) > 1:
             raise SinkError(f"one micro-batch was written under several sink ids: {sorted(sinks)}")
         sink_id, handles, started = sinks.pop(), _handles(messages), time.perf_counter()
-        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        with Admin(self.options.client_config()) as admin:
             result = admin.commit_sink_batch(sink_id, batchId, handles)
         log.info(
             "%s batch %d of sink %s (%d transactions) in %.1f ms",
@@ -365,7 +365,7 @@ class ReplogStreamWriter(DataSourceStreamArrowWriter):
         sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
         if not handles or not sinks:
             return
-        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        with Admin(self.options.client_config()) as admin:
             admin.abort_sink_batch(sinks.pop(), batchId, handles)
 
 
@@ -398,7 +398,7 @@ class ReplogBatchWriter(DataSourceArrowWriter):
         sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
         if not sinks:
             return
-        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        with Admin(self.options.client_config()) as admin:
             result = admin.commit_sink_batch(sinks.pop(), 0, _handles(messages))
         if not result.committed:
             raise SinkError(
@@ -413,7 +413,7 @@ class ReplogBatchWriter(DataSourceArrowWriter):
         sinks = {m.sink_id for m in messages if isinstance(m, ReplogCommitMessage)}
         if not handles or not sinks:
             return
-        with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        with Admin(self.options.client_config()) as admin:
             admin.abort_sink_batch(sinks.pop(), 0, handles)
 
 
