@@ -95,8 +95,10 @@ def test_a_bad_or_misspelt_secret_option_is_named_without_its_value() -> None:
             streaming=True,
         )
     message = str(misspelt.value)
-    assert "kafka.sasl.jaas.confg" in message and "unknown option" in message
-    assert PASSWORD not in message and "<redacted>" in message
+    assert "kafka.sasl.jaas.confg" in message
+    assert "unknown option" in message
+    assert PASSWORD not in message
+    assert "<redacted>" in message
     with pytest.raises(InvalidOptionError) as under_producer:
         parse_sink_options({"bootstrap.servers": "h:1", "producer.sasl.password": PASSWORD})
     assert PASSWORD not in str(under_producer.value)
