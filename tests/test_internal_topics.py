@@ -57,10 +57,18 @@ def create(apis: ControllerApis, replication_factor: int = 3) -> p.CreatableTopi
     broker = KafkaApis(config, ReplicaManager(config, Storage.from_url(config.log_dir)), apis, None)
     assert broker.image.brokers == ()
     asyncio.run(broker.create_internal_topic(OFFSETS_TOPIC, 3, replication_factor))
-    request = p.CreateTopicsRequest(  # asked again: the answer says why it is not there
-        topics=[p.CreatableTopic(name=OFFSETS_TOPIC, num_partitions=3, replication_factor=3)]
+    return ask(apis)  # asked again: the answer says why it is not there
+
+
+def ask(apis: ControllerApis, **configs: str) -> p.CreatableTopicResult:
+    """CreateTopics of the offsets topic sent to the controller, with ``configs``."""
+    topic = p.CreatableTopic(
+        name=OFFSETS_TOPIC,
+        num_partitions=3,
+        replication_factor=3,
+        configs=[p.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
     )
-    (result,) = asyncio.run(apis.create_topics(request)).topics
+    (result,) = asyncio.run(apis.create_topics(p.CreateTopicsRequest(topics=[topic]))).topics
     return result
 
 
@@ -78,18 +86,7 @@ def test_the_controller_sizes_an_internal_topic_by_the_brokers_it_has_registered
 
 def test_an_internal_topic_asked_with_a_lower_min_isr_gets_2() -> None:
     controller, apis = controller_with(registered=3, live=3)
-    request = p.CreateTopicsRequest(
-        topics=[
-            p.CreatableTopic(
-                name=OFFSETS_TOPIC,
-                num_partitions=3,
-                replication_factor=3,
-                configs=[p.CreatableTopicConfig(name="min.insync.replicas", value="1")],
-            )
-        ]
-    )
-    (result,) = asyncio.run(apis.create_topics(request)).topics
-    assert result.error_code == 0
+    assert ask(apis, **{"min.insync.replicas": "1"}).error_code == 0
     assert replicas_and_min_isr(controller) == ({3}, "2")
 
 
