@@ -100,6 +100,17 @@ def _codec(records: bytes) -> int:
     return int(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0]) & 0x07
 
 
+_TRANSACTIONAL: Final = 0x10
+
+
+def _transactional(records: bytes | None) -> bool:
+    """Is the (first) Kafka batch transactional (attributes bit 4)? Authorization of Produce
+    needs Write on the transactional id when it is."""
+    if records is None or len(records) < _ATTRIBUTES_OFFSET + 2:
+        return False
+    return bool(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _TRANSACTIONAL)
+
+
 #: Kafka's UNKNOWN_TOPIC_ID: a topic named by an id no topic has
 _UNKNOWN_TOPIC_ID: Final = 100
 
@@ -203,8 +214,16 @@ class KafkaProtocolApis:
         body: Any = request.body
         entries: list[tuple[str, int, bytes | bytearray | memoryview | None]] = []
         refused: dict[TopicPartition, ReplogError] = {}
+        denied = self.apis.authorize_produce(
+            getattr(body, "transactional_id", None),
+            any(_transactional(part.records) for t in body.topic_data for part in t.partition_data),
+            (t.name for t in body.topic_data),
+        )
         for topic in body.topic_data:
             for part in topic.partition_data:
+                if topic.name in denied:
+                    refused[TopicPartition(topic.name, part.index)] = denied[topic.name]
+                    continue
                 try:
                     data = part.records if part.records is not None else b""
                     if request.api_version < _ZSTD_SINCE and _codec(data) == _ZSTD:

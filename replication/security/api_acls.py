@@ -40,9 +40,7 @@ class Check:
     when: str = ""
 
 
-def _c(
-    op: AclOperation, rt: ResourceType, on: str, denied: str, when: str = ""
-) -> Check:
+def _c(op: AclOperation, rt: ResourceType, on: str, denied: str, when: str = "") -> Check:
     return Check(op, rt, on, denied, when)
 
 
@@ -63,15 +61,30 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.DESCRIBE_CLUSTER: (),
     # --- records ----------------------------------------------------------------------------
     ApiKey.PRODUCE: (
-        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", f"{_TXN_FAILED} on every "
-           "partition", when="a transactional id (or transactional batches)"),
+        _c(
+            _O.WRITE,
+            _R.TRANSACTIONAL_ID,
+            "transactional_id",
+            f"{_TXN_FAILED} on every partition",
+            when="a transactional id (or transactional batches)",
+        ),
         _c(_O.WRITE, _R.TOPIC, "topic_data[].name", f"{_TOPIC_FAILED} per partition"),
     ),
     ApiKey.FETCH: (
-        _c(_O.READ, _R.TOPIC, "topics[].topic", f"{_TOPIC_FAILED} per partition",
-           when="a consumer (replica_id < 0)"),
-        _c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, f"{_TOPIC_FAILED} on every partition",
-           when="a follower (replica_id >= 0; the Kafka listener forces -1)"),
+        _c(
+            _O.READ,
+            _R.TOPIC,
+            "topics[].topic",
+            f"{_TOPIC_FAILED} per partition",
+            when="a consumer (replica_id < 0)",
+        ),
+        _c(
+            _O.CLUSTER_ACTION,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_TOPIC_FAILED} on every partition",
+            when="a follower (replica_id >= 0; the Kafka listener forces -1)",
+        ),
     ),
     ApiKey.LIST_OFFSETS: (
         _c(_O.DESCRIBE, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
@@ -79,8 +92,13 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (
         # Kafka: ClusterAction (not logged when denied) or else Describe on each topic
         _c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, "then the topic check"),
-        _c(_O.DESCRIBE, _R.TOPIC, "topics[].topic", f"{_TOPIC_FAILED} per partition",
-           when="without ClusterAction"),
+        _c(
+            _O.DESCRIBE,
+            _R.TOPIC,
+            "topics[].topic",
+            f"{_TOPIC_FAILED} per partition",
+            when="without ClusterAction",
+        ),
     ),
     ApiKey.DELETE_RECORDS: (
         _c(_O.DELETE, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
@@ -90,41 +108,83 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     # --- metadata and topics ------------------------------------------------------------------
     ApiKey.METADATA: (
-        _c(_O.DESCRIBE, _R.TOPIC, "topics[].name",
-           f"named: {_TOPIC_FAILED}; all topics: filter"),
-        _c(_O.CREATE, _R.CLUSTER, _CLUSTER, "then Create Topic",
-           when="auto-creating a missing topic"),
-        _c(_O.CREATE, _R.TOPIC, "topics[].name", _TOPIC_FAILED,
-           when="auto-creating a missing topic without Create Cluster"),
+        _c(_O.DESCRIBE, _R.TOPIC, "topics[].name", f"named: {_TOPIC_FAILED}; all topics: filter"),
+        _c(
+            _O.CREATE,
+            _R.CLUSTER,
+            _CLUSTER,
+            "then Create Topic",
+            when="auto-creating a missing topic",
+        ),
+        _c(
+            _O.CREATE,
+            _R.TOPIC,
+            "topics[].name",
+            _TOPIC_FAILED,
+            when="auto-creating a missing topic without Create Cluster",
+        ),
     ),
     ApiKey.CREATE_TOPICS: (
         _c(_O.CREATE, _R.CLUSTER, _CLUSTER, "then Create Topic"),
-        _c(_O.CREATE, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per topic",
-           when="without Create Cluster"),
+        _c(
+            _O.CREATE,
+            _R.TOPIC,
+            "topics[].name",
+            f"{_TOPIC_FAILED} per topic",
+            when="without Create Cluster",
+        ),
     ),
-    ApiKey.DELETE_TOPICS: (
-        _c(_O.DELETE, _R.TOPIC, "topic_names[]", f"{_TOPIC_FAILED} per topic"),
-    ),
+    ApiKey.DELETE_TOPICS: (_c(_O.DELETE, _R.TOPIC, "topic_names[]", f"{_TOPIC_FAILED} per topic"),),
     ApiKey.CREATE_PARTITIONS: (
         _c(_O.ALTER, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per topic"),
     ),
     ApiKey.DESCRIBE_CONFIGS: (
-        _c(_O.DESCRIBE_CONFIGS, _R.TOPIC, "resources[].resource_name",
-           f"{_TOPIC_FAILED} per resource", when="a topic resource"),
-        _c(_O.DESCRIBE_CONFIGS, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per resource",
-           when="a broker resource"),
+        _c(
+            _O.DESCRIBE_CONFIGS,
+            _R.TOPIC,
+            "resources[].resource_name",
+            f"{_TOPIC_FAILED} per resource",
+            when="a topic resource",
+        ),
+        _c(
+            _O.DESCRIBE_CONFIGS,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED} per resource",
+            when="a broker resource",
+        ),
     ),
     ApiKey.ALTER_CONFIGS: (
-        _c(_O.ALTER_CONFIGS, _R.TOPIC, "resources[].resource_name",
-           f"{_TOPIC_FAILED} per resource", when="a topic resource"),
-        _c(_O.ALTER_CONFIGS, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per resource",
-           when="a broker resource"),
+        _c(
+            _O.ALTER_CONFIGS,
+            _R.TOPIC,
+            "resources[].resource_name",
+            f"{_TOPIC_FAILED} per resource",
+            when="a topic resource",
+        ),
+        _c(
+            _O.ALTER_CONFIGS,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED} per resource",
+            when="a broker resource",
+        ),
     ),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (
-        _c(_O.ALTER_CONFIGS, _R.TOPIC, "resources[].resource_name",
-           f"{_TOPIC_FAILED} per resource", when="a topic resource"),
-        _c(_O.ALTER_CONFIGS, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per resource",
-           when="a broker resource"),
+        _c(
+            _O.ALTER_CONFIGS,
+            _R.TOPIC,
+            "resources[].resource_name",
+            f"{_TOPIC_FAILED} per resource",
+            when="a topic resource",
+        ),
+        _c(
+            _O.ALTER_CONFIGS,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED} per resource",
+            when="a broker resource",
+        ),
     ),
     ApiKey.DESCRIBE_LOG_DIRS: (
         _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} (top level)"),
@@ -134,15 +194,12 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     ApiKey.ELECT_LEADERS: (_c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (_c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
-    ApiKey.LIST_PARTITION_REASSIGNMENTS: (
-        _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
-    ),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (_c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     ApiKey.UNREGISTER_BROKER: (_c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     # --- groups ------------------------------------------------------------------------------
     ApiKey.FIND_COORDINATOR: (
         _c(_O.DESCRIBE, _R.GROUP, "key", f"{_GROUP_FAILED} (per key)", when="key_type 0"),
-        _c(_O.DESCRIBE, _R.TRANSACTIONAL_ID, "key", f"{_TXN_FAILED} (per key)",
-           when="key_type 1"),
+        _c(_O.DESCRIBE, _R.TRANSACTIONAL_ID, "key", f"{_TXN_FAILED} (per key)", when="key_type 1"),
     ),
     ApiKey.JOIN_GROUP: (_c(_O.READ, _R.GROUP, "group_id", _GROUP_FAILED),),
     ApiKey.SYNC_GROUP: (_c(_O.READ, _R.GROUP, "group_id", _GROUP_FAILED),),
@@ -154,12 +211,14 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     ApiKey.OFFSET_FETCH: (
         _c(_O.DESCRIBE, _R.GROUP, "group_id", f"{_GROUP_FAILED} (top level)"),
-        _c(_O.DESCRIBE, _R.TOPIC, "topics[].name",
-           f"named: {_TOPIC_FAILED} per partition; all: filter"),
+        _c(
+            _O.DESCRIBE,
+            _R.TOPIC,
+            "topics[].name",
+            f"named: {_TOPIC_FAILED} per partition; all: filter",
+        ),
     ),
-    ApiKey.DESCRIBE_GROUPS: (
-        _c(_O.DESCRIBE, _R.GROUP, "groups[]", f"{_GROUP_FAILED} per group"),
-    ),
+    ApiKey.DESCRIBE_GROUPS: (_c(_O.DESCRIBE, _R.GROUP, "groups[]", f"{_GROUP_FAILED} per group"),),
     ApiKey.LIST_GROUPS: (
         _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, "then the group filter"),
         _c(_O.DESCRIBE, _R.GROUP, "each group", "filter", when="without Describe Cluster"),
@@ -169,19 +228,37 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     # --- transactions -------------------------------------------------------------------------
     ApiKey.INIT_PRODUCER_ID: (
-        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", _TXN_FAILED,
-           when="a transactional id"),
+        _c(
+            _O.WRITE,
+            _R.TRANSACTIONAL_ID,
+            "transactional_id",
+            _TXN_FAILED,
+            when="a transactional id",
+        ),
         # KIP-679: idempotence needs IdempotentWrite on the cluster or Write on any topic
-        _c(_O.IDEMPOTENT_WRITE, _R.CLUSTER, _CLUSTER, "then Write on any topic",
-           when="no transactional id"),
-        _c(_O.WRITE, _R.TOPIC, "any topic", _CLUSTER_FAILED,
-           when="no transactional id, without IdempotentWrite"),
+        _c(
+            _O.IDEMPOTENT_WRITE,
+            _R.CLUSTER,
+            _CLUSTER,
+            "then Write on any topic",
+            when="no transactional id",
+        ),
+        _c(
+            _O.WRITE,
+            _R.TOPIC,
+            "any topic",
+            _CLUSTER_FAILED,
+            when="no transactional id, without IdempotentWrite",
+        ),
     ),
     ApiKey.ADD_PARTITIONS_TO_TXN: (
-        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", f"{_TXN_FAILED} on every "
-           "partition"),
-        _c(_O.WRITE, _R.TOPIC, "topics[].name",
-           f"{_TOPIC_FAILED} per partition, OPERATION_NOT_ATTEMPTED on the others"),
+        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", f"{_TXN_FAILED} on every partition"),
+        _c(
+            _O.WRITE,
+            _R.TOPIC,
+            "topics[].name",
+            f"{_TOPIC_FAILED} per partition, OPERATION_NOT_ATTEMPTED on the others",
+        ),
     ),
     ApiKey.ADD_OFFSETS_TO_TXN: (
         _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", _TXN_FAILED),
@@ -189,8 +266,7 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     ApiKey.END_TXN: (_c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", _TXN_FAILED),),
     ApiKey.TXN_OFFSET_COMMIT: (
-        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", f"{_TXN_FAILED} on every "
-           "partition"),
+        _c(_O.WRITE, _R.TRANSACTIONAL_ID, "transactional_id", f"{_TXN_FAILED} on every partition"),
         _c(_O.READ, _R.GROUP, "group_id", f"{_GROUP_FAILED} on every partition"),
         _c(_O.READ, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
     ),
@@ -215,23 +291,33 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ),
     # --- ACLs and SCRAM credentials (answered by the controller) ------------------------------
     ApiKey.DESCRIBE_ACLS: (
-        _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED}; SECURITY_DISABLED without "
-           "an authorizer"),
+        _c(
+            _O.DESCRIBE,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED}; SECURITY_DISABLED without an authorizer",
+        ),
     ),
     ApiKey.CREATE_ACLS: (
-        _c(_O.ALTER, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per entry; SECURITY_DISABLED "
-           "without an authorizer"),
+        _c(
+            _O.ALTER,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED} per entry; SECURITY_DISABLED without an authorizer",
+        ),
     ),
     ApiKey.DELETE_ACLS: (
-        _c(_O.ALTER, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per filter; SECURITY_DISABLED "
-           "without an authorizer"),
+        _c(
+            _O.ALTER,
+            _R.CLUSTER,
+            _CLUSTER,
+            f"{_CLUSTER_FAILED} per filter; SECURITY_DISABLED without an authorizer",
+        ),
     ),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
         _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
     ),
-    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (
-        _c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
-    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (_c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     # --- between brokers and controllers ------------------------------------------------------
     ApiKey.LEADER_AND_ISR: (  # not served (KRaft has none); listed for completeness
         _c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
@@ -239,7 +325,5 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.BROKER_REGISTRATION: (_c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     ApiKey.BROKER_HEARTBEAT: (_c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
     ApiKey.ALTER_PARTITION: (_c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
-    ApiKey.ALLOCATE_PRODUCER_IDS: (
-        _c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
-    ),
+    ApiKey.ALLOCATE_PRODUCER_IDS: (_c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
 }

@@ -83,9 +83,7 @@ def denial_message(
     )
 
 
-def error_for(
-    resource_type: ResourceType, message: str
-) -> AuthorizationError:
+def error_for(resource_type: ResourceType, message: str) -> AuthorizationError:
     """The error Kafka answers for a denial on a resource of this type (TOPIC_AUTHORIZATION_FAILED
     for a topic, and so on)."""
     return _ERRORS[resource_type](message)
@@ -154,7 +152,9 @@ class AuthHelper:
             self._log_denied(session, operation, resource_type, name, api, log_denied)
         return ok
 
-    def allowed_any(self, operation: AclOperation, resource_type: ResourceType, *, api: str) -> bool:
+    def allowed_any(
+        self, operation: AclOperation, resource_type: ResourceType, *, api: str
+    ) -> bool:
         """May the current session do ``operation`` on at least one resource of the type
         (Kafka's authorizeByResourceType: InitProducerId without a transactional id)?"""
         authorizer = self._authorizer()
