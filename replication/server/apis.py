@@ -357,6 +357,9 @@ class KafkaApis:
     async def handle_create_topics(
         self, header: p.RequestHeader, body: p.CreateTopicsRequest
     ) -> p.CreateTopicsResponse:
+        # Metadata's auto-creation comes here with its own header: forward a CreateTopics
+        if header.api_key != p.ApiKey.CREATE_TOPICS:
+            header = dataclasses.replace(header, api_key=p.ApiKey.CREATE_TOPICS)
         return cast(p.CreateTopicsResponse, await self.handle_forwarded(header, body))
 
     async def handle_delete_records(
