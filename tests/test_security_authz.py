@@ -15,9 +15,13 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Iterator
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
+from kio.schema.produce.v9 import request as kio_produce
+from kio.schema.types import TopicName, TransactionalId
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from logstore.batch import Record, build
 from logstore.storage import Storage
@@ -35,7 +39,9 @@ from replication.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from replication.kafka.wire import SERVED_VERSIONS
+from replication.kafka.apis import KafkaProtocolApis
+from replication.kafka.records import replog_to_kafka
+from replication.kafka.wire import SERVED_VERSIONS, KafkaRequest
 from replication.metadata.store import MetadataStore
 from replication.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from replication.security.api_acls import REQUIRED
@@ -784,3 +790,51 @@ def test_listing_describing_and_deleting_groups(node: Node) -> None:
     (result,) = node.call(p.ApiKey.DELETE_GROUPS, p.DeleteGroupsRequest(groups_names=["h"])).results
     assert result.error_code == GROUP_DENIED
     assert "h" in {g.group_id for g in node.groups.list_groups()}
+
+
+# --- the Kafka listener ------------------------------------------------------------------------
+
+
+def kafka_produce(transactional_id: str | None = None) -> KafkaRequest:
+    """A Kafka client's Produce v9 (kio's message, a Kafka RecordBatch)."""
+    body = kio_produce.ProduceRequest(
+        transactional_id=None if transactional_id is None else TransactionalId(transactional_id),
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=5)),
+        topic_data=(
+            kio_produce.TopicProduceData(
+                name=TopicName(TOPIC),
+                partition_data=(
+                    kio_produce.PartitionProduceData(
+                        index=i32(0),
+                        records=Records(replog_to_kafka(build([Record(None, b"v", 1)]))),
+                    ),
+                ),
+            ),
+        ),
+    )
+    return KafkaRequest(api_key=0, api_version=9, correlation_id=1, client_id="t", body=body)
+
+
+def test_the_kafka_listeners_produce_is_checked_too(node: Node) -> None:
+    """The Kafka listener appends a Kafka client's records itself (it transcodes them), so it
+    makes the Produce checks itself."""
+    kafka = KafkaProtocolApis(node.apis)
+    header = p.RequestHeader(api_key=p.ApiKey.PRODUCE, api_version=0, correlation_id=1)
+
+    def answer(request: KafkaRequest) -> list[tuple[int, str | None]]:
+        response = node.run(kafka._produce(request, header))
+        return [
+            (part["error_code"], part["error_message"])
+            for t in response["responses"]
+            for part in t["partition_responses"]
+        ]
+
+    denied = "User:bob is not authorized to Write Topic:events"
+    assert answer(kafka_produce()) == [(TOPIC_DENIED, denied)]
+    assert node.end_offset() == 0
+    node.authz.allow(Op.WRITE, RT.TOPIC, TOPIC)
+    assert [code for code, _ in answer(kafka_produce("tx"))] == [TXN_DENIED]
+    assert node.end_offset() == 0
+    assert answer(kafka_produce()) == [(0, None)]
+    assert node.end_offset() == 1

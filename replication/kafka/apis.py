@@ -29,6 +29,7 @@ from replication import protocol as p
 from replication.common import TopicPartition
 from replication.errors import (
     CoordinatorNotAvailableError,
+    TopicAuthorizationFailedError,
     UnsupportedCompressionTypeError,
     UnsupportedVersionError,
 )
@@ -341,6 +342,8 @@ class KafkaProtocolApis:
         for t in response.topics:
             info = image.topic(t.name)
             topic_id = uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
+            if t.error_code == TopicAuthorizationFailedError.code:
+                topic_id = None  # a topic it may not Describe: not even its id (as Kafka)
             topics.append({**vars_of(t), "topic_id": topic_id or uuid.UUID(int=0)})
         return {
             "brokers": self._kafka_brokers(),
