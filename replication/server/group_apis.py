@@ -192,7 +192,7 @@ class GroupApis:
         offsets, refused = self._readable(offsets, "OffsetCommit")
         codes: dict[TopicPartition, int] = {}
         try:
-            if offsets:
+            if offsets or not refused:  # (a request of only refused topics commits nothing)
                 results = await self.coordinator.commit_offsets(
                     body.group_id,
                     body.generation_id,
@@ -233,7 +233,7 @@ class GroupApis:
                 topics=_commit_topics(dict.fromkeys(offsets, err.code or -1))
             )
         offsets, refused = self._readable(offsets, api)
-        if not offsets:
+        if not offsets and refused:
             return p.TxnOffsetCommitResponse(topics=_commit_topics(refused))
         try:
             results = await self.coordinator.commit_txn_offsets(
