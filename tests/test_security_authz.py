@@ -12,6 +12,7 @@ the Authorizer protocol over a list of allows (the StandardAuthorizer is tested 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import uuid
 from collections.abc import Awaitable, Iterator
@@ -838,3 +839,53 @@ def test_the_kafka_listeners_produce_is_checked_too(node: Node) -> None:
     assert node.end_offset() == 0
     assert answer(kafka_produce()) == [(0, None)]
     assert node.end_offset() == 1
+
+
+# --- ACLs and SCRAM credentials (the core's APIs, once this tree serves them) -----------------
+
+
+def test_acl_and_credential_apis_need_describe_or_alter_on_the_cluster(node: Node) -> None:
+    """DescribeAcls and DescribeUserScramCredentials (answered by any node) need Describe on
+    the cluster; CreateAcls, DeleteAcls and AlterUserScramCredentials (forwarded) Alter, and
+    are refused before they reach the controller."""
+    if p.ApiKey.DESCRIBE_ACLS not in node.apis.handlers:
+        pytest.skip("this tree does not serve the ACL APIs yet")
+    acls: Any = importlib.import_module("replication.protocol.acls")
+    version = node.controller.image.version
+    describe = acls.DescribeAclsRequest()
+    response = node.call(p.ApiKey.DESCRIBE_ACLS, describe)
+    assert response.error_code == CLUSTER_DENIED
+    assert response.error_message == (
+        "User:bob is not authorized to Describe Cluster:kafka-cluster"
+    )
+    users = acls.DescribeUserScramCredentialsRequest(users=None)
+    assert node.call(p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users).error_code == (CLUSTER_DENIED)
+    create = acls.CreateAclsRequest(
+        creations=[
+            acls.AclCreation(
+                resource_type=int(RT.TOPIC),
+                resource_name=TOPIC,
+                principal="User:bob",
+                host="*",
+                operation=int(Op.ALL),
+                permission_type=3,
+            )
+        ]
+    )
+    results = node.call(p.ApiKey.CREATE_ACLS, create).results
+    assert [r.error_code for r in results] == [CLUSTER_DENIED]
+    delete = acls.DeleteAclsRequest(filters=[acls.DeleteAclsFilter()])
+    results = node.call(p.ApiKey.DELETE_ACLS, delete).filter_results
+    assert [r.error_code for r in results] == [CLUSTER_DENIED]
+    alter = acls.AlterUserScramCredentialsRequest(
+        deletions=[acls.ScramCredentialDeletion(name="alice", mechanism=1)]
+    )
+    results = node.call(p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS, alter).results
+    assert [(r.user, r.error_code) for r in results] == [("alice", CLUSTER_DENIED)]
+    assert node.controller.image.version == version
+    node.authz.allow(Op.DESCRIBE, RT.CLUSTER)
+    assert node.call(p.ApiKey.DESCRIBE_ACLS, describe).error_code != CLUSTER_DENIED
+    assert node.call(p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, users).error_code == 0
+    node.authz.allow(Op.ALTER, RT.CLUSTER)
+    results = node.call(p.ApiKey.CREATE_ACLS, create).results
+    assert CLUSTER_DENIED not in [r.error_code for r in results]

@@ -32,6 +32,7 @@ from replication.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    NotControllerError,
     OperationNotAttemptedError,
     TopicAlreadyExistsError,
     TopicAuthorizationFailedError,
@@ -56,6 +57,13 @@ log = logging.getLogger(__name__)
 
 _OP = AclOperation
 _RT = ResourceType
+
+#: APIs answered by any node whose one check is an operation on the cluster (the ACL and SCRAM
+#: listings: api_acls); their handlers are wrapped by the check when this node serves them
+CLUSTER_CHECKED: dict[p.ApiKey, AclOperation] = {
+    p.ApiKey.DESCRIBE_ACLS: AclOperation.DESCRIBE,
+    p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOperation.DESCRIBE,
+}
 
 #: the transactional id a sink's batches are committed under (the sink's own id is checked
 #: as one, see api_acls)
@@ -116,6 +124,23 @@ class KafkaApis:
             self.handlers[api_key] = self.handle_forwarded
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
+        for checked, operation in CLUSTER_CHECKED.items():
+            if checked in self.handlers:
+                self.handlers[checked] = self._cluster_checked(
+                    checked, operation, self.handlers[checked]
+                )
+
+    def _cluster_checked(self, api: p.ApiKey, operation: AclOperation, handler: Handler) -> Handler:
+        """``handler`` behind a check of ``operation`` on the cluster: refused as a whole
+        (CLUSTER_AUTHORIZATION_FAILED at the top level of its answer)."""
+
+        async def checked(header: p.RequestHeader, body: Any) -> Any:
+            err = self.auth.check(operation, _RT.CLUSTER, api=api.kafka_name)
+            if err is not None:
+                return _cluster_refusal(p.response_class(header.api_key, header.api_version), err)
+            return await handler(header, body)
+
+        return checked
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -248,7 +273,7 @@ class KafkaApis:
         # on this broker's own connection, under the broker's principal (no KIP-590 envelope).
         allowed_body, refused = self._authorize_forwarded(api, body)
         if allowed_body is None:
-            return _merge_forwarded(api, None, refused)
+            return _merge_forwarded(api, body, None, refused)
         controller = self.controller_apis
         if controller is not None and (controller.active or self.lifecycle is None):
             response = await controller.forwarded_handlers[api](allowed_body)
@@ -258,7 +283,7 @@ class KafkaApis:
             response = not_controller_answer(api, allowed_body)
         if api != p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
             await self._after_controller_change()
-        return _merge_forwarded(api, response, refused)
+        return _merge_forwarded(api, body, response, refused)
 
     def _may_create_all(self, names: Iterable[str], api: str) -> bool:
         """Create on the cluster (Kafka checks it first, without logging a denial: Create on
@@ -1154,7 +1179,7 @@ class KafkaApis:
         return p.OffsetsForLeaderEpochResponse(topics=topics)
 
 
-def _merge_forwarded(api: p.ApiKey, response: Any, refused: list[Any]) -> Any:
+def _merge_forwarded(api: p.ApiKey, body: Any, response: Any, refused: list[Any]) -> Any:
     """The answer to a forwarded request: the controller's ``response`` (None: nothing was
     forwarded) with the entries refused here, or the whole refusal (one error in
     ``refused``, for the APIs checked as a whole)."""
@@ -1175,15 +1200,38 @@ def _merge_forwarded(api: p.ApiKey, response: Any, refused: list[Any]) -> Any:
             incremental = api == p.ApiKey.INCREMENTAL_ALTER_CONFIGS
             kind = p.IncrementalAlterConfigsResponse if incremental else p.AlterConfigsResponse
             return kind(responses=[*done, *refused])
-        case p.ApiKey.ELECT_LEADERS:
-            return p.ElectLeadersResponse(error_code=refused[0].code or -1)
         case _:
-            whole: Any = {
-                p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: p.AlterPartitionReassignmentsResponse,
-                p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsResponse,
-                p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerResponse,
-            }[api]
-            return whole(error_code=refused[0].code or -1, error_message=str(refused[0]))
+            # Refused as a whole: the answer a node without a controller gives, every
+            # NOT_CONTROLLER in it (top level, or per entry) made this refusal.
+            return _as_refused(not_controller_answer(api, body), refused[0])
+
+
+def _as_refused(message: Any, err: AuthorizationError) -> Any:
+    """``message`` with each NOT_CONTROLLER error code (and its message) replaced by ``err``."""
+    if isinstance(message, list):
+        return [_as_refused(m, err) for m in message]
+    if not dataclasses.is_dataclass(message) or isinstance(message, type):
+        return message
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if f.name == "error_code" and value == NotControllerError.code:
+            changes["error_code"] = err.code or -1
+            if any(g.name == "error_message" for g in dataclasses.fields(message)):
+                changes["error_message"] = str(err)
+        elif isinstance(value, list) or dataclasses.is_dataclass(value):
+            changes[f.name] = _as_refused(value, err)
+    return dataclasses.replace(message, **changes)
+
+
+def _cluster_refusal(response_class: type, err: AuthorizationError) -> Any:
+    """A response refused as a whole at its top-level error code (and message, if it has
+    one)."""
+    names = {f.name for f in dataclasses.fields(response_class)}
+    fields: dict[str, Any] = {"error_code": err.code or -1}
+    if "error_message" in names:
+        fields["error_message"] = str(err)
+    return response_class(**fields)
 
 
 def _active_producers(partition: Partition) -> list[p.ProducerState]:
