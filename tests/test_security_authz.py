@@ -12,6 +12,7 @@ the Authorizer protocol over a list of allows (the StandardAuthorizer is tested 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import uuid
@@ -361,6 +362,18 @@ def test_produce_needs_write_on_the_topic(node: Node) -> None:
 def test_transactional_produce_needs_write_on_the_transactional_id(node: Node) -> None:
     node.authz.allow(Op.WRITE, RT.TOPIC, TOPIC)
     response = node.call(p.ApiKey.PRODUCE, produce(transactional_id="tx"))
+    assert codes(response, "responses", "partition_responses") == {TXN_DENIED}
+    # transactional batches without a transactional id: refused too (as Kafka)
+    batch = build([Record(None, b"v", 1)], producer_id=7, producer_epoch=0, is_transactional=True)
+    request = dataclasses.replace(
+        produce(),
+        topic_data=[
+            p.ProduceRequestTopic(
+                name=TOPIC, partition_data=[p.ProduceRequestPartition(index=0, records=batch)]
+            )
+        ],
+    )
+    response = node.call(p.ApiKey.PRODUCE, request)
     assert codes(response, "responses", "partition_responses") == {TXN_DENIED}
     assert node.end_offset() == 0
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from logstore.batch import iter_batches
+from logstore.batch import iter_batches, parse_header
 from logstore.errors import OffsetOutOfRangeError, ReplogError
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
@@ -910,7 +910,12 @@ class KafkaApis:
 
     async def handle_produce(self, header: p.RequestHeader, body: p.ProduceRequest) -> Any:
         refused = self.authorize_produce(
-            body.transactional_id, False, (t.name for t in body.topic_data)
+            body.transactional_id,
+            self.auth.enabled
+            and any(
+                _transactional(part.records) for t in body.topic_data for part in t.partition_data
+            ),
+            (t.name for t in body.topic_data),
         )
         entries = [
             (topic.name, part.index, part.records)
@@ -1177,6 +1182,17 @@ class KafkaApis:
                     )
             topics.append(p.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return p.OffsetsForLeaderEpochResponse(topics=topics)
+
+
+def _transactional(records: Any) -> bool:
+    """Is the (first) batch of a partition's records transactional? (A malformed one is not:
+    the log refuses it with its own error.)"""
+    if not records:
+        return False
+    try:
+        return parse_header(records).is_transactional
+    except (ReplogError, ValueError):
+        return False
 
 
 def _merge_forwarded(api: p.ApiKey, body: Any, response: Any, refused: list[Any]) -> Any:
