@@ -48,6 +48,11 @@ CONFIG_CHANGE = "config_change"
 #: a partition reassignment took a step (the controller logs every change of a replica set;
 #: the reassignment code may log its own steps: started, a replica caught up, completed)
 REASSIGNMENT_STEP = "reassignment_step"
+#: a request was refused an operation on a resource (an ACL denies it, or none allows it):
+#: principal, host, operation, resource (``Topic:events``), api, result=DENIED; logged by the
+#: broker or controller that refused it, on logger ``replication.security.authorizer``
+#: (Kafka's ``kafka.authorizer.logger``)
+AUTHORIZATION_DENIED = "authorization_denied"
 
 #: every event name, for documentation and tests
 EVENTS = (
@@ -65,6 +70,7 @@ EVENTS = (
     CONTROLLER_ACTIVE,
     CONFIG_CHANGE,
     REASSIGNMENT_STEP,
+    AUTHORIZATION_DENIED,
 )
 #: events logged at WARNING: each is worth a look (and an alert if it repeats)
 WARNING_EVENTS = frozenset(

@@ -29,6 +29,7 @@ from replication import protocol as p
 from replication.common import TopicPartition
 from replication.errors import (
     CoordinatorNotAvailableError,
+    TopicAuthorizationFailedError,
     UnsupportedCompressionTypeError,
     UnsupportedVersionError,
 )
@@ -98,6 +99,17 @@ def _codec(records: bytes) -> int:
     if len(records) < _ATTRIBUTES_OFFSET + 2:
         return -1
     return int(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0]) & 0x07
+
+
+_TRANSACTIONAL: Final = 0x10
+
+
+def _transactional(records: bytes | None) -> bool:
+    """Is the (first) Kafka batch transactional (attributes bit 4)? Authorization of Produce
+    needs Write on the transactional id when it is."""
+    if records is None or len(records) < _ATTRIBUTES_OFFSET + 2:
+        return False
+    return bool(_ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)[0] & _TRANSACTIONAL)
 
 
 #: Kafka's UNKNOWN_TOPIC_ID: a topic named by an id no topic has
@@ -203,8 +215,16 @@ class KafkaProtocolApis:
         body: Any = request.body
         entries: list[tuple[str, int, bytes | bytearray | memoryview | None]] = []
         refused: dict[TopicPartition, ReplogError] = {}
+        denied = self.apis.authorize_produce(
+            getattr(body, "transactional_id", None),
+            any(_transactional(part.records) for t in body.topic_data for part in t.partition_data),
+            (t.name for t in body.topic_data),
+        )
         for topic in body.topic_data:
             for part in topic.partition_data:
+                if topic.name in denied:
+                    refused[TopicPartition(topic.name, part.index)] = denied[topic.name]
+                    continue
                 try:
                     data = part.records if part.records is not None else b""
                     if request.api_version < _ZSTD_SINCE and _codec(data) == _ZSTD:
@@ -322,6 +342,8 @@ class KafkaProtocolApis:
         for t in response.topics:
             info = image.topic(t.name)
             topic_id = uuid.UUID(info.topic_id) if info is not None and info.topic_id else None
+            if t.error_code == TopicAuthorizationFailedError.code:
+                topic_id = None  # a topic it may not Describe: not even its id (as Kafka)
             topics.append({**vars_of(t), "topic_id": topic_id or uuid.UUID(int=0)})
         return {
             "brokers": self._kafka_brokers(),

@@ -10,30 +10,40 @@ manager and the controller do).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from logstore.batch import iter_batches
+from logstore.batch import iter_batches, parse_header
 from logstore.errors import OffsetOutOfRangeError, ReplogError
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.partition import Partition
-from replication.broker.replica_manager import FetchSpec, ReplicaManager
+from replication.broker.replica_manager import FetchSpec, ProduceResult, ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.coordinator.group import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
+    AuthorizationError,
     CoordinatorNotAvailableError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    NotControllerError,
+    OperationNotAttemptedError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from replication.metadata.image import MetadataImage
+from replication.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from replication.security.authorizer import Authorizer
+from replication.security.checks import AuthHelper
+from replication.security.principal import internal_scope
 from replication.server.configs import describe_configs
 from replication.server.controller_apis import (
     FORWARDED_APIS,
@@ -44,6 +54,20 @@ from replication.server.group_apis import GroupApis
 from replication.server.responses import Handler, error_code, error_message
 
 log = logging.getLogger(__name__)
+
+_OP = AclOperation
+_RT = ResourceType
+
+#: APIs answered by any node whose one check is an operation on the cluster (the ACL and SCRAM
+#: listings: api_acls); their handlers are wrapped by the check when this node serves them
+CLUSTER_CHECKED: dict[p.ApiKey, AclOperation] = {
+    p.ApiKey.DESCRIBE_ACLS: AclOperation.DESCRIBE,
+    p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOperation.DESCRIBE,
+}
+
+#: the transactional id a sink's batches are committed under (the sink's own id is checked
+#: as one, see api_acls)
+SINK_TRANSACTIONAL_PREFIX = "replog-sink/"
 
 
 class KafkaApis:
@@ -58,6 +82,13 @@ class KafkaApis:
         self._replica_manager = replica_manager
         self.controller_apis = controller_apis
         self.lifecycle = lifecycle
+        #: The authorizer of this node, asked at each check (None: no authorization, the
+        #: default). The node replaces it once its configuration and metadata are there.
+        self.authorizer: Callable[[], Authorizer | None] = lambda: None
+        #: what every handler (also the group and controller handlers) checks through
+        self.auth = AuthHelper(lambda: self.authorizer())
+        if controller_apis is not None:
+            controller_apis.auth = self.auth
         #: set by the node once its broker side is up
         self.coordinator: TransactionCoordinator | None = None
         self.group_apis: GroupApis | None = None
@@ -93,6 +124,23 @@ class KafkaApis:
             self.handlers[api_key] = self.handle_forwarded
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
+        for checked, operation in CLUSTER_CHECKED.items():
+            if checked in self.handlers:
+                self.handlers[checked] = self._cluster_checked(
+                    checked, operation, self.handlers[checked]
+                )
+
+    def _cluster_checked(self, api: p.ApiKey, operation: AclOperation, handler: Handler) -> Handler:
+        """``handler`` behind a check of ``operation`` on the cluster: refused as a whole
+        (CLUSTER_AUTHORIZATION_FAILED at the top level of its answer)."""
+
+        async def checked(header: p.RequestHeader, body: Any) -> Any:
+            err = self.auth.check(operation, _RT.CLUSTER, api=api.kafka_name)
+            if err is not None:
+                return _cluster_refusal(p.response_class(header.api_key, header.api_version), err)
+            return await handler(header, body)
+
+        return checked
 
     @property
     def replica_manager(self) -> ReplicaManager:
@@ -132,13 +180,29 @@ class KafkaApis:
             await self.lifecycle.refresh_metadata()
 
     async def handle_metadata(self, header: p.RequestHeader, body: p.MetadataRequest) -> Any:
+        """Brokers and topics. Named topics the principal may not Describe answer
+        TOPIC_AUTHORIZATION_FAILED (whether they exist or not); all topics: only those it may
+        Describe. Auto-creating a missing topic needs Create on the cluster or the topic."""
+        auth = self.auth
         image = self.image
+        denied: set[str] = set()
         if body.topics is None:
             names = [t.name for t in image.topics]
+            if auth.enabled:
+                visible = auth.filter(
+                    _OP.DESCRIBE, _RT.TOPIC, names, api="Metadata", log_denied=False
+                )
+                names = [n for n in names if n in visible]
         else:
             names = [t.name for t in body.topics]
-            missing = [n for n in names if image.topic(n) is None]
-            if missing and body.allow_auto_topic_creation and self.config.auto_create_topics_enable:
+            denied = set(names) - auth.filter(_OP.DESCRIBE, _RT.TOPIC, names, api="Metadata")
+            missing = [n for n in names if n not in denied and image.topic(n) is None]
+            auto_create = body.allow_auto_topic_creation and self.config.auto_create_topics_enable
+            if missing and auto_create and not self._may_create_all(missing, "Metadata"):
+                may = auth.filter(_OP.CREATE, _RT.TOPIC, missing, api="Metadata")
+                denied.update(n for n in missing if n not in may)
+                missing = [n for n in missing if n in may]
+            if missing and auto_create:
                 await self.handle_create_topics(
                     header,
                     p.CreateTopicsRequest(
@@ -151,6 +215,14 @@ class KafkaApis:
                 image = self.image
         topics = []
         for name in names:
+            if name in denied:
+                topics.append(
+                    p.MetadataResponseTopic(
+                        error_code=auth.error(_OP.DESCRIBE, _RT.TOPIC, name).code or -1,
+                        name=name,
+                    )
+                )
+                continue
             info = image.topic(name)
             if info is None:
                 topics.append(
@@ -197,20 +269,122 @@ class KafkaApis:
         (as KRaft brokers forward them, KIP-590). Whatever the controller changed is in this
         process's metadata before the answer goes back."""
         api = p.ApiKey(header.api_key)
+        # Authorized here, as the client, before forwarding: the controller sees the request
+        # on this broker's own connection, under the broker's principal (no KIP-590 envelope).
+        allowed_body, refused = self._authorize_forwarded(api, body)
+        if allowed_body is None:
+            return _merge_forwarded(api, body, None, refused)
         controller = self.controller_apis
         if controller is not None and (controller.active or self.lifecycle is None):
-            response = await controller.forwarded_handlers[api](body)
+            response = await controller.forwarded_handlers[api](allowed_body)
         elif self.lifecycle is not None:
-            response = await self.lifecycle.controller_request(api, body)
+            response = await self.lifecycle.controller_request(api, allowed_body)
         else:  # a broker still starting: no way to the controller yet
-            response = not_controller_answer(api, body)
+            response = not_controller_answer(api, allowed_body)
         if api != p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
             await self._after_controller_change()
-        return response
+        return _merge_forwarded(api, body, response, refused)
+
+    def _may_create_all(self, names: Iterable[str], api: str) -> bool:
+        """Create on the cluster (Kafka checks it first, without logging a denial: Create on
+        each topic may still allow it)."""
+        return self.auth.allowed(_OP.CREATE, _RT.CLUSTER, api=api, log_denied=False)
+
+    def _authorize_forwarded(self, api: p.ApiKey, body: Any) -> tuple[Any | None, list[Any]]:
+        """The part of a forwarded request the principal may do (None: nothing, or all of it
+        refused as one), and the answer entries of the refused parts (see api_acls).
+
+        A principal with ClusterAction on the cluster is a broker forwarding what it has
+        authorized already (as Kafka's controller trusts an envelope from a broker)."""
+        auth = self.auth
+        if not auth.enabled:
+            return body, []
+        name = api.kafka_name
+        if auth.allowed(_OP.CLUSTER_ACTION, _RT.CLUSTER, api=name, log_denied=False):
+            return body, []
+        match api:
+            case p.ApiKey.CREATE_TOPICS:
+                if self._may_create_all((t.name for t in body.topics), name):
+                    return body, []
+                may = auth.filter(_OP.CREATE, _RT.TOPIC, (t.name for t in body.topics), api=name)
+                refused: list[Any] = [
+                    p.CreatableTopicResult(
+                        name=t.name,
+                        error_code=(err := auth.error(_OP.CREATE, _RT.TOPIC, t.name)).code or -1,
+                        error_message=str(err),
+                    )
+                    for t in body.topics
+                    if t.name not in may
+                ]
+                kept = [t for t in body.topics if t.name in may]
+                return (dataclasses.replace(body, topics=kept) if kept else None), refused
+            case p.ApiKey.DELETE_TOPICS:
+                may = auth.filter(_OP.DELETE, _RT.TOPIC, body.topic_names, api=name)
+                refused = [
+                    p.DeletableTopicResult(
+                        name=n,
+                        error_code=(err := auth.error(_OP.DELETE, _RT.TOPIC, n)).code or -1,
+                        error_message=str(err),
+                    )
+                    for n in body.topic_names
+                    if n not in may
+                ]
+                names = [n for n in body.topic_names if n in may]
+                return (dataclasses.replace(body, topic_names=names) if names else None), refused
+            case p.ApiKey.CREATE_PARTITIONS:
+                may = auth.filter(_OP.ALTER, _RT.TOPIC, (t.name for t in body.topics), api=name)
+                refused = [
+                    p.CreatePartitionsTopicResult(
+                        name=t.name,
+                        error_code=(err := auth.error(_OP.ALTER, _RT.TOPIC, t.name)).code or -1,
+                        error_message=str(err),
+                    )
+                    for t in body.topics
+                    if t.name not in may
+                ]
+                kept = [t for t in body.topics if t.name in may]
+                return (dataclasses.replace(body, topics=kept) if kept else None), refused
+            case p.ApiKey.ALTER_CONFIGS | p.ApiKey.INCREMENTAL_ALTER_CONFIGS:
+                kept, refused = [], []
+                for r in body.resources:
+                    denied = self._config_check(
+                        _OP.ALTER_CONFIGS, r.resource_type, r.resource_name, name
+                    )
+                    if denied is None:
+                        kept.append(r)
+                    else:
+                        refused.append(
+                            p.AlterConfigsResourceResponse(
+                                error_code=denied.code or -1,
+                                error_message=str(denied),
+                                resource_type=r.resource_type,
+                                resource_name=r.resource_name,
+                            )
+                        )
+                return (dataclasses.replace(body, resources=kept) if kept else None), refused
+            case p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
+                whole = auth.check(_OP.DESCRIBE, _RT.CLUSTER, api=name)
+            case _:  # reassignments, elections, unregistration: Alter on the cluster
+                whole = auth.check(_OP.ALTER, _RT.CLUSTER, api=name)
+        return (body, []) if whole is None else (None, [whole])
+
+    def _config_check(
+        self, operation: AclOperation, resource_type: int, resource_name: str, api: str
+    ) -> AuthorizationError | None:
+        """A config resource's check: a topic's configs are the topic's, a broker's the
+        cluster's; other types are left to the handler (it refuses them)."""
+        if resource_type == p.TOPIC_RESOURCE:
+            return self.auth.check(operation, _RT.TOPIC, resource_name, api=api)
+        if resource_type == p.BROKER_RESOURCE:
+            return self.auth.check(operation, _RT.CLUSTER, CLUSTER_NAME, api=api)
+        return None
 
     async def handle_create_topics(
         self, header: p.RequestHeader, body: p.CreateTopicsRequest
     ) -> p.CreateTopicsResponse:
+        # Metadata's auto-creation comes here with its own header: forward a CreateTopics
+        if header.api_key != p.ApiKey.CREATE_TOPICS:
+            header = dataclasses.replace(header, api_key=p.ApiKey.CREATE_TOPICS)
         return cast(p.CreateTopicsResponse, await self.handle_forwarded(header, body))
 
     async def handle_delete_records(
@@ -224,10 +398,15 @@ class KafkaApis:
         it to a consumer once the leader has moved it (followers are not read by consumers)."""
         rm = self.replica_manager
         topics = []
+        may = self.auth.filter(
+            _OP.DELETE, _RT.TOPIC, (t.name for t in body.topics), api="DeleteRecords"
+        )
         for t in body.topics:
             parts = []
             for part in t.partitions:
                 try:
+                    if t.name not in may:
+                        raise self.auth.error(_OP.DELETE, _RT.TOPIC, t.name)
                     partition = rm.get_partition(t.name, part.partition_index)
                     partition.check_leader_epoch(-1, require_leader=True)
                     plog = partition.log
@@ -257,9 +436,25 @@ class KafkaApis:
     async def handle_describe_configs(
         self, header: p.RequestHeader, body: p.DescribeConfigsRequest
     ) -> Any:
-        return p.DescribeConfigsResponse(
-            results=[describe_configs(self.config, self.image, r) for r in body.resources]
-        )
+        """Each resource's configs: a topic's need DescribeConfigs on the topic, a broker's on
+        the cluster (else TOPIC_ / CLUSTER_AUTHORIZATION_FAILED for that resource)."""
+        results = []
+        for r in body.resources:
+            err = self._config_check(
+                _OP.DESCRIBE_CONFIGS, r.resource_type, r.resource_name, "DescribeConfigs"
+            )
+            if err is not None:
+                results.append(
+                    p.DescribeConfigsResult(
+                        error_code=err.code or -1,
+                        error_message=str(err),
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                )
+            else:
+                results.append(describe_configs(self.config, self.image, r))
+        return p.DescribeConfigsResponse(results=results)
 
     # --- transactions --------------------------------------------------------------------------
 
@@ -279,6 +474,7 @@ class KafkaApis:
     def serve_groups(self, group_apis: GroupApis) -> None:
         """Serve the consumer group APIs (the node calls this once its broker side is up)."""
         self.group_apis = group_apis
+        group_apis.auth = self.auth
         self.handlers.update(group_apis.handlers)
 
     async def create_internal_topic(self, name: str, partitions: int, replication: int) -> None:
@@ -290,8 +486,20 @@ class KafkaApis:
         is restarting, it would get 2 replicas with min ISR 2 and stop taking writes at the
         next failure. Until then nothing is created, and the caller answers
         COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka refuses likewise until
-        offsets.topic.replication.factor brokers are up)."""
-        response = await self.handle_create_topics(
+        offsets.topic.replication.factor brokers are up).
+
+        The node creates it on its own behalf (internal_scope): the client whose
+        FindCoordinator needed it may not create topics."""
+        with internal_scope():
+            response = await self._create_internal_topic(name, partitions, replication)
+        for result in response.topics:
+            if result.error_code and result.error_code != TopicAlreadyExistsError.code:
+                log.info("not creating %s yet: %s", name, result.error_message)
+
+    async def _create_internal_topic(
+        self, name: str, partitions: int, replication: int
+    ) -> p.CreateTopicsResponse:
+        return await self.handle_create_topics(
             p.RequestHeader(api_key=p.ApiKey.CREATE_TOPICS, api_version=0, correlation_id=0),
             p.CreateTopicsRequest(
                 topics=[
@@ -310,13 +518,15 @@ class KafkaApis:
                 ]
             ),
         )
-        for result in response.topics:
-            if result.error_code and result.error_code != TopicAlreadyExistsError.code:
-                log.info("not creating %s yet: %s", name, result.error_message)
 
     async def handle_find_coordinator(
         self, header: p.RequestHeader, body: p.FindCoordinatorRequest
     ) -> Any:
+        if body.key_type in (p.GROUP_KEY_TYPE, p.TRANSACTION_KEY_TYPE):
+            rtype = _RT.GROUP if body.key_type == p.GROUP_KEY_TYPE else _RT.TRANSACTIONAL_ID
+            err = self.auth.check(_OP.DESCRIBE, rtype, body.key, api="FindCoordinator")
+            if err is not None:
+                return p.FindCoordinatorResponse(error_code=err.code or -1, error_message=str(err))
         if body.key_type == p.GROUP_KEY_TYPE:
             if self.group_apis is None:
                 return p.FindCoordinatorResponse(
@@ -343,6 +553,17 @@ class KafkaApis:
     async def handle_init_producer_id(
         self, header: p.RequestHeader, body: p.InitProducerIdRequest
     ) -> Any:
+        api = "InitProducerId"
+        if body.transactional_id is not None:
+            err = self.auth.check(_OP.WRITE, _RT.TRANSACTIONAL_ID, body.transactional_id, api=api)
+        elif self.auth.allowed(
+            _OP.IDEMPOTENT_WRITE, _RT.CLUSTER, api=api, log_denied=False
+        ) or self.auth.allowed_any(_OP.WRITE, _RT.TOPIC, api=api):
+            err = None
+        else:  # KIP-679: IdempotentWrite on the cluster, or Write on some topic
+            err = self.auth.error(_OP.IDEMPOTENT_WRITE, _RT.CLUSTER)
+        if err is not None:
+            return p.InitProducerIdResponse(error_code=err.code or -1)
         try:
             pid, epoch = await self.txn_coordinator.init_producer_id(
                 body.transactional_id, body.transaction_timeout_ms
@@ -354,22 +575,43 @@ class KafkaApis:
     async def handle_add_partitions_to_txn(
         self, header: p.RequestHeader, body: p.AddPartitionsToTxnRequest
     ) -> Any:
-        code = 0
-        try:
-            await self.txn_coordinator.add_partitions(
-                body.transactional_id,
-                body.producer_id,
-                body.producer_epoch,
-                [TopicPartition(t.name, i) for t in body.topics for i in t.partitions],
-            )
-        except ReplogError as err:
-            code = error_code(err)
+        """Add partitions to the transaction. Without Write on the transactional id, every
+        partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED; without Write on a topic, its
+        partitions answer TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED
+        (nothing is added: Kafka's answer)."""
+        api = "AddPartitionsToTxn"
+        codes: dict[str, int] = {}
+        err = self.auth.check(_OP.WRITE, _RT.TRANSACTIONAL_ID, body.transactional_id, api=api)
+        if err is not None:
+            codes = dict.fromkeys((t.name for t in body.topics), err.code or -1)
+        else:
+            may = self.auth.filter(_OP.WRITE, _RT.TOPIC, (t.name for t in body.topics), api=api)
+            if len(may) < len({t.name for t in body.topics}):
+                denied = TopicAuthorizationFailedError.code
+                codes = {
+                    t.name: OperationNotAttemptedError.code if t.name in may else denied
+                    for t in body.topics
+                }
+        if not codes:
+            code = 0
+            try:
+                await self.txn_coordinator.add_partitions(
+                    body.transactional_id,
+                    body.producer_id,
+                    body.producer_epoch,
+                    [TopicPartition(t.name, i) for t in body.topics for i in t.partitions],
+                )
+            except ReplogError as failure:
+                code = error_code(failure)
+            codes = dict.fromkeys((t.name for t in body.topics), code)
         return p.AddPartitionsToTxnResponse(
             results=[
                 p.AddPartitionsToTxnTopicResult(
                     name=t.name,
                     results=[
-                        p.AddPartitionsToTxnPartitionResult(partition_index=i, error_code=code)
+                        p.AddPartitionsToTxnPartitionResult(
+                            partition_index=i, error_code=codes[t.name]
+                        )
                         for i in t.partitions
                     ],
                 )
@@ -382,6 +624,12 @@ class KafkaApis:
     ) -> Any:
         """Add the group's __consumer_offsets partition to the transaction, so its markers
         reach the offsets the transaction commits (Kafka's AddOffsetsToTxn)."""
+        api = "AddOffsetsToTxn"
+        err = self.auth.check(
+            _OP.WRITE, _RT.TRANSACTIONAL_ID, body.transactional_id, api=api
+        ) or self.auth.check(_OP.READ, _RT.GROUP, body.group_id, api=api)
+        if err is not None:
+            return p.AddOffsetsToTxnResponse(error_code=err.code or -1)
         if self.group_apis is None:
             return p.AddOffsetsToTxnResponse(error_code=CoordinatorNotAvailableError.code)
         try:
@@ -394,6 +642,9 @@ class KafkaApis:
         return p.AddOffsetsToTxnResponse()
 
     async def handle_end_txn(self, header: p.RequestHeader, body: p.EndTxnRequest) -> Any:
+        err = self.auth.check(_OP.WRITE, _RT.TRANSACTIONAL_ID, body.transactional_id, api="EndTxn")
+        if err is not None:
+            return p.EndTxnResponse(error_code=err.code or -1)
         try:
             await self.txn_coordinator.end_txn(
                 body.transactional_id, body.producer_id, body.producer_epoch, body.committed
@@ -405,6 +656,31 @@ class KafkaApis:
     async def handle_write_txn_markers(
         self, header: p.RequestHeader | None, body: p.WriteTxnMarkersRequest
     ) -> p.WriteTxnMarkersResponse:
+        """Write transaction markers (from a transaction coordinator: ClusterAction on the
+        cluster, else CLUSTER_AUTHORIZATION_FAILED on every partition). The node's own
+        coordinator calls this in internal_scope."""
+        err = self.auth.check(_OP.CLUSTER_ACTION, _RT.CLUSTER, api="WriteTxnMarkers")
+        if err is not None:
+            return p.WriteTxnMarkersResponse(
+                markers=[
+                    p.WritableTxnMarkerResult(
+                        producer_id=m.producer_id,
+                        topics=[
+                            p.WritableTxnMarkerTopicResult(
+                                name=t.name,
+                                partitions=[
+                                    p.WritableTxnMarkerPartitionResult(
+                                        partition_index=i, error_code=err.code or -1
+                                    )
+                                    for i in t.partition_indexes
+                                ],
+                            )
+                            for t in m.topics
+                        ],
+                    )
+                    for m in body.markers
+                ]
+            )
         markers = [
             (m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch, t.name, i)
             for m in body.markers
@@ -441,6 +717,14 @@ class KafkaApis:
             ]
         )
 
+    async def write_own_txn_markers(
+        self, request: p.WriteTxnMarkersRequest
+    ) -> p.WriteTxnMarkersResponse:
+        """The markers this node's transaction coordinator writes to its own partitions: the
+        node's own work (internal_scope), not a request of the client it is serving."""
+        with internal_scope():
+            return await self.handle_write_txn_markers(None, request)
+
     async def handle_list_transactions(
         self, header: p.RequestHeader, body: p.ListTransactionsRequest
     ) -> Any:
@@ -448,6 +732,15 @@ class KafkaApis:
             listings = self.txn_coordinator.listings(body.state_filters)
         except ReplogError as err:
             return p.ListTransactionsResponse(error_code=error_code(err))
+        if self.auth.enabled:
+            visible = self.auth.filter(
+                _OP.DESCRIBE,
+                _RT.TRANSACTIONAL_ID,
+                (m.transactional_id for m in listings),
+                api="ListTransactions",
+                log_denied=False,
+            )
+            listings = [m for m in listings if m.transactional_id in visible]
         return p.ListTransactionsResponse(
             transactions=[
                 p.TransactionListing(
@@ -471,7 +764,16 @@ class KafkaApis:
     ) -> Any:
         """The coordinator's state of each transactional id (Kafka's DescribeTransactions)."""
         states = []
+        api = "DescribeTransactions"
         for transactional_id in body.transactional_ids:
+            denied = self.auth.check(_OP.DESCRIBE, _RT.TRANSACTIONAL_ID, transactional_id, api=api)
+            if denied is not None:
+                states.append(
+                    p.TransactionState(
+                        error_code=denied.code or -1, transactional_id=transactional_id
+                    )
+                )
+                continue
             try:
                 m = self.txn_coordinator.describe(transactional_id)
             except ReplogError as err:
@@ -484,6 +786,11 @@ class KafkaApis:
             topics: dict[str, list[int]] = {}
             for t, i in sorted(m.partitions):
                 topics.setdefault(t, []).append(i)
+            if self.auth.enabled:  # the partitions of topics it may not Describe are left out
+                visible = self.auth.filter(
+                    _OP.DESCRIBE, _RT.TOPIC, topics, api=api, log_denied=False
+                )
+                topics = {t: ps for t, ps in topics.items() if t in visible}
             states.append(
                 p.TransactionState(
                     transactional_id=transactional_id,
@@ -504,10 +811,15 @@ class KafkaApis:
         offset (Kafka's DescribeProducers; what kafka-transactions.sh find-hanging reads)."""
         rm = self.replica_manager
         topics = []
+        may = self.auth.filter(
+            _OP.READ, _RT.TOPIC, (t.name for t in body.topics), api="DescribeProducers"
+        )
         for t in body.topics:
             parts = []
             for index in t.partition_indexes:
                 try:
+                    if t.name not in may:
+                        raise self.auth.error(_OP.READ, _RT.TOPIC, t.name)
                     partition = rm.get_partition(t.name, index)
                     partition.check_leader_epoch(-1, require_leader=True)
                     producers = await asyncio.to_thread(_active_producers, partition)
@@ -530,6 +842,19 @@ class KafkaApis:
     async def handle_commit_sink_batch(
         self, header: p.RequestHeader, body: p.CommitSinkBatchRequest
     ) -> Any:
+        """Commit a sink's batch: Write on every transaction's id and on the sink's own
+        (``replog-sink/<sink_id>``), or a producer could mark another sink's batch committed
+        with its own transactions and make that sink's replay abort."""
+        api = "CommitSinkBatch"
+        for name in [
+            *(t.transactional_id for t in body.transactions),
+            SINK_TRANSACTIONAL_PREFIX + body.sink_id,
+        ]:
+            err = self.auth.check(_OP.WRITE, _RT.TRANSACTIONAL_ID, name, api=api)
+            if err is not None:
+                return p.CommitSinkBatchResponse(
+                    error_code=err.code or -1, error_message=error_message(err)
+                )
         try:
             result = await self.txn_coordinator.commit_sink_batch(
                 body.sink_id,
@@ -548,6 +873,10 @@ class KafkaApis:
     async def handle_describe_sink(
         self, header: p.RequestHeader, body: p.DescribeSinkRequest
     ) -> Any:
+        name = SINK_TRANSACTIONAL_PREFIX + body.sink_id
+        err = self.auth.check(_OP.DESCRIBE, _RT.TRANSACTIONAL_ID, name, api="DescribeSink")
+        if err is not None:
+            return p.DescribeSinkResponse(error_code=err.code or -1)
         try:
             last = self.txn_coordinator.last_committed_batch(body.sink_id)
         except ReplogError as err:
@@ -556,15 +885,52 @@ class KafkaApis:
 
     # --- produce and fetch -------------------------------------------------------------------
 
+    def authorize_produce(
+        self, transactional_id: str | None, transactional: bool, topics: Iterable[str]
+    ) -> dict[str, AuthorizationError]:
+        """The topics a Produce may not write to, with the error to answer on each of their
+        partitions: all of them (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) without Write on the
+        transactional id, else those without Write on the topic (TOPIC_AUTHORIZATION_FAILED).
+        ``transactional``: the request carries transactional batches (Kafka refuses them
+        without a transactional id). Both listeners' Produce handlers call this."""
+        names = set(topics)
+        if not self.auth.enabled:
+            return {}
+        api = "Produce"
+        if transactional_id is not None or transactional:
+            err = (
+                self.auth.check(_OP.WRITE, _RT.TRANSACTIONAL_ID, transactional_id, api=api)
+                if transactional_id is not None
+                else self.auth.error(_OP.WRITE, _RT.TRANSACTIONAL_ID, "null")
+            )
+            if err is not None:
+                return dict.fromkeys(names, err)
+        may = self.auth.filter(_OP.WRITE, _RT.TOPIC, names, api=api)
+        return {n: self.auth.error(_OP.WRITE, _RT.TOPIC, n) for n in names - may}
+
     async def handle_produce(self, header: p.RequestHeader, body: p.ProduceRequest) -> Any:
+        refused = self.authorize_produce(
+            body.transactional_id,
+            self.auth.enabled
+            and any(
+                _transactional(part.records) for t in body.topic_data for part in t.partition_data
+            ),
+            (t.name for t in body.topic_data),
+        )
         entries = [
             (topic.name, part.index, part.records)
             for topic in body.topic_data
             for part in topic.partition_data
+            if topic.name not in refused
         ]
         results = await self.replica_manager.append_records(body.acks, body.timeout_ms, entries)
         if body.acks == 0:
             return None
+        for name, err in refused.items():
+            for topic in body.topic_data:
+                if topic.name == name:
+                    for part in topic.partition_data:
+                        results[TopicPartition(name, part.index)] = ProduceResult(error=err)
         return p.ProduceResponse(
             responses=[
                 p.ProduceResponseTopic(
@@ -612,6 +978,19 @@ class KafkaApis:
         )
         if context.error is not None:
             return p.FetchResponse(error_code=context.error_code, session_id=context.session_id)
+        # A follower needs ClusterAction on the cluster, a consumer Read on each topic; a
+        # partition refused answers TOPIC_AUTHORIZATION_FAILED (Kafka's answer in both cases)
+        # and is neither read nor counted as the follower's fetch.
+        refused: dict[str, AuthorizationError] = {}
+        if self.auth.enabled:
+            wanted = {topic for topic, _, _ in context.partitions()}
+            if body.replica_id >= 0:
+                err = self.auth.check(_OP.CLUSTER_ACTION, _RT.CLUSTER, api="Fetch")
+                if err is not None:
+                    refused = dict.fromkeys(wanted, TopicAuthorizationFailedError(str(err)))
+            else:
+                may = self.auth.filter(_OP.READ, _RT.TOPIC, wanted, api="Fetch")
+                refused = {t: self.auth.error(_OP.READ, _RT.TOPIC, t) for t in wanted - may}
         specs = [
             FetchSpec(
                 topic=topic,
@@ -622,6 +1001,7 @@ class KafkaApis:
                 last_fetched_epoch=state.last_fetched_epoch,
             )
             for topic, index, state in context.partitions()
+            if topic not in refused
         ]
         data = await self.replica_manager.fetch(
             body.replica_id,
@@ -653,6 +1033,11 @@ class KafkaApis:
             )
             for key, d in data.items()
         }
+        for topic, index, _ in context.partitions():
+            if topic in refused:
+                results[TopicPartition(topic, index)] = p.FetchResponsePartition(
+                    partition_index=index, error_code=refused[topic].code or -1
+                )
         by_topic: dict[str, list[p.FetchResponsePartition]] = {}
         for (topic, _), part in context.filter_response(results):
             by_topic.setdefault(topic, []).append(part)
@@ -665,10 +1050,15 @@ class KafkaApis:
     async def handle_list_offsets(self, header: p.RequestHeader, body: p.ListOffsetsRequest) -> Any:
         rm = self.replica_manager
         topics = []
+        may = self.auth.filter(
+            _OP.DESCRIBE, _RT.TOPIC, (t.name for t in body.topics), api="ListOffsets"
+        )
         for t in body.topics:
             parts = []
             for part in t.partitions:
                 try:
+                    if t.name not in may:
+                        raise self.auth.error(_OP.DESCRIBE, _RT.TOPIC, t.name)
                     partition = rm.get_partition(t.name, part.partition_index)
                     partition.check_leader_epoch(part.current_leader_epoch, require_leader=True)
                     if part.timestamp != p.EARLIEST_TIMESTAMP:
@@ -708,15 +1098,29 @@ class KafkaApis:
     async def handle_describe_log_dirs(
         self, header: p.RequestHeader, body: p.DescribeLogDirsRequest
     ) -> Any:
+        """The replicas this broker holds. Kafka needs Describe on the cluster
+        (CLUSTER_AUTHORIZATION_FAILED); replog also leaves out topics the principal may not
+        Read: a log dir is where direct segment reads (Spark) start."""
+        api = "DescribeLogDirs"
+        err = self.auth.check(_OP.DESCRIBE, _RT.CLUSTER, api=api)
+        if err is not None:
+            return p.DescribeLogDirsResponse(error_code=err.code or -1)
         rm = self.replica_manager
         wanted = (
             None
             if body.topics is None
             else {(t.topic, i) for t in body.topics for i in t.partitions}
         )
+        readable: set[str] | None = None
+        if self.auth.enabled:
+            readable = self.auth.filter(
+                _OP.READ, _RT.TOPIC, (t for t, _ in rm.partitions), api=api, log_denied=False
+            )
         by_topic: dict[str, list[p.DescribeLogDirsPartition]] = {}
         for (topic, index), partition in sorted(rm.partitions.items()):
             if wanted is not None and (topic, index) not in wanted:
+                continue
+            if readable is not None and topic not in readable:
                 continue
             plog = partition.log
             by_topic.setdefault(topic, []).append(
@@ -747,10 +1151,21 @@ class KafkaApis:
     ) -> Any:
         rm = self.replica_manager
         topics = []
+        # Kafka: ClusterAction on the cluster (a follower), else Describe on each topic (a
+        # consumer checking for truncation, KIP-320); TOPIC_AUTHORIZATION_FAILED per partition
+        api = "OffsetForLeaderEpoch"
+        names = [t.topic for t in body.topics]
+        may = (
+            set(names)
+            if self.auth.allowed(_OP.CLUSTER_ACTION, _RT.CLUSTER, api=api, log_denied=False)
+            else self.auth.filter(_OP.DESCRIBE, _RT.TOPIC, names, api=api)
+        )
         for t in body.topics:
             parts = []
             for part in t.partitions:
                 try:
+                    if t.topic not in may:
+                        raise self.auth.error(_OP.DESCRIBE, _RT.TOPIC, t.topic)
                     partition = rm.get_partition(t.topic, part.partition)
                     partition.check_leader_epoch(part.current_leader_epoch, require_leader=True)
                     epoch, end = partition.log.end_offset_for_epoch(part.leader_epoch)
@@ -767,6 +1182,72 @@ class KafkaApis:
                     )
             topics.append(p.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
         return p.OffsetsForLeaderEpochResponse(topics=topics)
+
+
+def _transactional(records: Any) -> bool:
+    """Is the (first) batch of a partition's records transactional? (A malformed one is not:
+    the log refuses it with its own error.)"""
+    if not records:
+        return False
+    try:
+        return parse_header(records).is_transactional
+    except (ReplogError, ValueError):
+        return False
+
+
+def _merge_forwarded(api: p.ApiKey, body: Any, response: Any, refused: list[Any]) -> Any:
+    """The answer to a forwarded request: the controller's ``response`` (None: nothing was
+    forwarded) with the entries refused here, or the whole refusal (one error in
+    ``refused``, for the APIs checked as a whole)."""
+    if not refused:
+        return response
+    match api:
+        case p.ApiKey.CREATE_TOPICS:
+            done = response.topics if response is not None else []
+            return p.CreateTopicsResponse(topics=[*done, *refused])
+        case p.ApiKey.DELETE_TOPICS:
+            done = response.responses if response is not None else []
+            return p.DeleteTopicsResponse(responses=[*done, *refused])
+        case p.ApiKey.CREATE_PARTITIONS:
+            done = response.results if response is not None else []
+            return p.CreatePartitionsResponse(results=[*done, *refused])
+        case p.ApiKey.ALTER_CONFIGS | p.ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            done = response.responses if response is not None else []
+            incremental = api == p.ApiKey.INCREMENTAL_ALTER_CONFIGS
+            kind = p.IncrementalAlterConfigsResponse if incremental else p.AlterConfigsResponse
+            return kind(responses=[*done, *refused])
+        case _:
+            # Refused as a whole: the answer a node without a controller gives, every
+            # NOT_CONTROLLER in it (top level, or per entry) made this refusal.
+            return _as_refused(not_controller_answer(api, body), refused[0])
+
+
+def _as_refused(message: Any, err: AuthorizationError) -> Any:
+    """``message`` with each NOT_CONTROLLER error code (and its message) replaced by ``err``."""
+    if isinstance(message, list):
+        return [_as_refused(m, err) for m in message]
+    if not dataclasses.is_dataclass(message) or isinstance(message, type):
+        return message
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(message):
+        value = getattr(message, f.name)
+        if f.name == "error_code" and value == NotControllerError.code:
+            changes["error_code"] = err.code or -1
+            if any(g.name == "error_message" for g in dataclasses.fields(message)):
+                changes["error_message"] = str(err)
+        elif isinstance(value, list) or dataclasses.is_dataclass(value):
+            changes[f.name] = _as_refused(value, err)
+    return dataclasses.replace(message, **changes)
+
+
+def _cluster_refusal(response_class: type, err: AuthorizationError) -> Any:
+    """A response refused as a whole at its top-level error code (and message, if it has
+    one)."""
+    names = {f.name for f in dataclasses.fields(response_class)}
+    fields: dict[str, Any] = {"error_code": err.code or -1}
+    if "error_message" in names:
+        fields["error_message"] = str(err)
+    return response_class(**fields)
 
 
 def _active_producers(partition: Partition) -> list[p.ProducerState]:

@@ -21,6 +21,8 @@ from replication.coordinator.group import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import InvalidRequestError, NotControllerError
 from replication.metadata.image import MetadataImage
+from replication.security.acl import AclOperation, ResourceType
+from replication.security.checks import NO_AUTH, AuthHelper
 from replication.server.responses import Handler, error_code, error_message
 
 
@@ -136,6 +138,8 @@ class ControllerApis:
     def __init__(self, config: BrokerConfig, service: ControllerHandle) -> None:
         self.config = config
         self.service = service
+        #: authorization (the KafkaApis serving these installs its own; none until then)
+        self.auth: AuthHelper = NO_AUTH
         self.handlers: dict[int, Handler] = {
             p.ApiKey.BROKER_REGISTRATION: self.handle_broker_registration,
             p.ApiKey.BROKER_HEARTBEAT: self.handle_broker_heartbeat,
@@ -338,9 +342,17 @@ class ControllerApis:
 
     # --- producer ids, brokers, ISR ----------------------------------------------------------
 
+    def _cluster_action_denied(self, api: str) -> int:
+        """0, or CLUSTER_AUTHORIZATION_FAILED's code: the APIs brokers send their controller
+        need ClusterAction on the cluster (a client must not register or fence a broker)."""
+        err = self.auth.check(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, api=api)
+        return 0 if err is None else err.code or -1
+
     async def handle_allocate_producer_ids(
         self, header: p.RequestHeader, body: p.AllocateProducerIdsRequest
     ) -> Any:
+        if denied := self._cluster_action_denied("AllocateProducerIds"):
+            return p.AllocateProducerIdsResponse(error_code=denied)
         controller = self.active_controller
         if controller is None:
             return p.AllocateProducerIdsResponse(error_code=NotControllerError.code)
@@ -355,6 +367,8 @@ class ControllerApis:
     async def handle_broker_registration(
         self, header: p.RequestHeader, body: p.BrokerRegistrationRequest
     ) -> Any:
+        if denied := self._cluster_action_denied("BrokerRegistration"):
+            return p.BrokerRegistrationResponse(error_code=denied)
         controller = self.active_controller
         if controller is None:
             return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
@@ -379,6 +393,8 @@ class ControllerApis:
     async def handle_broker_heartbeat(
         self, header: p.RequestHeader, body: p.BrokerHeartbeatRequest
     ) -> Any:
+        if denied := self._cluster_action_denied("BrokerHeartbeat"):
+            return p.BrokerHeartbeatResponse(error_code=denied)
         controller = self.active_controller
         if controller is None:
             return p.BrokerHeartbeatResponse(error_code=NotControllerError.code)
@@ -398,6 +414,8 @@ class ControllerApis:
     async def handle_alter_partition(
         self, header: p.RequestHeader, body: p.AlterPartitionRequest
     ) -> Any:
+        if denied := self._cluster_action_denied("AlterPartition"):
+            return p.AlterPartitionResponse(error_code=denied)
         controller = self.active_controller
         if controller is None:
             return p.AlterPartitionResponse(error_code=NotControllerError.code)

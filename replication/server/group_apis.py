@@ -5,6 +5,10 @@ Each handler turns a request into a call of the :class:`GroupCoordinator` and it
 a response; errors travel as Kafka's codes, with a message where the response has a field for
 it. KafkaApis serves these beside its own (as Kafka's KafkaApis hands them to its
 GroupCoordinator).
+
+Each handler checks the principal's rights first (security/api_acls.py: Read on the group to
+be a member or commit, Describe to look, Delete to delete; Read on a topic to commit its
+offsets); :attr:`GroupApis.auth` is KafkaApis's helper once it serves these.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ from replication.errors import (
     UnstableOffsetCommitError,
 )
 from replication.metadata.image import MetadataImage
+from replication.security.acl import AclOperation, ResourceType
+from replication.security.checks import NO_AUTH, AuthHelper
 from replication.server.responses import Handler, error_code
+
+_OP = AclOperation
+_RT = ResourceType
 
 
 class GroupApis:
@@ -44,6 +53,8 @@ class GroupApis:
         self.coordinator = coordinator
         self.image = image
         self._create_internal_topic = create_internal_topic
+        #: authorization (KafkaApis.serve_groups installs its own; none until then)
+        self.auth: AuthHelper = NO_AUTH
         self.handlers: dict[int, Handler] = {
             p.ApiKey.JOIN_GROUP: self.handle_join_group,
             p.ApiKey.SYNC_GROUP: self.handle_sync_group,
@@ -92,7 +103,14 @@ class GroupApis:
             node_id=broker.broker_id, host=broker.host, port=broker.port
         )
 
+    def _group_denied(self, operation: AclOperation, group_id: str, api: str) -> int:
+        """0, or GROUP_AUTHORIZATION_FAILED's code if the principal may not."""
+        err = self.auth.check(operation, _RT.GROUP, group_id, api=api)
+        return 0 if err is None else err.code or -1
+
     async def handle_join_group(self, header: p.RequestHeader, body: p.JoinGroupRequest) -> Any:
+        if denied := self._group_denied(_OP.READ, body.group_id, "JoinGroup"):
+            return p.JoinGroupResponse(error_code=denied)
         result = await self.coordinator.join_group(
             JoinRequest(
                 group_id=body.group_id,
@@ -121,6 +139,8 @@ class GroupApis:
         )
 
     async def handle_sync_group(self, header: p.RequestHeader, body: p.SyncGroupRequest) -> Any:
+        if denied := self._group_denied(_OP.READ, body.group_id, "SyncGroup"):
+            return p.SyncGroupResponse(error_code=denied)
         try:
             assignment = await self.coordinator.sync_group(
                 body.group_id,
@@ -134,6 +154,8 @@ class GroupApis:
         return p.SyncGroupResponse(assignment=assignment)
 
     async def handle_heartbeat(self, header: p.RequestHeader, body: p.HeartbeatRequest) -> Any:
+        if denied := self._group_denied(_OP.READ, body.group_id, "Heartbeat"):
+            return p.HeartbeatResponse(error_code=denied)
         try:
             await self.coordinator.heartbeat(
                 body.group_id, body.generation_id, body.member_id, body.group_instance_id
@@ -143,6 +165,8 @@ class GroupApis:
         return p.HeartbeatResponse()
 
     async def handle_leave_group(self, header: p.RequestHeader, body: p.LeaveGroupRequest) -> Any:
+        if denied := self._group_denied(_OP.READ, body.group_id, "LeaveGroup"):
+            return p.LeaveGroupResponse(error_code=denied)
         members = [(m.member_id, m.group_instance_id) for m in body.members]
         try:
             errors = await self.coordinator.leave_group(body.group_id, members)
@@ -163,19 +187,54 @@ class GroupApis:
         self, header: p.RequestHeader, body: p.OffsetCommitRequest
     ) -> Any:
         offsets = _offsets_of(body.topics)
+        if denied := self._group_denied(_OP.READ, body.group_id, "OffsetCommit"):
+            return p.OffsetCommitResponse(topics=_commit_topics(dict.fromkeys(offsets, denied)))
+        offsets, refused = self._readable(offsets, "OffsetCommit")
+        codes: dict[TopicPartition, int] = {}
         try:
-            results = await self.coordinator.commit_offsets(
-                body.group_id, body.generation_id, body.member_id, body.group_instance_id, offsets
-            )
-            codes = {tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()}
+            if offsets or not refused:  # (a request of only refused topics commits nothing)
+                results = await self.coordinator.commit_offsets(
+                    body.group_id,
+                    body.generation_id,
+                    body.member_id,
+                    body.group_instance_id,
+                    offsets,
+                )
+                codes = {tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()}
         except ReplogError as err:
             codes = dict.fromkeys(offsets, error_code(err))
-        return p.OffsetCommitResponse(topics=_commit_topics(codes))
+        return p.OffsetCommitResponse(topics=_commit_topics({**codes, **refused}))
+
+    def _readable(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], api: str
+    ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, int]]:
+        """The offsets of topics the principal may Read, and TOPIC_AUTHORIZATION_FAILED for
+        the others' partitions (committing a topic's offsets needs Read on it, as Kafka)."""
+        if not self.auth.enabled:
+            return offsets, {}
+        may = self.auth.filter(_OP.READ, _RT.TOPIC, (tp.topic for tp in offsets), api=api)
+        refused = {
+            tp: self.auth.error(_OP.READ, _RT.TOPIC, tp.topic).code or -1
+            for tp in offsets
+            if tp.topic not in may
+        }
+        return {tp: o for tp, o in offsets.items() if tp.topic in may}, refused
 
     async def handle_txn_offset_commit(
         self, header: p.RequestHeader, body: p.TxnOffsetCommitRequest
     ) -> Any:
         offsets = _offsets_of(body.topics)
+        api = "TxnOffsetCommit"
+        err = self.auth.check(
+            _OP.WRITE, _RT.TRANSACTIONAL_ID, body.transactional_id, api=api
+        ) or self.auth.check(_OP.READ, _RT.GROUP, body.group_id, api=api)
+        if err is not None:
+            return p.TxnOffsetCommitResponse(
+                topics=_commit_topics(dict.fromkeys(offsets, err.code or -1))
+            )
+        offsets, refused = self._readable(offsets, api)
+        if not offsets and refused:
+            return p.TxnOffsetCommitResponse(topics=_commit_topics(refused))
         try:
             results = await self.coordinator.commit_txn_offsets(
                 body.group_id,
@@ -187,22 +246,46 @@ class GroupApis:
                 offsets,
             )
             codes = {tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()}
-        except ReplogError as err:
-            codes = dict.fromkeys(offsets, error_code(err))
-        return p.TxnOffsetCommitResponse(topics=_commit_topics(codes))
+        except ReplogError as failure:
+            codes = dict.fromkeys(offsets, error_code(failure))
+        return p.TxnOffsetCommitResponse(topics=_commit_topics({**codes, **refused}))
 
     async def handle_offset_fetch(self, header: p.RequestHeader, body: p.OffsetFetchRequest) -> Any:
+        """The group's committed offsets: Describe on the group (else GROUP_AUTHORIZATION_FAILED
+        at the top), and on each topic: named ones answer TOPIC_AUTHORIZATION_FAILED, all
+        offsets leave them out."""
+        api = "OffsetFetch"
+        if denied := self._group_denied(_OP.DESCRIBE, body.group_id, api):
+            return p.OffsetFetchResponse(error_code=denied)
         wanted = (
             None
             if body.topics is None
             else [TopicPartition(t.name, i) for t in body.topics for i in t.partition_indexes]
         )
+        refused: dict[TopicPartition, int] = {}
+        if self.auth.enabled and wanted is not None:
+            may = self.auth.filter(_OP.DESCRIBE, _RT.TOPIC, (tp.topic for tp in wanted), api=api)
+            refused = {
+                tp: self.auth.error(_OP.DESCRIBE, _RT.TOPIC, tp.topic).code or -1
+                for tp in wanted
+                if tp.topic not in may
+            }
+            wanted = [tp for tp in wanted if tp.topic in may]
         try:
             offsets = self.coordinator.fetch_offsets(body.group_id, wanted)
             unstable = self.coordinator.unstable(body.group_id) if body.require_stable else set()
         except ReplogError as err:
             return p.OffsetFetchResponse(error_code=error_code(err))
+        if self.auth.enabled and wanted is None:
+            visible = self.auth.filter(
+                _OP.DESCRIBE, _RT.TOPIC, (tp.topic for tp in offsets), api=api, log_denied=False
+            )
+            offsets = {tp: v for tp, v in offsets.items() if tp.topic in visible}
         by_topic: dict[str, list[p.OffsetFetchResponsePartition]] = {}
+        for tp, code in sorted(refused.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                p.OffsetFetchResponsePartition(partition_index=tp.partition, error_code=code)
+            )
         for tp, value in sorted(offsets.items()):
             by_topic.setdefault(tp.topic, []).append(
                 p.OffsetFetchResponsePartition(
@@ -221,10 +304,20 @@ class GroupApis:
         )
 
     async def handle_list_groups(self, header: p.RequestHeader, body: p.ListGroupsRequest) -> Any:
+        """Every group with Describe on the cluster, else those with Describe on the group."""
+        groups = sorted(self.coordinator.list_groups(), key=lambda g: g.group_id)
+        api = "ListGroups"
+        if self.auth.enabled and not self.auth.allowed(
+            _OP.DESCRIBE, _RT.CLUSTER, api=api, log_denied=False
+        ):
+            visible = self.auth.filter(
+                _OP.DESCRIBE, _RT.GROUP, (g.group_id for g in groups), api=api, log_denied=False
+            )
+            groups = [g for g in groups if g.group_id in visible]
         return p.ListGroupsResponse(
             groups=[
                 p.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "")
-                for g in sorted(self.coordinator.list_groups(), key=lambda g: g.group_id)
+                for g in groups
             ]
         )
 
@@ -233,6 +326,9 @@ class GroupApis:
     ) -> Any:
         out = []
         for group_id in body.groups:
+            if denied := self._group_denied(_OP.DESCRIBE, group_id, "DescribeGroups"):
+                out.append(p.DescribedGroup(error_code=denied, group_id=group_id))
+                continue
             try:
                 group = self.coordinator.describe_group(group_id)
             except ReplogError as err:
@@ -267,6 +363,9 @@ class GroupApis:
     ) -> Any:
         results = []
         for group_id in body.groups_names:
+            if denied := self._group_denied(_OP.DELETE, group_id, "DeleteGroups"):
+                results.append(p.DeletableGroupResult(group_id=group_id, error_code=denied))
+                continue
             try:
                 await self.coordinator.delete_group(group_id)
                 code = 0

@@ -224,7 +224,7 @@ class Node:
             config.transaction_max_timeout_ms,
             lambda: rm.image,
             append,
-            lambda request: self.apis.handle_write_txn_markers(None, request),
+            self.apis.write_own_txn_markers,
             allocate,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
