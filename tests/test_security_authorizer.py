@@ -236,7 +236,7 @@ def test_authorizer_from_config_caches_by_the_acls_tuple() -> None:
 
 
 def test_the_index_is_built_once_per_acls_tuple() -> None:
-    tuples = [(acl("t", Op.READ),)]
+    tuples: list[tuple[AclBinding, ...]] = [(acl("t", Op.READ),)]
     a = authorizer_from(
         SecurityConfig(authorizer_class_name="kafka.security.authorizer.AclAuthorizer"),
         lambda: tuples[-1],
