@@ -1191,27 +1191,33 @@ def bootstrap_credentials(
     credentials: Iterable[ScramCredential],
     acls: Iterable[AclBinding] = (),
 ) -> MetadataImage:
-    """Write the first metadata version of a new cluster with SCRAM users (and ACLs) in it,
-    before any node starts (Kafka's ``kafka-storage format --add-scram``).
+    """Write SCRAM users (and ACLs) into the metadata of a cluster that has not started yet
+    (Kafka's ``kafka-storage format --add-scram``); returns the version written.
 
     With SASL between brokers, a broker must authenticate to the controller before it can
     register, so its user must exist before any broker runs: nothing could create it over
-    the wire. The version is written only into an empty metadata log with no controller
-    claim; the first controller to activate builds on it (and fills in the cluster id).
+    the wire. Only a metadata log no controller has claimed is written (claims are never
+    pruned, so none means no controller ever ran on it): each call writes the next version,
+    a full image with the credentials added (replaced by user and mechanism) and the ACLs
+    added; the first controller to activate builds on it (and fills in the cluster id).
     InvalidRequestError otherwise: add users to a running cluster with
     AlterUserScramCredentials (`replog users add`)."""
-    if store.latest_version() != 0 or store.latest_claim() is not None:
+    if store.latest_claim() is not None:
         raise InvalidRequestError(
-            f"metadata log {store.storage.url} is not empty (a cluster has used it): add users "
-            "to a running cluster with `replog users add NAME --bootstrap-server HOST:PORT`"
+            f"metadata log {store.storage.url} is in use (a controller has claimed it): add "
+            "users to a running cluster with `replog users add NAME --bootstrap-server "
+            "HOST:PORT`"
         )
-    image = MetadataImage(version=1).with_scram_credentials(credentials).with_acls(acls)
+    base = store.read_latest()
+    image = base.next().with_scram_credentials(credentials)
+    image = image.with_acls([*image.acls, *acls])
     try:
         written = store.write(image)
     except StaleControllerEpochError as err:
         raise InvalidRequestError(
-            f"metadata log {store.storage.url}: a controller wrote its first version while the "
-            "users were being added; add them to the running cluster with `replog users add`"
+            f"metadata log {store.storage.url}: version {image.version} was written meanwhile "
+            "(another bootstrap, or a controller starting); run it again, or add users to the "
+            "running cluster with `replog users add`"
         ) from err
     if store.latest_claim() is not None:
         log.warning(
