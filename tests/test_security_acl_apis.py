@@ -329,3 +329,91 @@ def test_bootstrapped_users_survive_the_first_controller_activation() -> None:
     # a metadata log in use is refused, naming the online way
     with pytest.raises(InvalidRequestError, match=r"in use.*replog users add"):
         bootstrap_credentials(store, [admin])
+
+
+@pytest.mark.parametrize(
+    ("schema", "versions"),
+    [
+        ("describe_acls", (1, 2, 3)),
+        ("create_acls", (1, 2, 3)),
+        ("delete_acls", (1, 2, 3)),
+        ("describe_user_scram_credentials", (0,)),
+        ("alter_user_scram_credentials", (0,)),
+    ],
+)
+def test_the_messages_translate_to_and_from_kio_s_schemas(
+    schema: str, versions: tuple[int, ...]
+) -> None:
+    """Field names equal Kafka's (kio's), so the Kafka listener can serve these APIs through
+    its generic translation (kafka/translate.py) at the versions kio has."""
+    import importlib
+
+    from replication.kafka.translate import to_kafka, to_replog
+
+    samples: dict[str, tuple[Any, Any]] = {
+        "describe_acls": (
+            pa.DescribeAclsRequest(resource_type_filter=2, resource_name_filter="t", operation=3),
+            pa.DescribeAclsResponse(
+                resources=[
+                    pa.DescribeAclsResource(
+                        resource_type=2,
+                        resource_name="t",
+                        pattern_type=4,
+                        acls=[
+                            pa.AclDescription(
+                                principal="User:a", host="*", operation=3, permission_type=3
+                            )
+                        ],
+                    )
+                ]
+            ),
+        ),
+        "create_acls": (
+            pa.CreateAclsRequest(creations=[creation("t", pattern=PatternType.PREFIXED)]),
+            pa.CreateAclsResponse(results=[pa.AclCreationResult(error_code=54, error_message="x")]),
+        ),
+        "delete_acls": (
+            pa.DeleteAclsRequest(filters=[pa.DeleteAclsFilter(resource_name_filter="t")]),
+            pa.DeleteAclsResponse(
+                filter_results=[
+                    pa.DeleteAclsFilterResult(
+                        matching_acls=[
+                            pa.DeleteAclsMatchingAcl(
+                                resource_type=2,
+                                resource_name="t",
+                                principal="User:a",
+                                host="*",
+                                operation=3,
+                                permission_type=3,
+                            )
+                        ]
+                    )
+                ]
+            ),
+        ),
+        "describe_user_scram_credentials": (
+            pa.DescribeUserScramCredentialsRequest(users=[pa.UserName(name="a")]),
+            pa.DescribeUserScramCredentialsResponse(
+                results=[
+                    pa.DescribeUserScramCredentialsResult(
+                        user="a", credential_infos=[pa.CredentialInfo(mechanism=1, iterations=4096)]
+                    )
+                ]
+            ),
+        ),
+        "alter_user_scram_credentials": (
+            pa.AlterUserScramCredentialsRequest(
+                upsertions=[upsertion("a", "pw")],
+                deletions=[pa.ScramCredentialDeletion(name="b", mechanism=2)],
+            ),
+            pa.AlterUserScramCredentialsResponse(
+                results=[pa.AlterUserScramCredentialsResult(user="a", error_code=93)]
+            ),
+        ),
+    }
+    request, response = samples[schema]
+    for version in versions:
+        for message, kind in ((request, "request"), (response, "response")):
+            module = importlib.import_module(f"kio.schema.{schema}.v{version}.{kind}")
+            kio_class = getattr(module, type(message).__name__)
+            assert to_replog(to_kafka(message, kio_class), type(message)) == message
