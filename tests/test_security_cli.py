@@ -295,3 +295,84 @@ def test_without_an_authorizer_acl_commands_say_security_is_disabled(
     # SCRAM users need no authorizer
     ok(replog("users", "add", "carol", "--password-file", "-", *server, input="pw-carol\n"))
     assert "carol" in json.loads(ok(replog("users", "list", "--json", *server)))
+
+
+def test_producer_and_consumer_shortcuts_grant_what_kafka_acls_grants(
+    secure: BrokerProcess,
+) -> None:
+    server = ("--bootstrap-server", secure.bootstrap)
+
+    def acls_of(principal: str) -> set[tuple[str, str, str]]:
+        found = json.loads(ok(replog("acls", "list", "--principal", principal, "--json", *server)))
+        return {(a["resource_type"], a["resource_name"], a["operation"]) for a in found}
+
+    ok(
+        replog(
+            "acls",
+            "add",
+            "--allow-principal",
+            "User:prod",
+            "--producer",
+            "--topic",
+            "orders",
+            "--transactional-id",
+            "tx-1",
+            *server,
+        )
+    )
+    assert acls_of("User:prod") == {
+        ("TOPIC", "orders", "WRITE"),
+        ("TOPIC", "orders", "DESCRIBE"),
+        ("TOPIC", "orders", "CREATE"),
+        ("TRANSACTIONAL_ID", "tx-1", "WRITE"),
+        ("TRANSACTIONAL_ID", "tx-1", "DESCRIBE"),
+    }
+    ok(
+        replog(
+            "acls",
+            "add",
+            "--allow-principal",
+            "User:cons",
+            "--consumer",
+            "--topic",
+            "orders",
+            "--group",
+            "billing",
+            *server,
+        )
+    )
+    assert acls_of("User:cons") == {
+        ("TOPIC", "orders", "READ"),
+        ("TOPIC", "orders", "DESCRIBE"),
+        ("GROUP", "billing", "READ"),
+    }
+    one_line_error(
+        replog("acls", "add", "--allow-principal", "User:x", "--consumer", "--topic", "t", *server),
+        "--consumer needs --topic and --group",
+    )
+    # without --operation, remove takes every operation of the principal on the resource
+    out = ok(
+        replog("acls", "remove", "--allow-principal", "User:prod", "--topic", "orders", *server)
+    )
+    assert "Removed 3 ACL(s)." in out
+    assert acls_of("User:prod") == {
+        ("TRANSACTIONAL_ID", "tx-1", "WRITE"),
+        ("TRANSACTIONAL_ID", "tx-1", "DESCRIBE"),
+    }
+    ok(
+        replog(
+            "acls",
+            "remove",
+            "--allow-principal",
+            "User:cons",
+            "--consumer",
+            "--topic",
+            "orders",
+            "--group",
+            "billing",
+            *server,
+        )
+    )
+    assert acls_of("User:cons") == set()
+    ok(replog("acls", "remove", "--transactional-id", "tx-1", "--force", *server))
+    assert acls_of("User:prod") == set()

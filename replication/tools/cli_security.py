@@ -248,6 +248,20 @@ TransactionalId = Annotated[
     list[str] | None, _many("--transactional-id", "transactional id, repeatable")
 ]
 Cluster = Annotated[bool, typer.Option("--cluster", help="the cluster resource")]
+ProducerOption = Annotated[
+    bool,
+    typer.Option(
+        "--producer",
+        help="what a producer needs: Write, Describe, Create on --topic; Write, Describe on "
+        "--transactional-id",
+    ),
+]
+ConsumerOption = Annotated[
+    bool,
+    typer.Option(
+        "--consumer", help="what a consumer needs: Read, Describe on --topic; Read on --group"
+    ),
+]
 PatternOption = Annotated[
     str | None,
     typer.Option(
@@ -323,21 +337,50 @@ def _entries(
     return out
 
 
-def _bindings(
-    resources: list[tuple[Any, str]],
-    entries: list[tuple[str, str, Any]],
-    operations: list[str] | None,
-    pattern: Any,
-) -> list[AclBinding]:
-    from replication.security.acl import AclBinding
+#: kafka-acls' --producer: the operations a producer needs, by resource type
+_PRODUCER: Final = {
+    "TOPIC": ("WRITE", "DESCRIBE", "CREATE"),
+    "TRANSACTIONAL_ID": ("WRITE", "DESCRIBE"),
+}
+#: kafka-acls' --consumer: the operations a consumer needs, by resource type
+_CONSUMER: Final = {"TOPIC": ("READ", "DESCRIBE"), "GROUP": ("READ",)}
 
-    ops = [_operation(o) for o in operations or ["All"]]
-    return [
-        AclBinding(rtype, name, pattern, principal, host, op, permission)
-        for rtype, name in resources
-        for principal, host, permission in entries
-        for op in ops
-    ]
+
+def _operations(
+    resources: list[tuple[Any, str]],
+    operations: list[str] | None,
+    producer: bool,
+    consumer: bool,
+) -> list[tuple[Any, str, Any]]:
+    """(resource type, name, operation) of every ACL the flags ask for: --operation (default
+    All) on every resource, or kafka-acls' --producer / --consumer sets."""
+    from replication.security.acl import AclOperation
+
+    if not producer and not consumer:
+        ops = [_operation(o) for o in operations or ["All"]]
+        return [(rtype, name, op) for rtype, name in resources for op in ops]
+    if operations:
+        raise ConfigError("give --operation, or --producer / --consumer, not both")
+    if producer and not any(t.name == "TOPIC" for t, _ in resources):
+        raise ConfigError("--producer needs --topic (and --transactional-id for transactions)")
+    if consumer and not (
+        any(t.name == "TOPIC" for t, _ in resources)
+        and any(t.name == "GROUP" for t, _ in resources)
+    ):
+        raise ConfigError("--consumer needs --topic and --group")
+    out: list[tuple[Any, str, Any]] = []
+    for rtype, name in resources:
+        wanted: dict[str, None] = {}
+        for chosen, table in ((producer, _PRODUCER), (consumer, _CONSUMER)):
+            if chosen:
+                wanted.update(dict.fromkeys(table.get(rtype.name, ())))
+        if not wanted:
+            raise ConfigError(
+                f"--{'producer' if producer else 'consumer'} does not apply to "
+                f"{rtype.name.lower()} {name!r}"
+            )
+        out += [(rtype, name, AclOperation[op]) for op in wanted]
+    return out
 
 
 def _shown(b: AclBinding) -> str:
@@ -373,9 +416,12 @@ def acls_add(
     transactional_id: TransactionalId = None,
     cluster: Cluster = False,
     resource_pattern_type: PatternOption = None,
+    producer: ProducerOption = False,
+    consumer: ConsumerOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
 ) -> None:
-    """Add ACLs: every principal (with its hosts) x operation (default All) x resource."""
+    """Add ACLs: every principal (with its hosts) x operation (default All) x resource;
+    --producer and --consumer add what a producer or consumer needs, as kafka-acls."""
     resources = _resources(topic, group, transactional_id, cluster)
     if not resources:
         raise ConfigError(
@@ -385,7 +431,13 @@ def acls_add(
     if not entries:
         raise ConfigError("name a principal: --allow-principal User:NAME or --deny-principal")
     pattern = _pattern(resource_pattern_type, "literal", ("literal", "prefixed"))
-    bindings = _bindings(resources, entries, operation, pattern)
+    from replication.security.acl import AclBinding
+
+    bindings = [
+        AclBinding(rtype, name, pattern, principal, host, op, permission)
+        for rtype, name, op in _operations(resources, operation, producer, consumer)
+        for principal, host, permission in entries
+    ]
     with _admin(bootstrap) as admin:
         admin.create_acls(bindings)
     typer.echo("Adding ACLs:")
@@ -454,11 +506,14 @@ def acls_remove(
     transactional_id: TransactionalId = None,
     cluster: Cluster = False,
     resource_pattern_type: PatternOption = None,
+    producer: ProducerOption = False,
+    consumer: ConsumerOption = False,
     force: Annotated[bool, typer.Option("--force", help="do not ask for confirmation")] = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
 ) -> None:
-    """Remove ACLs: those of the principals and operations given on the resources named, or,
-    with no principal, every ACL of those resources (after a confirmation)."""
+    """Remove ACLs: those of the principals and operations given (every operation without
+    --operation) on the resources named, or, with no principal, every ACL of those resources
+    (after a confirmation)."""
     from replication.security.acl import AclBindingFilter
 
     resources = _resources(topic, group, transactional_id, cluster)
@@ -469,16 +524,22 @@ def acls_remove(
     pattern = _pattern(resource_pattern_type, "literal", ("any", "match", "literal", "prefixed"))
     entries = _entries(allow_principal, deny_principal, allow_host, deny_host)
     if entries:
-        ops = [_operation(o) for o in operation or ["All"]]
+        if operation or producer or consumer:
+            targets = _operations(resources, operation, producer, consumer)
+        else:  # every operation of these principals on these resources
+            from replication.security.acl import AclOperation
+
+            targets = [(rtype, name, AclOperation.ANY) for rtype, name in resources]
         filters = [
             AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
-            for rtype, name in resources
+            for rtype, name, op in targets
             for principal, host, permission in entries
-            for op in ops
         ]
     else:
-        if operation:
-            raise ConfigError("--operation needs --allow-principal or --deny-principal")
+        if operation or producer or consumer:
+            raise ConfigError(
+                "--operation, --producer and --consumer need --allow-principal or --deny-principal"
+            )
         filters = [AclBindingFilter(rtype, name, pattern) for rtype, name in resources]
         shown = ", ".join(f"{t.name}:{n}" for t, n in resources)
         if not force and not typer.confirm(f"Remove every ACL of {shown}?"):
