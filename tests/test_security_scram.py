@@ -13,6 +13,7 @@ from replication.security.scram import (
     MECHANISMS,
     ScramCredential,
     credential_from_salted,
+    fake_credential,
     mechanism_name,
     new_credential,
     salted_password,
@@ -44,8 +45,7 @@ def login(
 
     def auth_fn(name: str) -> tuple[bytes, bytes, bytes, int]:
         assert name == credential.user
-        c = credential
-        return c.salt, c.stored_key, c.server_key, c.iterations
+        return credential.auth_info()
 
     server = ScramMechanism(credential.mechanism).make_server(auth_fn, s_nonce=s_nonce)
     client = ScramClient([credential.mechanism], user, password, c_nonce=c_nonce)
@@ -121,3 +121,21 @@ def test_the_secret_parts_stay_out_of_the_repr() -> None:
     for secret in (credential.salt, credential.stored_key, credential.server_key):
         assert repr(secret) not in shown
         assert secret.hex() not in shown
+
+
+def test_an_unknown_user_gets_a_stable_fake_credential_no_password_matches() -> None:
+    secret = b"per-process-secret-0123456789abc"
+    fake = fake_credential(secret, "nobody", "SCRAM-SHA-512")
+    assert fake == fake_credential(secret, "nobody", "SCRAM-SHA-512")  # same at every attempt
+    assert fake.salt != fake_credential(secret, "other", "SCRAM-SHA-512").salt
+    assert (
+        fake.salt
+        != fake_credential(b"another-broker-secret-0123456789", "nobody", "SCRAM-SHA-512").salt
+    )
+    assert len(fake.salt) == 32
+    assert fake.iterations == 8192  # as a real one: nothing tells them apart
+    real = new_credential("alice", "SCRAM-SHA-512", "pw")
+    assert len(fake.stored_key) == len(real.stored_key)
+    for guess in ("", "pw", "nobody"):
+        with pytest.raises(ScramException):
+            login(fake, "nobody", guess or "x")

@@ -30,6 +30,7 @@ __all__ = [
     "MIN_ITERATIONS",
     "ScramCredential",
     "credential_from_salted",
+    "fake_credential",
     "mechanism_name",
     "new_credential",
     "salted_password",
@@ -57,6 +58,11 @@ class ScramCredential:
     salt: bytes = field(repr=False)
     stored_key: bytes = field(repr=False)
     server_key: bytes = field(repr=False)
+
+    def auth_info(self) -> tuple[bytes, bytes, bytes, int]:
+        """What a scramp server's ``auth_fn`` returns: (salt, StoredKey, ServerKey,
+        iterations)."""
+        return self.salt, self.stored_key, self.server_key, self.iterations
 
 
 def mechanism_name(code: int) -> str:
@@ -136,3 +142,26 @@ def credential_from_salted(
     stored_key = hashlib.new(digest, client_key).digest()
     server_key = hmac.digest(salted, b"Server Key", digest)
     return ScramCredential(user, mechanism, iterations, bytes(salt), stored_key, server_key)
+
+
+def fake_credential(
+    server_secret: bytes, user: str, mechanism: str, iterations: int = DEFAULT_ITERATIONS
+) -> ScramCredential:
+    """A credential for a user that does not exist, so that the SASL server answers an unknown
+    user as it answers a known one with a wrong password: a salt and keys derived from
+    ``server_secret`` (random per broker process) and the name, the same at every attempt
+    (a salt that changed would tell the user is unknown). No password matches it, short of
+    breaking HMAC."""
+    digest = _HASHES.get(mechanism, "sha256")
+
+    def derive(label: str) -> bytes:
+        return hmac.digest(server_secret, f"{label}\0{mechanism}\0{user}".encode(), digest)
+
+    return ScramCredential(
+        user,
+        mechanism,
+        iterations,
+        derive("salt")[:SALT_BYTES],
+        derive("stored-key"),
+        derive("server-key"),
+    )
