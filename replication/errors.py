@@ -43,6 +43,7 @@ __all__ = [
     "CorruptFrameError",
     "CorruptRecordError",
     "DuplicateBrokerRegistrationError",
+    "DuplicateResourceError",
     "DuplicateSequenceNumberError",
     "ElectionNotNeededError",
     "EligibleLeadersNotAvailableError",
@@ -97,6 +98,7 @@ __all__ = [
     "ReplicaNotAvailableError",
     "ReplogError",
     "RequestTimedOutError",
+    "ResourceNotFoundError",
     "SaslAuthenticationFailedError",
     "SecurityDisabledError",
     "SslAuthenticationError",
@@ -107,6 +109,7 @@ __all__ = [
     "TransactionCoordinatorFencedError",
     "TransactionalIdAuthorizationFailedError",
     "TransactionalIdNotFoundError",
+    "UnacceptableCredentialError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
     "UnknownProducerIdError",
@@ -819,6 +822,35 @@ class OperationNotAttemptedError(WireError):
     """
 
     code = 55
+
+
+class ResourceNotFoundError(WireError):
+    """The resource named does not exist (e.g. a SCRAM credential to describe or delete).
+
+    Check the name (`replog users list` shows the users and their mechanisms).
+    """
+
+    code = 91
+
+
+class DuplicateResourceError(WireError):
+    """The request names the same resource twice (e.g. one user's credential for one
+    mechanism both upserted and deleted).
+
+    Send each change of a resource once per request.
+    """
+
+    code = 92
+
+
+class UnacceptableCredentialError(WireError):
+    """The credential is not acceptable: an empty user name, an iteration count outside
+    4096..16384, an empty salt, or a salted password of the wrong length.
+
+    Fix the credential (`replog users add NAME --iterations 8192`).
+    """
+
+    code = 93
 
 
 class AuthenticationError(WireError):

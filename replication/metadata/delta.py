@@ -11,7 +11,10 @@ in between is not a base), the scalar fields of the new image, and only what cha
 - topics removed, and topics upserted: a new topic (or one deleted and created again under
   its name) whole; a changed topic as the partitions that changed, by index, plus its new
   partition count and, if they changed, its configs;
-- the dynamic broker configs, whole, if they changed (one small entry per broker at most).
+- the dynamic broker configs, whole, if they changed (one small entry per broker at most);
+- the SCRAM credentials upserted and removed, by (user, mechanism), and the ACL bindings added
+  and removed, each key present only if something changed (image format 7's security
+  metadata; a replog from before it ignores the keys, and has no authorizer to fail open).
 
 Changes are found by object identity first: images are immutable and an untouched topic, broker
 or partition is the same object in both images, so a change costs what changed, not the
@@ -37,9 +40,14 @@ from replication.metadata.image import (
     _broker,
     _partition,
     _partition_state,
+    acl_binding,
+    acl_fields,
+    scram_credential,
+    scram_fields,
 )
+from replication.security.scram import ScramCredential
 
-#: the format of a delta version object (full images are formats 1 to 5)
+#: the format of a delta version object (full images are formats 1 to 5 and 7)
 DELTA_FORMAT_VERSION = 6
 
 T = TypeVar("T")
@@ -91,6 +99,22 @@ class MetadataDelta:
                         for entity, configs in c["broker_configs"].items()
                     )
                 )
+            scram_credentials = base.scram_credentials
+            if "scram" in c:
+                scram_credentials = _apply_scram(
+                    base.scram_credentials,
+                    [scram_credential(f) for f in c["scram"]["upsert"]],
+                    {(str(user), str(mechanism)) for user, mechanism in c["scram"]["remove"]},
+                )
+            acls = base.acls
+            if "acls" in c:
+                removed = {acl_binding(f) for f in c["acls"]["remove"]}
+                acls = tuple(
+                    sorted(
+                        {b for b in base.acls if b not in removed}
+                        | {acl_binding(f) for f in c["acls"]["add"]}
+                    )
+                )
             return replace(
                 base,
                 version=self.version,
@@ -101,6 +125,8 @@ class MetadataDelta:
                 brokers=brokers,
                 topics=topics,
                 broker_configs=broker_configs,
+                scram_credentials=scram_credentials,
+                acls=acls,
             )
         except (ValueError, KeyError, TypeError, IndexError) as err:
             raise CorruptRecordError(f"{self.where}: unreadable metadata delta: {err}") from err
@@ -131,11 +157,21 @@ def encode_delta(base: MetadataImage, image: MetadataImage) -> bytes:
         doc["broker_configs"] = {
             entity: [list(c) for c in configs] for entity, configs in image.broker_configs
         }
+    if image.scram_credentials is not base.scram_credentials and (
+        image.scram_credentials != base.scram_credentials
+    ):
+        doc["scram"] = _diff_scram(base.scram_credentials, image.scram_credentials)
+    if image.acls is not base.acls and image.acls != base.acls:
+        before, after = set(base.acls), set(image.acls)
+        doc["acls"] = {
+            "add": [acl_fields(b) for b in image.acls if b not in before],
+            "remove": [acl_fields(b) for b in base.acls if b not in after],
+        }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_version(data: bytes, *, where: str = "metadata") -> MetadataImage | MetadataDelta:
-    """A version object: a full image (formats 1 to 5) or a delta (format 6)."""
+    """A version object: a full image (formats 1 to 5, 7) or a delta (format 6)."""
     try:
         doc = json.loads(data)
         fmt = doc.get("format_version")
@@ -285,3 +321,27 @@ def _topic(old: TopicInfo | None, doc: dict[str, Any], where: str) -> TopicInfo:
         tuple(p for p in parts if p is not None),
         old.configs if configs is None else configs,
     )
+
+
+# --- the security metadata: credentials by (user, mechanism), ACLs as a set -------------------
+
+
+def _diff_scram(
+    old: tuple[ScramCredential, ...], new: tuple[ScramCredential, ...]
+) -> dict[str, Any]:
+    before = {(c.user, c.mechanism): c for c in old}
+    after = {(c.user, c.mechanism) for c in new}
+    return {
+        "upsert": [scram_fields(c) for c in new if before.get((c.user, c.mechanism)) != c],
+        "remove": [list(k) for k in before if k not in after],
+    }
+
+
+def _apply_scram(
+    old: tuple[ScramCredential, ...],
+    upserts: list[ScramCredential],
+    removed: set[tuple[str, str]],
+) -> tuple[ScramCredential, ...]:
+    by_key = {(c.user, c.mechanism): c for c in old if (c.user, c.mechanism) not in removed}
+    by_key.update({(c.user, c.mechanism): c for c in upserts})
+    return tuple(by_key[k] for k in sorted(by_key))

@@ -1,4 +1,5 @@
-"""The cluster metadata image: brokers, topics, partition assignments, leaders, ISRs.
+"""The cluster metadata image: brokers, topics, partition assignments, leaders, ISRs, and
+the security metadata (SCRAM credentials, ACLs).
 
 One immutable :class:`MetadataImage` per metadata version. The controller writes each new
 version to the metadata store; brokers apply versions in order. The image is a frozen,
@@ -7,19 +8,35 @@ versioned model (``format_version``) so a newer replog can refuse or migrate an 
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from logstore.errors import CorruptRecordError
+from replication.security.acl import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from replication.security.scram import ScramCredential
 
 #: 2 added each broker's incarnation; version 1 files are read with an unknown incarnation.
 #: 3 added each broker's other listeners (endpoints); older files are read with none.
 #: 4 added dynamic broker configs (cluster default and per broker); older files have none.
 #: 5 added partition reassignments (adding and removing replicas, the catch-up throttle) as
 #: three optional trailing fields of a partition; older files are read with none in progress.
-FORMAT_VERSION = 5
-READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4, 5})
+#: (6 is not an image: it is the format of a delta, :mod:`replication.metadata.delta`.)
+#: 7 added the security metadata: SCRAM credentials and ACLs; older files are read with none.
+#: An image with neither is still written as format 5 (it is exactly that), so a cluster that
+#: uses no security stays readable by a replog from before format 7 (a rolling upgrade).
+FORMAT_VERSION = 7
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4, 5, 7})
+#: the newest format an image without security metadata needs
+_PLAIN_FORMAT_VERSION = 5
 NO_LEADER = -1
 #: The entity name of the cluster-wide default broker configs (Kafka's ``--entity-default``;
 #: a broker's own dynamic configs are under its id, as a string).
@@ -106,7 +123,17 @@ class MetadataImage:
     #: entity, where the entity is DEFAULT_BROKER_ENTITY (every broker) or a broker id
     broker_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     format_version: int = FORMAT_VERSION
+    #: SCRAM credentials (salted and hashed, never a password), sorted by (user, mechanism);
+    #: kept out of the repr all the same
+    scram_credentials: tuple[ScramCredential, ...] = field(default=(), repr=False)
+    #: the ACL bindings, sorted (the authorizer indexes this tuple, rebuilt only when the
+    #: tuple is another object: untouched, it is the same object in every following version)
+    acls: tuple[AclBinding, ...] = ()
     _topic_index: dict[str, TopicInfo] = field(default_factory=dict, compare=False, repr=False)
+    #: (the credentials tuple it indexes, the index): valid while that tuple is this image's
+    _scram_index: tuple[tuple[ScramCredential, ...], dict[tuple[str, str], ScramCredential]] = (
+        field(default=((), {}), compare=False, repr=False)
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_topic_index", {t.name: t for t in self.topics})
@@ -153,6 +180,35 @@ class MetadataImage:
         others = tuple(b for b in self.brokers if b.broker_id != broker.broker_id)
         return replace(self, brokers=tuple(sorted((*others, broker), key=lambda b: b.broker_id)))
 
+    # --- security -------------------------------------------------------------------------------
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The credential of ``user`` for SCRAM ``mechanism`` (``SCRAM-SHA-256``), if any
+        (what the SASL server looks up at each login: one dict lookup)."""
+        indexed, index = self._scram_index
+        if indexed is not self.scram_credentials:
+            index = {(c.user, c.mechanism): c for c in self.scram_credentials}
+            object.__setattr__(self, "_scram_index", (self.scram_credentials, index))
+        return index.get((user, mechanism))
+
+    def with_scram_credentials(
+        self,
+        upserts: Iterable[ScramCredential] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> MetadataImage:
+        """This image with credentials added or replaced (by user and mechanism) and the
+        (user, mechanism) pairs in ``deletions`` removed."""
+        by_key = {(c.user, c.mechanism): c for c in self.scram_credentials}
+        for user, mechanism in deletions:
+            by_key.pop((user, mechanism), None)
+        for c in upserts:
+            by_key[(c.user, c.mechanism)] = c
+        return replace(self, scram_credentials=tuple(by_key[k] for k in sorted(by_key)))
+
+    def with_acls(self, acls: Iterable[AclBinding]) -> MetadataImage:
+        """This image with ``acls`` as its ACL bindings (deduplicated, sorted)."""
+        return replace(self, acls=tuple(sorted(set(acls))))
+
     def next(self, **changes: Any) -> MetadataImage:
         """The following version with ``changes`` applied."""
         return replace(self, version=self.version + 1, **changes)
@@ -160,8 +216,11 @@ class MetadataImage:
     # --- serialization ---------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        doc = {
-            "format_version": self.format_version,
+        security = bool(self.scram_credentials or self.acls)
+        doc: dict[str, Any] = {
+            "format_version": (
+                self.format_version if security else min(self.format_version, _PLAIN_FORMAT_VERSION)
+            ),
             "version": self.version,
             "controller_epoch": self.controller_epoch,
             "controller_id": self.controller_id,
@@ -193,6 +252,9 @@ class MetadataImage:
                 entity: [list(c) for c in configs] for entity, configs in self.broker_configs
             },
         }
+        if security:
+            doc["scram"] = [scram_fields(c) for c in self.scram_credentials]
+            doc["acls"] = [acl_fields(b) for b in self.acls]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -227,6 +289,14 @@ class MetadataImage:
                         for entity, configs in doc.get("broker_configs", {}).items()
                     )
                 ),
+                # formats 1 to 5 had no security metadata
+                scram_credentials=tuple(
+                    sorted(
+                        (scram_credential(f) for f in doc.get("scram", ())),
+                        key=lambda c: (c.user, c.mechanism),
+                    )
+                ),
+                acls=tuple(sorted(acl_binding(f) for f in doc.get("acls", ()))),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable metadata: {err}") from err
@@ -269,4 +339,52 @@ def _broker(fields: list[Any]) -> BrokerInfo:
         bool(fenced),
         incarnation,
         endpoints,
+    )
+
+
+def scram_fields(c: ScramCredential) -> list[Any]:
+    return [
+        c.user,
+        c.mechanism,
+        c.iterations,
+        base64.b64encode(c.salt).decode(),
+        base64.b64encode(c.stored_key).decode(),
+        base64.b64encode(c.server_key).decode(),
+    ]
+
+
+def scram_credential(fields: list[Any]) -> ScramCredential:
+    user, mechanism, iterations, salt, stored_key, server_key = fields
+    return ScramCredential(
+        str(user),
+        str(mechanism),
+        int(iterations),
+        base64.b64decode(salt, validate=True),
+        base64.b64decode(stored_key, validate=True),
+        base64.b64decode(server_key, validate=True),
+    )
+
+
+def acl_fields(b: AclBinding) -> list[Any]:
+    return [
+        int(b.resource_type),
+        b.resource_name,
+        int(b.pattern_type),
+        b.principal,
+        b.host,
+        int(b.operation),
+        int(b.permission),
+    ]
+
+
+def acl_binding(fields: list[Any]) -> AclBinding:
+    rtype, name, pattern, principal, host, operation, permission = fields
+    return AclBinding(
+        ResourceType(int(rtype)),
+        str(name),
+        PatternType(int(pattern)),
+        str(principal),
+        str(host),
+        AclOperation(int(operation)),
+        AclPermissionType(int(permission)),
     )

@@ -33,6 +33,18 @@ from replication.errors import (
     InvalidFrameLengthError,
     UnsupportedVersionError,
 )
+from replication.protocol.acls import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from replication.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -215,6 +227,15 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
         ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0
     ),
     ApiKey.UNREGISTER_BROKER: _Api(UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0),
+    ApiKey.DESCRIBE_ACLS: _Api(DescribeAclsRequest, DescribeAclsResponse, 0, 0),
+    ApiKey.CREATE_ACLS: _Api(CreateAclsRequest, CreateAclsResponse, 0, 0),
+    ApiKey.DELETE_ACLS: _Api(DeleteAclsRequest, DeleteAclsResponse, 0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _Api(
+        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _Api(
+        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0
+    ),
 }
 
 #: The (min, max) version replog speaks for each API.

@@ -49,6 +49,7 @@ from replication.server.controller_apis import (
     FORWARDED_APIS,
     ControllerApis,
     not_controller_answer,
+    security_handlers,
 )
 from replication.server.group_apis import GroupApis
 from replication.server.responses import Handler, error_code, error_message
@@ -122,6 +123,7 @@ class KafkaApis:
             )
         for api_key in FORWARDED_APIS:
             self.handlers[api_key] = self.handle_forwarded
+        self.handlers.update(security_handlers(config, lambda: self.image))
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
         for checked, operation in CLUSTER_CHECKED.items():
