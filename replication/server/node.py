@@ -34,6 +34,7 @@ from replication.metadata.store import MetadataStore
 from replication.metrics.broker import BrokerCollector
 from replication.metrics.controller import ControllerCollector, metadata_write_histogram
 from replication.metrics.endpoint import MetricsEndpoint
+from replication.security.authorizer import authorizer_from
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
@@ -90,6 +91,9 @@ class Node:
             else None
         )
         self.apis = KafkaApis(config, self.replica_manager, controller_apis, None)
+        # authorizer.class.name: ACLs from this node's metadata, asked at every request
+        authorizer = authorizer_from(config.security, lambda: self.apis.image.acls)
+        self.apis.authorizer = lambda: authorizer
         requests = self.metrics.requests if self.metrics is not None else None
         self.server = SocketServer(
             ReplogChannel(self.apis),
