@@ -445,6 +445,7 @@ def test_command_config_reaches_the_clients_of_every_command(
         (("configs", "describe", "--entity-type", "topics", "--entity-name", topic), None),
         (("consumer-groups", "list"), None),
         (("transactions", "list"), None),
+        (("users", "list"), None),
         (("records", "delete", "--topic", topic, "--partition", "0", "--offset", "1"), None),
         (("partitions", "elect-leaders", "--election-type", "preferred", "--topic", topic), None),
     ]

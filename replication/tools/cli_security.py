@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 
 from logstore.errors import ConfigError
+from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 if TYPE_CHECKING:
-    from replication.client.admin import Admin
     from replication.security.acl import AclBinding
 
 __all__ = ["acls_app", "users_app"]
@@ -48,20 +48,7 @@ acls_app = typer.Typer(
     help="ACLs: add, list, remove (as kafka-acls).",
 )
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap-server",
-        help="a broker's HOST:PORT to start from (a comma list works: h1:9092,h2:9092)",
-    ),
-]
 MechanismOption = Annotated[str, typer.Option("--mechanism", help="SCRAM-SHA-256 or SCRAM-SHA-512")]
-
-
-def _admin(bootstrap: str) -> Admin:
-    from replication.client import Admin
-
-    return Admin(bootstrap_servers=bootstrap)
 
 
 def _mechanism(name: str) -> str:
@@ -123,6 +110,7 @@ def users_add(
         ),
     ] = None,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Add a user, or set a new password for one (a SCRAM credential for one mechanism)."""
     mech = _mechanism(mechanism)
@@ -154,7 +142,7 @@ def users_add(
         return
     from replication.client.admin import UserScramCredentialUpsertion
 
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         admin.alter_user_scram_credentials(
             [UserScramCredentialUpsertion(name, password, mech, iterations)]
         )
@@ -164,10 +152,11 @@ def users_add(
 @users_app.command("list")
 def users_list(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """The users with SCRAM credentials: each mechanism and its iteration count."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         users = admin.describe_user_scram_credentials()
     if as_json:
         typer.echo(json.dumps(users, sort_keys=True))
@@ -192,9 +181,10 @@ def users_delete(
         ),
     ] = None,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Delete a user's SCRAM credentials (one mechanism's with --mechanism)."""
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         if mechanism is not None:
             mechanisms = [_mechanism(mechanism)]
         else:
@@ -419,6 +409,7 @@ def acls_add(
     producer: ProducerOption = False,
     consumer: ConsumerOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Add ACLs: every principal (with its hosts) x operation (default All) x resource;
     --producer and --consumer add what a producer or consumer needs, as kafka-acls."""
@@ -438,7 +429,7 @@ def acls_add(
         for rtype, name, op in _operations(resources, operation, producer, consumer)
         for principal, host, permission in entries
     ]
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         admin.create_acls(bindings)
     typer.echo("Adding ACLs:")
     _print_acls(bindings)
@@ -455,6 +446,7 @@ def acls_list(
     ] = None,
     resource_pattern_type: PatternOption = None,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """The ACLs of the resources named (every ACL without one)."""
@@ -471,7 +463,7 @@ def acls_list(
     filters = [
         AclBindingFilter(rtype, name, pattern, who) for rtype, name in targets for who in principals
     ]
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         found: list[AclBinding] = sorted({b for f in filters for b in admin.describe_acls(f)})
     if as_json:
         typer.echo(
@@ -510,6 +502,7 @@ def acls_remove(
     consumer: ConsumerOption = False,
     force: Annotated[bool, typer.Option("--force", help="do not ask for confirmation")] = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Remove ACLs: those of the principals and operations given (every operation without
     --operation) on the resources named, or, with no principal, every ACL of those resources
@@ -544,7 +537,7 @@ def acls_remove(
         shown = ", ".join(f"{t.name}:{n}" for t, n in resources)
         if not force and not typer.confirm(f"Remove every ACL of {shown}?"):
             raise typer.Abort()
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap, command_config) as admin:
         removed = admin.delete_acls(filters)
     gone = sorted({b for found in removed for b in found})
     typer.echo(f"Removed {len(gone)} ACL(s).")
