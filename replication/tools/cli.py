@@ -113,6 +113,14 @@ def cluster_up(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="key=value for every node")
     ] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="SASL_SSL on every listener and ACLs on: makes a throwaway CA, users broker and "
+            "admin, and <data>/secrets/client.properties for --command-config",
+        ),
+    ] = False,
 ) -> None:
     """Start a controller and N brokers on 127.0.0.1, each broker on its own storage root."""
     from pathlib import Path
@@ -128,6 +136,7 @@ def cluster_up(
         metrics_port_base=None if metrics_port_base < 0 else metrics_port_base,
         conf_dir=Path(conf_dir),
         overrides=parse_overrides(overrides or []),
+        secure=secure,
     )
     bootstrap = ",".join(n.address for n in nodes if n.role == "broker")
     for n in nodes:
@@ -139,6 +148,17 @@ def cluster_up(
     metrics = ",".join(f"127.0.0.1:{n.metrics_port}" for n in nodes if n.metrics_port)
     if metrics:
         typer.echo(f"Prometheus targets (/metrics): {metrics}")
+    if secure:
+        from replication.tools import secure_cluster
+
+        secured = secure_cluster.existing(local_cluster.ClusterLayout.of(data).run_dir)
+        assert secured is not None
+        typer.echo(
+            "secured: SASL_SSL, ACLs on; the admin's client settings are in "
+            f"{secured.client_properties}, e.g.\n"
+            f"  replog topics list --bootstrap-server {bootstrap.split(',')[0]} "
+            f"--command-config {secured.client_properties}"
+        )
     if detach:
         typer.echo(
             "stop it with: replog cluster down"

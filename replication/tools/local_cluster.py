@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from logstore.storage import Storage
 from replication import protocol as p
 from replication.metadata.store import MetadataStore
 from replication.server.node import KAFKA_READY_LINE, METRICS_READY_LINE, READY_LINE
+from replication.tools import secure_cluster
 
 STATE_FILE = "cluster.json"
 #: processes this process started, so stop_nodes can reap them (no zombies, no warnings)
@@ -109,15 +111,18 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def port_answers(port: int, timeout: float = 1.0) -> bool:
-    """True if an ApiVersions request on 127.0.0.1:port gets an answer."""
+def port_answers(port: int, timeout: float = 1.0, tls: ssl.SSLContext | None = None) -> bool:
+    """True if an ApiVersions request on 127.0.0.1:port gets an answer (over TLS with
+    ``tls``: ApiVersions is answered before SASL authentication)."""
     header = p.RequestHeader(
         api_key=p.ApiKey.API_VERSIONS, api_version=0, correlation_id=1, client_id="status"
     )
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(p.encode_request(header, p.ApiVersionsRequest()))
-            return len(sock.recv(4)) == 4
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            sock = raw if tls is None else tls.wrap_socket(raw, server_hostname="127.0.0.1")
+            with sock:
+                sock.sendall(p.encode_request(header, p.ApiVersionsRequest()))
+                return len(sock.recv(4)) == 4
     except OSError:
         return False
 
@@ -182,6 +187,7 @@ def cluster_up(
     metrics_port_base: int | None = None,
     conf_dir: Path | None = None,
     overrides: dict[str, str] | None = None,
+    secure: bool = False,
 ) -> list[NodeProcess]:
     """Start a controller and ``brokers`` brokers; returns the processes (state saved).
 
@@ -190,7 +196,8 @@ def cluster_up(
     ``metrics_port_base`` is None, broker i serves Prometheus metrics at
     ``metrics_port_base + i`` and the controller at ``metrics_port_base + brokers`` (as its
     replog port is ``port_base + brokers``). A ``port_base`` of 0 lets the OS pick a free
-    port for every listener."""
+    port for every listener. ``secure``: every listener SASL_SSL with ACLs on
+    (:mod:`replication.tools.secure_cluster`)."""
     if brokers < 1:
         raise ConfigError(f"--brokers {brokers}: a cluster needs at least one broker")
     layout = ClusterLayout.of(data)
@@ -205,7 +212,10 @@ def cluster_up(
             "give another --data"
         )
     layout.run_dir.mkdir(parents=True, exist_ok=True)
-    common = {"metadata.log.dir": layout.metadata_root, **(overrides or {})}
+    security: dict[str, str] = {}
+    if secure:
+        security = secure_cluster.prepare(layout.run_dir, layout.metadata_root).node_overrides()
+    common = {"metadata.log.dir": layout.metadata_root, **security, **(overrides or {})}
     nodes: list[NodeProcess] = []
 
     def conf(name: str) -> Path | None:
@@ -293,6 +303,8 @@ def cluster_down(data: str) -> list[NodeProcess]:
 def cluster_status(data: str) -> dict[str, Any]:
     layout = ClusterLayout.of(data)
     nodes = layout.read_state()
+    secured = secure_cluster.existing(layout.run_dir)
+    tls = secured.ssl_context() if secured is not None else None
     store = MetadataStore(Storage.from_url(layout.metadata_root))
     claim = store.latest_claim()
     image = store.read_latest()
@@ -307,7 +319,7 @@ def cluster_status(data: str) -> dict[str, Any]:
                 "address": n.address,
                 "pid": n.pid,
                 "alive": alive,
-                "answering": alive and port_answers(n.port),
+                "answering": alive and port_answers(n.port, tls=tls),
                 "fenced": n.node_id in fenced,
                 "active_controller": claim is not None and claim.port == n.port,
                 "log_file": n.log_file,
@@ -323,5 +335,6 @@ def cluster_status(data: str) -> dict[str, Any]:
             "epoch": claim.epoch,
         },
         "metadata_version": image.version,
+        "client_properties": None if secured is None else str(secured.client_properties),
         "nodes": rows,
     }
