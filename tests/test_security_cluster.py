@@ -104,7 +104,7 @@ def test_a_user_is_refused_until_an_acl_allows_it(secure: SecureLocalCluster) ->
     producer = Producer(secure.alice(**{"max.block.ms": 5000}))
     try:
         with pytest.raises(TopicAuthorizationFailedError, match="User:alice"):
-            producer.send(topic, b"denied").get(timeout=30)
+            producer.send(topic, b"denied").result(timeout=30)
     finally:
         producer.close()
     ok(
@@ -123,12 +123,14 @@ def test_a_user_is_refused_until_an_acl_allows_it(secure: SecureLocalCluster) ->
             producer.send(topic, str(i).encode(), partition=i % 2)
         producer.flush()
     seen: set[bytes] = set()
+
+    def read_all(c: Consumer) -> bool:
+        seen.update(r.value for r in c.poll(500) if r.value)
+        return len(seen) == 10
+
     with Consumer(secure.alice(**{"group.id": group, "auto.offset.reset": "earliest"})) as c:
         c.subscribe([topic])
-        wait_until(
-            lambda: seen.update(r.value for r in c.poll(500) if r.value) or len(seen) == 10,
-            timeout=60,
-        )
+        wait_until(lambda: read_all(c), timeout=60)
         c.commit()
         committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)])
     assert sum(o.offset for o in committed.values() if o is not None) == 10
@@ -161,8 +163,10 @@ def test_confluent_kafka_logs_in_on_the_kafka_listener(secure: SecureLocalCluste
     with Consumer(secure.client(**{"auto.offset.reset": "earliest"})) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         values: list[bytes] = []
-        wait_until(
-            lambda: values.extend(r.value for r in consumer.poll(500) if r.value) or values,
-            timeout=60,
-        )
+
+        def read() -> bool:
+            values.extend(r.value for r in consumer.poll(500) if r.value)
+            return bool(values)
+
+        wait_until(read, timeout=60)
     assert values == [b"from-librdkafka"]
