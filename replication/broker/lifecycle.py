@@ -28,6 +28,7 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import ControllerClaim, MetadataStore
 from replication.protocol.rpc import AsyncConnection
+from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,12 @@ class BrokerLifecycle:
         on_registered: Callable[[int], None],
         host: str,
         port: int,
+        *,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
+        #: how this broker reaches the controller (with its credentials)
+        self._connect = connect or broker_connector(config)
         self.store = store
         self.apply_image = apply_image
         self.current_version = current_version
@@ -109,7 +114,7 @@ class BrokerLifecycle:
             if claim is None:
                 return None
             self._claim = claim
-            self._conn = AsyncConnection(
+            self._conn = self._connect(
                 claim.host,
                 claim.port,
                 client_id=f"broker-{self.config.broker_id}",

@@ -31,6 +31,7 @@ from replication.protocol import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from replication.security.connector import client_ssl_context
 
 __all__ = ["Cluster", "MetadataSnapshot", "TopicMetadata"]
 
@@ -105,6 +106,9 @@ class Cluster:
         self._closed = False
         #: Topics whose metadata every refresh asks for (None: all topics).
         self._interest: set[str] = set()
+        #: TLS for every connection (security.protocol SSL, SASL_SSL), built once: a bad
+        #: truststore or keystore fails here, naming its key
+        self._ssl_context = client_ssl_context(config)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -155,6 +159,7 @@ class Cluster:
                         self.config.client_id,
                         self.config.request_timeout_ms,
                         connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                        ssl_context=self._ssl_context,
                     )
                     self._pool[key] = conn
         return conn

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -32,6 +33,7 @@ from replication.errors import (
     InvalidFrameLengthError,
     NetworkError,
     RequestTimedOutError,
+    SslAuthenticationError,
     UnsupportedVersionError,
     raise_for_code,
 )
@@ -44,6 +46,7 @@ from replication.protocol import (
     decode_response,
     encode_request,
 )
+from replication.security.tls import ssl_reason
 
 __all__ = ["BrokerConnection"]
 
@@ -82,7 +85,11 @@ class BrokerConnection:
         *,
         connect_timeout_ms: int = 10_000,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        #: TLS (security.protocol SSL, SASL_SSL): the broker's certificate is checked
+        #: against ``host``
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -213,6 +220,8 @@ class BrokerConnection:
             raise BrokerUnreachableError(self.host, self.port, err.strerror or str(err)) from err
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if self.ssl_context is not None:
+            sock = self._wrap(sock, self.ssl_context)
         self._sock = sock
         try:
             self._negotiate(sock)
@@ -221,6 +230,32 @@ class BrokerConnection:
             raise
         log.debug("connected to broker %s", self.address)
         return sock
+
+    def _wrap(self, sock: socket.socket, context: ssl.SSLContext) -> socket.socket:
+        """The TLS handshake (within the connect timeout); SslAuthenticationError, which is
+        not retried, names the broker and what failed."""
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLError as err:
+            sock.close()
+            raise SslAuthenticationError(
+                f"TLS handshake with broker {self.address} failed: {ssl_reason(err)}; check "
+                "ssl.truststore.location (the CA that signed the broker's certificate), the "
+                "certificates' dates and names, and that the listener speaks TLS "
+                "(security.protocol)"
+            ) from err
+        except TimeoutError as err:
+            sock.close()
+            raise BrokerUnreachableError(
+                self.host, self.port, f"no TLS handshake within {self.connect_timeout_ms} ms"
+            ) from err
+        except OSError as err:
+            sock.close()
+            raise SslAuthenticationError(
+                f"TLS handshake with broker {self.address} failed: {err.strerror or err}; "
+                "the broker closed the connection (does the listener speak TLS? is a client "
+                "certificate required: ssl.keystore.location?)"
+            ) from err
 
     def _negotiate(self, sock: socket.socket) -> None:
         """ApiVersions: learn the broker's versions (retrying at its version if it asks)."""

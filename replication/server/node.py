@@ -34,10 +34,12 @@ from replication.metadata.store import MetadataStore
 from replication.metrics.broker import BrokerCollector
 from replication.metrics.controller import ControllerCollector, metadata_write_histogram
 from replication.metrics.endpoint import MetricsEndpoint
+from replication.security.connector import broker_connector
+from replication.security.tls import PrincipalMapper, server_context
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
-from replication.server.socket_server import ReplogChannel, SocketServer
+from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +52,26 @@ KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
 METRICS_READY_LINE = "metrics of {role} {broker_id} on {host}:{port}"
 
 
+def listener_security(config: BrokerConfig, listener: str) -> ListenerSecurity:
+    """How ``listener`` authenticates connections, from the security keys (a bad keystore or
+    rule fails here, at startup, naming its key)."""
+    sec = config.security
+    protocol = sec.protocol(listener)
+    tls = server_context(sec) if protocol in ("SSL", "SASL_SSL") else None
+    return ListenerSecurity(
+        listener=listener,
+        protocol=protocol,
+        tls=tls,
+        mapper=PrincipalMapper(sec.ssl_principal_mapping_rules),
+        authentication_timeout_ms=sec.authentication_timeout_ms,
+    )
+
+
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: the one way this node connects to other nodes, with its credentials
+        self.connect = broker_connector(config)
         roles = config.roles
         #: the Prometheus endpoint (metrics.port >= 0), or None
         self.metrics: MetricsEndpoint | None = None
@@ -82,7 +101,7 @@ class Node:
             self.replica_manager = ReplicaManager(config, storage)
         if "controller" in roles:
             self.controller_service = ControllerService(
-                config, self.metadata_store, self.host, self.port
+                config, self.metadata_store, self.host, self.port, connect=self.connect
             )
         controller_apis = (
             ControllerApis(config, self.controller_service)
@@ -97,6 +116,7 @@ class Node:
             self.port,
             config.socket_request_max_bytes,
             request_metrics=requests,
+            security=listener_security(config, "REPLOG"),
         )
         #: the Kafka protocol listener, on brokers whose listeners name one
         self.kafka_server: SocketServer | None = None
@@ -108,6 +128,7 @@ class Node:
                 *kafka,
                 config.socket_request_max_bytes,
                 request_metrics=requests,
+                security=listener_security(config, KAFKA_LISTENER),
             )
 
     @property
@@ -145,10 +166,13 @@ class Node:
             lambda: rm.image.version,
             rm.registered,
             *advertised,
+            connect=self.connect,
         )
         self.lifecycle.endpoints = endpoints
         self.apis.lifecycle = self.lifecycle
-        self.fetchers = ReplicaFetcherManager(self.config, rm, lambda: rm.image)
+        self.fetchers = ReplicaFetcherManager(
+            self.config, rm, lambda: rm.image, connect=self.connect
+        )
         rm.fetchers = self.fetchers
         lifecycle = self.lifecycle
 
@@ -227,6 +251,7 @@ class Node:
             lambda request: self.apis.handle_write_txn_markers(None, request),
             allocate,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+            connect=self.connect,
         )
 
         def on_role_change(partition: Partition) -> None:

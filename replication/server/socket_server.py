@@ -15,13 +15,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import ssl
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.errors import CorruptFrameError, UnsupportedVersionError
 from replication.metrics.requests import RequestMetrics
+from replication.security.principal import ANONYMOUS, SESSION, Session
+from replication.security.tls import PrincipalMapper, peer_principal, ssl_reason
 from replication.server.apis import KafkaApis
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,24 @@ class ReplogChannel:
         return p.ApiKey(header.api_key).kafka_name
 
 
+#: how long closing a TLS connection waits for the peer's close_notify before aborting it (a
+#: silent peer must not hold a connection task, and so stop(), for ssl_shutdown_timeout)
+TLS_CLOSE_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """How a listener authenticates its connections: its name and security protocol, the TLS
+    context (SSL, SASL_SSL), the mapping of client certificates to principals, and the one
+    deadline for the TLS handshake and SASL authentication (authentication.timeout.ms)."""
+
+    listener: str = "REPLOG"
+    protocol: str = "PLAINTEXT"
+    tls: ssl.SSLContext | None = None
+    mapper: PrincipalMapper = dataclasses.field(default_factory=PrincipalMapper)
+    authentication_timeout_ms: int = 10_000
+
+
 class SocketServer:
     def __init__(
         self,
@@ -98,8 +120,13 @@ class SocketServer:
         port: int,
         max_request_bytes: int,
         request_metrics: RequestMetrics | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.channel = channel
+        self.security = security or ListenerSecurity()
+        #: connections refused by TLS or SASL
+        self.failed_authentications = 0
+        self.successful_authentications = 0
         #: counts and times every handled request (None: metrics are off)
         self.request_metrics = request_metrics
         self.host = host
@@ -130,6 +157,11 @@ class SocketServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         try:
+            session = await self._authenticate(writer, peer)
+            if session is None:
+                return
+            # this task's own context (start_server copied the one current at start())
+            SESSION.set(session)
             while True:
                 try:
                     frame = await p.read_frame(reader, self.max_request_bytes)
@@ -145,7 +177,57 @@ class SocketServer:
             return
         finally:
             self._connections.discard(task)
-            writer.close()
+            await self._close(writer)
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Close; a TLS connection waits a moment for close_notify, then is aborted (a peer
+        that never answers must not keep it open)."""
+        writer.close()
+        if writer.get_extra_info("ssl_object") is None and self.security.tls is None:
+            return
+        try:
+            async with asyncio.timeout(TLS_CLOSE_TIMEOUT_S):
+                await writer.wait_closed()
+        except (TimeoutError, OSError, asyncio.CancelledError):
+            writer.transport.abort()
+
+    async def _authenticate(self, writer: asyncio.StreamWriter, peer: object) -> Session | None:
+        """The TLS handshake (SSL, SASL_SSL listeners) within authentication.timeout.ms, and
+        the session it gives; None (after one INFO line) if the connection is refused."""
+        sec = self.security
+        host = peer[0] if isinstance(peer, tuple) else str(peer)
+        if sec.tls is None:
+            return Session(ANONYMOUS, host, sec.listener)
+        try:
+            async with asyncio.timeout(sec.authentication_timeout_ms / 1000):
+                await writer.start_tls(sec.tls)
+        except TimeoutError:
+            return self._refused(
+                peer,
+                f"SSL handshake not done within authentication.timeout.ms="
+                f"{sec.authentication_timeout_ms}",
+            )
+        except ssl.SSLError as err:
+            return self._refused(peer, f"SSL handshake failed: {ssl_reason(err)}")
+        except (OSError, EOFError) as err:
+            return self._refused(peer, f"SSL handshake failed: {err or type(err).__name__}")
+        try:
+            principal = peer_principal(writer.get_extra_info("ssl_object"), sec.mapper)
+        except ValueError as err:
+            return self._refused(peer, str(err))
+        self.successful_authentications += 1
+        log.info("Authenticated %s as %s on listener %s", peer, principal, sec.listener)
+        return Session(principal, host, sec.listener)
+
+    def _refused(self, peer: object, reason: str) -> Session | None:
+        self.failed_authentications += 1
+        log.info(
+            "Failed authentication with %s on listener %s (%s)",
+            peer,
+            self.security.listener,
+            reason,
+        )
+        return None
 
     async def _handle_frame(self, frame: bytes, writer: asyncio.StreamWriter, peer: object) -> bool:
         """Handle one request; False closes the connection."""

@@ -1,0 +1,176 @@
+"""Throwaway TLS material for security tests, made with ``cryptography`` (no openssl
+subprocess): a CA, broker certificates (SAN 127.0.0.1 and localhost), a client certificate
+(CN=alice), an expired one and one from a CA nobody trusts; plus the broker and client
+settings that use them.
+
+    env = SecurityEnv.create(tmp_path)
+    Cluster(..., overrides=env.broker_overrides("SSL"), client=env.client_config("SSL"))
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_DAY = datetime.timedelta(days=1)
+
+
+def _name(cn: str, org: str = "replog-test") -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
+            x509.NameAttribute(NameOID.COMMON_NAME, cn),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class _Ca:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+
+def _make_ca(cn: str) -> _Ca:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _DAY)
+        .not_valid_after(now + 30 * _DAY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return _Ca(key, cert)
+
+
+def _leaf(
+    ca: _Ca, cn: str, *, server: bool, expired: bool = False
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    start, end = (now - 10 * _DAY, now - 2 * _DAY) if expired else (now - _DAY, now + 30 * _DAY)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+            critical=False,
+        )
+    )
+    if server:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+    return key, builder.sign(ca.key, hashes.SHA256())
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+@dataclass(frozen=True)
+class SecurityEnv:
+    """Paths of the PEM files (keystores hold key + certificate chain)."""
+
+    root: Path
+    ca: Path  # the trusted CA certificate (the truststore)
+    broker: Path  # broker keystore
+    client: Path  # client keystore, CN=alice
+    expired: Path  # client keystore, expired, signed by the trusted CA
+    untrusted: Path  # client keystore signed by a foreign CA
+    untrusted_ca: Path
+
+    @classmethod
+    def create(cls, root: Path) -> SecurityEnv:
+        root.mkdir(parents=True, exist_ok=True)
+        ca = _make_ca("replog-test-ca")
+        foreign = _make_ca("foreign-ca")
+
+        def store(name: str, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> Path:
+            path = root / f"{name}.pem"
+            path.write_bytes(_pem_key(key) + _pem_cert(cert))
+            path.chmod(0o600)
+            return path
+
+        (root / "ca.pem").write_bytes(_pem_cert(ca.cert))
+        (root / "foreign-ca.pem").write_bytes(_pem_cert(foreign.cert))
+        return cls(
+            root=root,
+            ca=root / "ca.pem",
+            broker=store("broker", *_leaf(ca, "broker", server=True)),
+            client=store("client", *_leaf(ca, "alice", server=False)),
+            expired=store("expired", *_leaf(ca, "old", server=False, expired=True)),
+            untrusted=store("untrusted", *_leaf(foreign, "mallory", server=True)),
+            untrusted_ca=root / "foreign-ca.pem",
+        )
+
+    def broker_overrides(
+        self, replog: str = "SSL", kafka: str | None = None, **extra: str
+    ) -> dict[str, str]:
+        """Broker settings: the REPLOG listener (also inter-broker and controller traffic) and
+        the Kafka listener on the given protocols."""
+        protocols = f"REPLOG:{replog},KAFKA:{kafka or replog}"
+        return {
+            "listener.security.protocol.map": protocols,
+            "ssl.keystore.location": str(self.broker),
+            "ssl.truststore.location": str(self.ca),
+            **extra,
+        }
+
+    def client_config(
+        self, protocol: str = "SSL", *, keystore: Path | None = None, **extra: str
+    ) -> dict[str, str]:
+        """replog client settings (ClientConfig keys)."""
+        out = {"security.protocol": protocol, "ssl.truststore.location": str(self.ca)}
+        if keystore is not None:
+            out["ssl.keystore.location"] = str(keystore)
+        return {**out, **extra}
