@@ -1,7 +1,12 @@
-"""Throwaway TLS material for security tests, made with ``cryptography`` (no openssl
-subprocess): a CA, broker certificates (SAN 127.0.0.1 and localhost), a client certificate
-(CN=alice), an expired one and one from a CA nobody trusts; plus the broker and client
-settings that use them.
+"""Throwaway TLS material and SASL users for security tests, made with ``cryptography`` and
+``scramp`` (no openssl subprocess): a CA, broker certificates (SAN 127.0.0.1 and localhost), a
+client certificate (CN=alice), an expired one and one from a CA nobody trusts; users
+``broker`` (the nodes' own login) and ``alice`` with SCRAM-SHA-256/512 credentials; plus the
+broker and client settings that use them.
+
+Until SCRAM credentials live in the cluster metadata (the core branch), brokers read the
+users' credentials (salted keys, no passwords) from the file :attr:`SecurityEnv.credentials`
+named by ``REPLOG_TEST_SCRAM_CREDENTIALS`` (:meth:`SecurityEnv.process_env`).
 
     env = SecurityEnv.create(tmp_path)
     Cluster(..., overrides=env.broker_overrides("SSL"), client=env.client_config("SSL"))
@@ -9,15 +14,25 @@ settings that use them.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from scramp import ScramMechanism
+
+from replication.security.scram import MECHANISMS
+from replication.server.node import TEST_CREDENTIALS_ENV
+
+#: the users every SecurityEnv knows, with their passwords
+USERS = {"broker": "broker-secret-8c1f", "alice": "alice-secret-27d4"}
 
 _DAY = datetime.timedelta(days=1)
 
@@ -128,6 +143,8 @@ class SecurityEnv:
     expired: Path  # client keystore, expired, signed by the trusted CA
     untrusted: Path  # client keystore signed by a foreign CA
     untrusted_ca: Path
+    credentials: Path  # SCRAM credentials of USERS (REPLOG_TEST_SCRAM_CREDENTIALS)
+    users: dict[str, str] = field(default_factory=lambda: dict(USERS))
 
     @classmethod
     def create(cls, root: Path) -> SecurityEnv:
@@ -141,6 +158,23 @@ class SecurityEnv:
             path.chmod(0o600)
             return path
 
+        entries = []
+        for user, password in USERS.items():
+            for mechanism in MECHANISMS:
+                salt, stored, server, iterations = ScramMechanism(mechanism).make_auth_info(
+                    password, iteration_count=4096
+                )
+                entries.append(
+                    {
+                        "user": user,
+                        "mechanism": mechanism,
+                        "iterations": iterations,
+                        "salt": base64.b64encode(salt).decode(),
+                        "stored_key": base64.b64encode(stored).decode(),
+                        "server_key": base64.b64encode(server).decode(),
+                    }
+                )
+        (root / "scram.json").write_text(json.dumps(entries))
         (root / "ca.pem").write_bytes(_pem_cert(ca.cert))
         (root / "foreign-ca.pem").write_bytes(_pem_cert(foreign.cert))
         return cls(
@@ -151,6 +185,18 @@ class SecurityEnv:
             expired=store("expired", *_leaf(ca, "old", server=False, expired=True)),
             untrusted=store("untrusted", *_leaf(foreign, "mallory", server=True)),
             untrusted_ca=root / "foreign-ca.pem",
+            credentials=root / "scram.json",
+        )
+
+    def process_env(self) -> dict[str, str]:
+        """Environment of broker processes: where the test users' credentials are."""
+        return {TEST_CREDENTIALS_ENV: str(self.credentials)}
+
+    def jaas(self, user: str, password: str | None = None) -> str:
+        password = self.users[user] if password is None else password
+        return (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user}" password="{password}";'
         )
 
     def broker_overrides(
@@ -159,18 +205,30 @@ class SecurityEnv:
         """Broker settings: the REPLOG listener (also inter-broker and controller traffic) and
         the Kafka listener on the given protocols."""
         protocols = f"REPLOG:{replog},KAFKA:{kafka or replog}"
+        sasl = {"sasl.jaas.config": self.jaas("broker")} if "SASL" in protocols else {}
         return {
             "listener.security.protocol.map": protocols,
             "ssl.keystore.location": str(self.broker),
             "ssl.truststore.location": str(self.ca),
+            **sasl,
             **extra,
         }
 
     def client_config(
         self, protocol: str = "SSL", *, keystore: Path | None = None, **extra: str
-    ) -> dict[str, str]:
-        """replog client settings (ClientConfig keys)."""
-        out = {"security.protocol": protocol, "ssl.truststore.location": str(self.ca)}
+    ) -> dict[str, Any]:
+        """replog client settings (ClientConfig keys); SASL ones log in as alice with
+        SCRAM-SHA-512 unless ``extra`` says otherwise."""
+        out: dict[str, Any] = {
+            "security.protocol": protocol,
+            "ssl.truststore.location": str(self.ca),
+        }
+        if protocol.startswith("SASL_"):
+            out |= {
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "alice",
+                "sasl.password": self.users["alice"],
+            }
         if keystore is not None:
             out["ssl.keystore.location"] = str(keystore)
         return {**out, **extra}

@@ -24,7 +24,8 @@ import ssl
 import struct
 import threading
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 from replication.errors import (
     BrokerUnreachableError,
@@ -43,10 +44,17 @@ from replication.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     decode_response,
     encode_request,
 )
 from replication.security.tls import ssl_reason
+
+if TYPE_CHECKING:
+    from replication.security.sasl import SaslClient
 
 __all__ = ["BrokerConnection"]
 
@@ -86,7 +94,10 @@ class BrokerConnection:
         connect_timeout_ms: int = 10_000,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: Callable[[], SaslClient] | None = None,
     ) -> None:
+        #: a fresh SASL login per connection (SASL_PLAINTEXT, SASL_SSL), or None
+        self.sasl = sasl
         #: TLS (security.protocol SSL, SASL_SSL): the broker's certificate is checked
         #: against ``host``
         self.ssl_context = ssl_context
@@ -225,6 +236,8 @@ class BrokerConnection:
         self._sock = sock
         try:
             self._negotiate(sock)
+            if self.sasl is not None:
+                self._login(sock, self.sasl())
         except BaseException:
             self._disconnect()
             raise
@@ -256,6 +269,45 @@ class BrokerConnection:
                 "the broker closed the connection (does the listener speak TLS? is a client "
                 "certificate required: ssl.keystore.location?)"
             ) from err
+
+    def _login(self, sock: socket.socket, client: SaslClient) -> None:
+        """SaslHandshake v1, then SaslAuthenticate rounds (Kafka's order, after ApiVersions).
+
+        The broker's refusal is raised with its message (SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError, ...), none of them retried: a password does not become
+        right by trying again."""
+        timeout_s = self.request_timeout_ms / 1000
+        self.check_version(ApiKey.SASL_HANDSHAKE, 1)
+        handshake: SaslHandshakeResponse = self._round_trip(
+            sock,
+            ApiKey.SASL_HANDSHAKE,
+            1,
+            SaslHandshakeRequest(mechanism=client.mechanism),
+            timeout_s,
+            True,
+        )
+        if handshake.error_code:
+            raise_for_code(
+                handshake.error_code,
+                f"broker {self.address} refused SASL mechanism {client.mechanism}; it enables "
+                f"{', '.join(handshake.mechanisms) or 'none'} (sasl.mechanism)",
+            )
+        theirs = self.api_versions.get(ApiKey.SASL_AUTHENTICATE, (0, 0))
+        version = min(theirs[1], SUPPORTED_VERSIONS[ApiKey.SASL_AUTHENTICATE][1])
+        token: bytes | None = client.first()
+        while token is not None:
+            answer: SaslAuthenticateResponse = self._round_trip(
+                sock,
+                ApiKey.SASL_AUTHENTICATE,
+                version,
+                SaslAuthenticateRequest(auth_bytes=token),
+                timeout_s,
+                True,
+            )
+            if answer.error_code:
+                reason = answer.error_message or "SASL authentication failed"
+                raise_for_code(answer.error_code, f"broker {self.address}: {reason}")
+            token = client.step(answer.auth_bytes)
 
     def _negotiate(self, sock: socket.socket) -> None:
         """ApiVersions: learn the broker's versions (retrying at its version if it asks)."""

@@ -62,6 +62,11 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.API_VERSIONS: (0, 3),
+    # only on SASL listeners, answered by the socket server's gate. v0 is served too (after
+    # it the SASL tokens travel raw, length-prefixed, outside Kafka's framing): librdkafka
+    # 2.0 takes a broker without SaslHandshake v0 for one without SASL
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.INIT_PRODUCER_ID: (0, 4),

@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from replication import protocol as p
 from replication.errors import AuthenticationError, BrokerUnreachableError
 from replication.security.tls import ssl_reason
+
+if TYPE_CHECKING:
+    from replication.security.sasl import SaslClient
 
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024
 
@@ -33,6 +37,7 @@ class AsyncConnection:
         timeout_ms: int = 30_000,
         ssl_context: ssl.SSLContext | None = None,
         authentication_timeout_ms: int = 10_000,
+        sasl: Callable[[], SaslClient] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -40,6 +45,8 @@ class AsyncConnection:
         self.timeout_ms = timeout_ms
         self.ssl_context = ssl_context
         self.authentication_timeout_ms = authentication_timeout_ms
+        #: a fresh SASL login per connection (SASL_PLAINTEXT, SASL_SSL), or None
+        self.sasl = sasl
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -81,6 +88,46 @@ class AsyncConnection:
     async def _round_trip(self, api_key: p.ApiKey, version: int, body: Any) -> Any:
         if self._writer is None:
             self._reader, self._writer = await self._open()
+            if self.sasl is not None:
+                try:
+                    await self._login(self.sasl())
+                except BaseException:
+                    self._close()
+                    raise
+        return await self._exchange(api_key, version, body)
+
+    async def _login(self, client: SaslClient) -> None:
+        """SaslHandshake, then SaslAuthenticate rounds until the client is satisfied.
+
+        A refusal is BrokerUnreachableError (with the broker's reason), which every
+        inter-broker caller logs and retries: the other side may learn the credentials."""
+        handshake = await self._exchange(
+            p.ApiKey.SASL_HANDSHAKE, 1, p.SaslHandshakeRequest(mechanism=client.mechanism)
+        )
+        if handshake.error_code:
+            raise BrokerUnreachableError(
+                self.host,
+                self.port,
+                f"SASL mechanism {client.mechanism} refused (error {handshake.error_code}); "
+                f"the listener enables {', '.join(handshake.mechanisms)}",
+            )
+        token: bytes | None = client.first()
+        while token is not None:
+            answer = await self._exchange(
+                p.ApiKey.SASL_AUTHENTICATE, 1, p.SaslAuthenticateRequest(auth_bytes=token)
+            )
+            if answer.error_code:
+                raise BrokerUnreachableError(
+                    self.host,
+                    self.port,
+                    f"SASL authentication failed: {answer.error_message or answer.error_code}",
+                )
+            try:
+                token = client.step(answer.auth_bytes)
+            except AuthenticationError as err:
+                raise BrokerUnreachableError(self.host, self.port, str(err)) from err
+
+    async def _exchange(self, api_key: p.ApiKey, version: int, body: Any) -> Any:
         reader, writer = self._reader, self._writer  # close() may clear them meanwhile
         assert reader is not None
         assert writer is not None
