@@ -20,6 +20,7 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -34,7 +35,7 @@ from replication.common import TopicPartition
 from replication.errors import SaslAuthenticationFailedError
 from replication.security.connector import client_login_factory
 from replication.security.sasl import Login, SaslClient
-from tests.cluster import Cluster, wait_until
+from tests.cluster import BrokerProcess, Cluster, wait_until
 from tests.helpers import read_to_end, unique_name
 from tests.security_env import SecurityEnv
 
@@ -446,3 +447,44 @@ def test_fuzzed_sasl_frames_never_kill_the_broker(cluster: Cluster, env: Securit
     assert "bug:" not in stderr(cluster), f"seed {FUZZ_SEED:#x}"
     assert read_values(cluster, topic) == acked
     good_client_still_works(cluster)
+
+
+def test_a_broker_with_a_wrong_password_never_registers(
+    cluster: Cluster, env: SecurityEnv, tmp_path: Path
+) -> None:
+    """The controller refuses its login (and says so); the broker says why it cannot reach
+    the controller; the cluster does not change."""
+    intruder = BrokerProcess(
+        tmp_path / "intruder",
+        broker_id=42,
+        overrides={
+            **cluster.brokers[0].overrides,
+            "sasl.jaas.config": env.jaas("broker", "not-the-password"),
+        },
+        env=env.process_env(),
+    )
+    with open(intruder.stderr_path, "w") as stderr_file:
+        proc = subprocess.Popen(
+            intruder.command(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr_file,
+            env={**os.environ, **env.process_env()},
+        )
+    try:
+        controller_log = cluster.controller.stderr_path
+        wait_until(
+            lambda: (
+                f"({BAD_LOGIN} with SASL mechanism SCRAM-SHA-512)" in controller_log.read_text()
+            ),
+            timeout=30,
+        )
+        wait_until(
+            lambda: "SASL authentication failed" in intruder.stderr_path.read_text(), timeout=30
+        )
+        assert "not-the-password" not in controller_log.read_text()
+        assert "not-the-password" not in intruder.stderr_path.read_text()
+        with Admin({**cluster.client, "bootstrap_servers": cluster.bootstrap}) as admin:
+            assert 42 not in {b.node_id for b in admin.describe_cluster().brokers}
+    finally:
+        proc.kill()
+        proc.wait()

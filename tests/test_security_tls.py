@@ -221,7 +221,8 @@ def _raw(cluster: Cluster) -> socket.socket:
 
 
 def _closed_by_broker(sock: socket.socket) -> None:
-    """Read until the broker closes (a TLS alert may come first)."""
+    """Read until the broker closes (a TLS alert may come first); TimeoutError if it does
+    not within five times authentication.timeout.ms."""
     sock.settimeout(AUTH_TIMEOUT_MS / 1000 * 5)
     try:
         while sock.recv(4096):
@@ -359,3 +360,18 @@ def test_inter_broker_connections_are_made_only_by_the_connector() -> None:
                     found.add(str(path.relative_to(root)))
     assert makers["AsyncConnection("] == {"security/connector.py"}
     assert makers["BrokerConnection("] <= {"client/cluster.py", "client/connection.py"}
+
+
+def test_half_open_connections_do_not_stop_good_clients(cluster: Cluster) -> None:
+    """50 sockets that never say a word hold no broker hostage: a good client produces
+    meanwhile, and each one is closed at authentication.timeout.ms."""
+    topic = new_topic(cluster)
+    silent = [_raw(cluster) for _ in range(50)]
+    try:
+        produce_and_read(cluster, topic, 5)
+        for sock in silent:
+            _closed_by_broker(sock)
+    finally:
+        for sock in silent:
+            sock.close()
+    assert all(b.alive for b in cluster.brokers.values())

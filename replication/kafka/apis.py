@@ -36,6 +36,7 @@ from replication.errors import (
 from replication.kafka.records import kafka_to_replog, replog_to_kafka
 from replication.kafka.translate import to_kafka, to_replog
 from replication.kafka.wire import (
+    SASL_VERSIONS,
     SERVED_VERSIONS,
     KafkaRequest,
     decode_request,
@@ -200,9 +201,10 @@ class KafkaProtocolApis:
         return api_key in _OWN or api_key in self.apis.handlers or (self.sasl and api_key in _SASL)
 
     def _api_keys(self) -> list[dict[str, int]]:
+        served = {**SERVED_VERSIONS, **(SASL_VERSIONS if self.sasl else {})}
         return [
             {"api_key": int(key), "min_version": lo, "max_version": hi}
-            for key, (lo, hi) in sorted(SERVED_VERSIONS.items())
+            for key, (lo, hi) in sorted(served.items())
             if self._serves(key)
         ]
 
