@@ -488,3 +488,31 @@ def test_a_broker_with_a_wrong_password_never_registers(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_transactions_write_markers_to_other_brokers_over_sasl(cluster: Cluster) -> None:
+    """A transaction over partitions led by every broker: the coordinator sends its markers
+    to the other leaders through the broker connector (SASL_SSL, as User:broker)."""
+    topic = unique_name("sasl-txn")
+    with Admin({**cluster.client, "bootstrap_servers": cluster.bootstrap}) as admin:
+        admin.create_topic(topic, 6, 3)
+    config = {
+        **cluster.client,
+        "bootstrap_servers": cluster.bootstrap,
+        "transactional_id": unique_name("txn"),
+    }
+    with Producer(config) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for partition in range(6):
+            producer.send(topic, f"committed-{partition}".encode(), partition=partition)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        for partition in range(6):
+            producer.send(topic, b"aborted", partition=partition)
+        producer.abort_transaction()
+    tps = [TopicPartition(topic, i) for i in range(6)]
+    read = read_to_end(cluster.bootstrap, tps, isolation_level="read_committed", **cluster.client)
+    assert sorted(r.value for r in read.records if r.value is not None) == sorted(
+        f"committed-{i}".encode() for i in range(6)
+    )

@@ -375,3 +375,26 @@ def test_half_open_connections_do_not_stop_good_clients(cluster: Cluster) -> Non
         for sock in silent:
             sock.close()
     assert all(b.alive for b in cluster.brokers.values())
+
+
+def test_graceful_stop_does_not_wait_for_silent_tls_peers(cluster: Cluster) -> None:
+    """SIGTERM with a TLS client that never answers close_notify: the broker still stops
+    cleanly (its TLS transports are aborted after a short wait), and comes back."""
+    broker = cluster.brokers[2]
+    conn = BrokerConnection(
+        "127.0.0.1",
+        broker.port,
+        "idle",
+        10_000,
+        ssl_context=client_context(
+            load(ClientConfig, cluster.client, {"bootstrap_servers": "x:1"})
+        ),
+    )
+    conn.send(p.ApiKey.API_VERSIONS, 0, p.ApiVersionsRequest())  # connected, then silent
+    try:
+        assert broker.stop(timeout=30) == 0, broker.stderr_tail()
+    finally:
+        conn.close()
+    broker.start()
+    topic = new_topic(cluster)
+    produce_and_read(cluster, topic, 3)
