@@ -32,9 +32,11 @@ from replication import protocol as p
 from replication.client import Admin, Producer
 from replication.client.config import ClientConfig, load
 from replication.common import TopicPartition
+from replication.config import broker_config_from
 from replication.errors import SaslAuthenticationFailedError
-from replication.security.connector import client_login_factory
+from replication.security.connector import broker_connector, client_login_factory
 from replication.security.sasl import Login, SaslClient
+from replication.server.node import listener_security
 from tests.cluster import BrokerProcess, Cluster, wait_until
 from tests.helpers import read_to_end, unique_name
 from tests.security_env import SecurityEnv
@@ -516,3 +518,42 @@ def test_transactions_write_markers_to_other_brokers_over_sasl(cluster: Cluster)
     assert sorted(r.value for r in read.records if r.value is not None) == sorted(
         f"committed-{i}".encode() for i in range(6)
     )
+
+
+@pytest.mark.unit
+def test_sasl_plaintext_listener_offers_plain_only_when_insecure_is_enabled(
+    env: SecurityEnv,
+) -> None:
+    def mechanisms(**extra: str) -> list[str]:
+        config = broker_config_from(
+            {
+                "broker.id": "0",
+                "log.dir": "memory://x",
+                "listener.security.protocol.map": "REPLOG:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256,PLAIN",
+                "sasl.jaas.config": env.jaas("broker"),
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+                **extra,
+            }
+        )
+        security = listener_security(config, "REPLOG", lambda user, mechanism: None)
+        assert security.sasl is not None
+        return security.sasl().mechanisms
+
+    assert mechanisms() == ["SCRAM-SHA-256"]
+    assert mechanisms(**{"sasl.plain.insecure.enable": "true"}) == ["SCRAM-SHA-256", "PLAIN"]
+    with pytest.raises(ConfigError, match="PLAIN is the only one"):
+        mechanisms(**{"sasl.enabled.mechanisms": "PLAIN"})
+
+
+@pytest.mark.unit
+def test_sasl_inter_broker_listener_needs_the_node_login() -> None:
+    config = broker_config_from(
+        {
+            "broker.id": "0",
+            "log.dir": "memory://x",
+            "listener.security.protocol.map": "REPLOG:SASL_PLAINTEXT",
+        }
+    )
+    with pytest.raises(ConfigError, match=r"sasl\.jaas\.config is empty.*REPLOG listener"):
+        broker_connector(config)

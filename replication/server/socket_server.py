@@ -8,6 +8,16 @@ else; a bug in a handler is logged and closes that connection too.
 The server is the same for every listener; what a frame means is its
 :class:`RequestChannel`'s: replog's own protocol (:class:`ReplogChannel`) or Kafka's
 (:class:`replication.kafka.apis.KafkaProtocolApis`).
+
+Security (:class:`ListenerSecurity`) happens here, in each connection's own task, before any
+request is read: the TLS handshake on SSL and SASL_SSL listeners (``start_tls`` rather than
+``start_server(ssl=...)``, so that a failed handshake is logged with its reason and counts
+against the connection's deadline), then on SASL listeners a gate that lets through only
+ApiVersions, SaslHandshake and SaslAuthenticate until the client has logged in; both within
+authentication.timeout.ms. A refused connection gets one INFO line (peer, listener, reason,
+never a secret) and is closed; nothing else is affected. The connection's principal then
+goes into :data:`~replication.security.principal.SESSION` for its handlers (ANONYMOUS on
+PLAINTEXT listeners, or with TLS and no client certificate).
 """
 
 from __future__ import annotations
