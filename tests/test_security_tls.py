@@ -61,9 +61,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, env: SecurityEnv) -> Itera
             },
         ),
         client=env.client_config("SSL", keystore=env.client),
-    ).start()
-    yield c
-    c.stop()
+    )
+    try:
+        yield c.start()
+    finally:
+        c.stop()  # also after a failed start: no process left behind
 
 
 def stderr(cluster: Cluster) -> str:
