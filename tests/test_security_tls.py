@@ -28,7 +28,7 @@ from replication.client import Admin, Producer
 from replication.client.config import ClientConfig, load
 from replication.client.connection import BrokerConnection
 from replication.common import TopicPartition
-from replication.errors import SslAuthenticationError
+from replication.errors import IllegalSaslStateError, SslAuthenticationError
 from replication.security.tls import PrincipalMapper, client_context
 from tests.cluster import Cluster, wait_until
 from tests.helpers import read_to_end, unique_name
@@ -400,3 +400,19 @@ def test_graceful_stop_does_not_wait_for_silent_tls_peers(cluster: Cluster) -> N
     broker.start()
     topic = new_topic(cluster)
     produce_and_read(cluster, topic, 3)
+
+
+def test_a_sasl_client_on_a_tls_only_listener_is_told_why(
+    cluster: Cluster, env: SecurityEnv
+) -> None:
+    settings = {
+        **env.client_config("SASL_SSL", keystore=env.client),
+        "bootstrap_servers": cluster.bootstrap,
+        "sasl_username": "alice",
+        "sasl_password": "pw",
+    }
+    with (
+        pytest.raises(IllegalSaslStateError, match="offers no SASL on this listener"),
+        Admin(settings) as admin,
+    ):
+        admin.list_topics()

@@ -31,6 +31,7 @@ from replication.errors import (
     BrokerUnreachableError,
     CorruptFrameError,
     FrameTooLargeError,
+    IllegalSaslStateError,
     InvalidFrameLengthError,
     NetworkError,
     RequestTimedOutError,
@@ -277,6 +278,12 @@ class BrokerConnection:
         UnsupportedSaslMechanismError, ...), none of them retried: a password does not become
         right by trying again."""
         timeout_s = self.request_timeout_ms / 1000
+        if self.api_versions and ApiKey.SASL_HANDSHAKE not in self.api_versions:
+            raise IllegalSaslStateError(
+                f"broker {self.address} offers no SASL on this listener (this client logs in "
+                f"with {client.mechanism}): check security.protocol against the listener's "
+                "protocol (the broker's listener.security.protocol.map)"
+            )
         self.check_version(ApiKey.SASL_HANDSHAKE, 1)
         handshake: SaslHandshakeResponse = self._round_trip(
             sock,
