@@ -262,9 +262,11 @@ def test_confluent_kafka_with_a_wrong_password_fails(cluster: Cluster, env: Secu
 class RawSasl:
     """Hand-made frames over TLS to the REPLOG listener, for what no client would send."""
 
-    def __init__(self, cluster: Cluster, env: SecurityEnv) -> None:
+    def __init__(self, cluster: Cluster, env: SecurityEnv, *, kafka: bool = False) -> None:
         ctx = ssl.create_default_context(cafile=str(env.ca))
-        raw = socket.create_connection(("127.0.0.1", cluster.brokers[0].port), timeout=30)
+        broker = cluster.brokers[0]
+        port = broker.kafka_port if kafka else broker.port
+        raw = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.port = raw.getsockname()[1]
         self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
         self._ids = 0
@@ -430,7 +432,10 @@ def _encode(api_key: p.ApiKey, version: int, body: Any, rng: random.Random) -> b
     return bytes(data)
 
 
-def test_fuzzed_sasl_frames_never_kill_the_broker(cluster: Cluster, env: SecurityEnv) -> None:
+@pytest.mark.parametrize("listener", ["REPLOG", "KAFKA"])
+def test_fuzzed_sasl_frames_never_kill_the_broker(
+    cluster: Cluster, env: SecurityEnv, listener: str
+) -> None:
     topic = new_topic(cluster)
     acked = [f"before-{i}".encode() for i in range(10)]
     produce(cluster, topic, acked)
@@ -438,7 +443,7 @@ def test_fuzzed_sasl_frames_never_kill_the_broker(cluster: Cluster, env: Securit
     deadline = time.monotonic() + 150
     for i in range(FUZZ_CONNECTIONS):
         assert time.monotonic() < deadline, f"seed {FUZZ_SEED:#x}: too slow at connection {i}"
-        raw = RawSasl(cluster, env)
+        raw = RawSasl(cluster, env, kafka=listener == "KAFKA")
         try:
             for frame in _frames(rng, env):
                 if rng.random() < 0.1:
@@ -448,7 +453,8 @@ def test_fuzzed_sasl_frames_never_kill_the_broker(cluster: Cluster, env: Securit
         except OSError:
             raw.sock.close()
     assert all(b.alive for b in cluster.brokers.values()), f"seed {FUZZ_SEED:#x}"
-    assert "bug:" not in stderr(cluster), f"seed {FUZZ_SEED:#x}"
+    for sign in ("bug:", "Traceback", "Unhandled exception"):
+        assert sign not in stderr(cluster), f"seed {FUZZ_SEED:#x}: {sign}"
     assert read_values(cluster, topic) == acked
     good_client_still_works(cluster)
 

@@ -328,6 +328,8 @@ def test_fuzzed_tls_records_never_kill_the_broker(cluster: Cluster) -> None:
         except OSError:
             sock.close()
     assert all(b.alive for b in cluster.brokers.values()), f"seed {FUZZ_SEED:#x}"
+    for sign in ("bug:", "Traceback", "Unhandled exception"):
+        assert sign not in stderr(cluster), f"seed {FUZZ_SEED:#x}: {sign}"
     read = read_to_end(
         cluster.bootstrap,
         [TopicPartition(topic, 0)],
