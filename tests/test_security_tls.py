@@ -16,11 +16,13 @@ import socket
 import ssl
 import struct
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from logstore.errors import ReplogError
 from replication import protocol as p
@@ -52,6 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, env: SecurityEnv) -> Itera
         tmp_path_factory.mktemp("tls-cluster"),
         brokers=3,
         kafka=True,
+        metrics=True,
         overrides=env.broker_overrides(
             "SSL",
             **{
@@ -259,6 +262,28 @@ def test_non_tls_peers_are_closed(cluster: Cluster, send: bytes, reason: str) ->
     _closed_by_broker(sock)
     refusal_logged(cluster, port, reason)
     broker_alive_and_serving(cluster, topic)
+
+
+def test_authentications_are_counted(cluster: Cluster) -> None:
+    """Kafka's socket-server-metrics: refused and authenticated connections per listener
+    (after the refusals above)."""
+    sock = _raw(cluster)
+    sock.sendall(b"not a ClientHello")
+    _closed_by_broker(sock)
+
+    def total(name: str) -> float:
+        with urllib.request.urlopen(cluster.brokers[0].metrics_url, timeout=10) as response:
+            text = response.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and sample.labels.get("listener") == "REPLOG"
+        )
+
+    prefix = "kafka_server_socket_server_metrics"
+    wait_until(lambda: total(f"{prefix}_failed_authentication_total") >= 1, timeout=15)
+    assert total(f"{prefix}_successful_authentication_total") >= 1
 
 
 def test_principal_mapping_rules() -> None:

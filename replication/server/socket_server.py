@@ -295,6 +295,8 @@ class SocketServer:
                 return None
             principal = sasl_principal
         self.successful_authentications += 1
+        if self.request_metrics is not None:
+            self.request_metrics.authentication(sec.listener, True)
         log.info("Authenticated %s as %s on listener %s", peer, principal, sec.listener)
         return Session(principal, host, sec.listener)
 
@@ -472,6 +474,8 @@ class SocketServer:
 
     def _refused(self, peer: object, reason: str) -> None:
         self.failed_authentications += 1
+        if self.request_metrics is not None:
+            self.request_metrics.authentication(self.security.listener, False)
         log.info(
             "Failed authentication with %s on listener %s (%s)",
             peer,
