@@ -31,6 +31,7 @@ from logstore.errors import ConfigError
 from replication import protocol as p
 from replication.client import Admin, Producer
 from replication.client.config import ClientConfig, load
+from replication.client.types import PartitionInfo
 from replication.common import TopicPartition
 from replication.config import broker_config_from
 from replication.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
@@ -572,16 +573,18 @@ def test_leader_kill_loses_no_acked_record_over_sasl(cluster: Cluster) -> None:
     the brokers reach over SASL_SSL, caught up by followers fetching over it) serves both;
     the killed broker comes back and catches up. Runs last: it restarts a broker."""
     topic = new_topic(cluster)
+    described: list[PartitionInfo] = []
     with Admin({**cluster.client, "bootstrap_servers": cluster.bootstrap}) as admin:
 
-        def isr() -> tuple[int, ...]:
+        def fully_replicated() -> bool:
             try:
-                return admin.describe_topics([topic])[0].partitions[0].isr
+                described.append(admin.describe_topics([topic])[0].partitions[0])
             except UnknownTopicOrPartitionError:  # not in this broker's metadata yet
-                return ()
+                return False
+            return len(described[-1].isr) == 3
 
-        wait_until(lambda: len(isr()) == 3, timeout=30)
-        leader = admin.describe_topics([topic])[0].partitions[0].leader
+        wait_until(fully_replicated, timeout=30)
+    leader = described[-1].leader
     first = [f"before-kill-{i}".encode() for i in range(50)]
     second = [f"after-kill-{i}".encode() for i in range(50)]
     produce(cluster, topic, first)
@@ -593,6 +596,10 @@ def test_leader_kill_loses_no_acked_record_over_sasl(cluster: Cluster) -> None:
     finally:
         victim.start()
     with Admin({**cluster.client, "bootstrap_servers": cluster.bootstrap}) as admin:
-        wait_until(
-            lambda: len(admin.describe_topics([topic])[0].partitions[0].isr) == 3, timeout=60
-        )
+        wait_until(fully_replicated, timeout=60)
+
+
+def test_no_password_in_any_log(cluster: Cluster, env: SecurityEnv) -> None:
+    logs = stderr(cluster) + cluster.controller.stderr_tail(100_000)
+    for password in env.users.values():
+        assert password not in logs
