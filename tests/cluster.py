@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,11 @@ class BrokerProcess:
         role: str = "broker",
         kafka: bool = False,
         metrics: bool = False,
+        client: dict[str, str] | None = None,
     ) -> None:
+        #: the client settings that reach this broker (security.protocol, ssl.*, sasl.*;
+        #: tests/security_env.py): ``Producer({**broker.client, ...})``
+        self.client: dict[str, Any] = dict(client or {})
         self.role = role
         #: whether the node serves Prometheus metrics (its port is kept across restarts)
         self.metrics = metrics
@@ -223,7 +228,10 @@ class Cluster:
         env: dict[str, str] | None = None,
         kafka: bool = False,
         metrics: bool = False,
+        client: dict[str, str] | None = None,
     ) -> None:
+        #: client settings for this cluster's listeners (security ones: tests/security_env.py)
+        self.client: dict[str, Any] = dict(client or {})
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
         common = {**FAST_FAILOVER, "metadata.log.dir": self.metadata_root, **(overrides or {})}
@@ -244,6 +252,7 @@ class Cluster:
                 env=env,
                 kafka=kafka,
                 metrics=metrics,
+                client=client,
             )
             for i in range(brokers)
         }

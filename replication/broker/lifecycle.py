@@ -28,6 +28,8 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import ControllerClaim, MetadataStore
 from replication.protocol.rpc import AsyncConnection
+from replication.security.config import SECURITY_PROTOCOLS
+from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,12 @@ class BrokerLifecycle:
         on_registered: Callable[[int], None],
         host: str,
         port: int,
+        *,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
+        #: how this broker reaches the controller (with its credentials)
+        self._connect = connect or broker_connector(config)
         self.store = store
         self.apply_image = apply_image
         self.current_version = current_version
@@ -109,7 +115,7 @@ class BrokerLifecycle:
             if claim is None:
                 return None
             self._claim = claim
-            self._conn = AsyncConnection(
+            self._conn = self._connect(
                 claim.host,
                 claim.port,
                 client_id=f"broker-{self.config.broker_id}",
@@ -138,6 +144,10 @@ class BrokerLifecycle:
                 log.warning("broker %d: controller unreachable: %s", self.config.broker_id, err)
             await asyncio.sleep(interval)
 
+    def _protocol_id(self, listener: str) -> int:
+        """Kafka's wire id of the listener's security protocol (PLAINTEXT 0 ... SASL_SSL 3)."""
+        return SECURITY_PROTOCOLS[self.config.security.protocol(listener)]
+
     async def _register(self) -> None:
         response = await self.controller_request(
             p.ApiKey.BROKER_REGISTRATION,
@@ -146,9 +156,19 @@ class BrokerLifecycle:
                 cluster_id="",
                 incarnation_id=self.incarnation,
                 listeners=[
-                    p.BrokerRegistrationListener(name="REPLOG", host=self.host, port=self.port),
+                    p.BrokerRegistrationListener(
+                        name="REPLOG",
+                        host=self.host,
+                        port=self.port,
+                        security_protocol=self._protocol_id("REPLOG"),
+                    ),
                     *(
-                        p.BrokerRegistrationListener(name=name, host=host, port=port)
+                        p.BrokerRegistrationListener(
+                            name=name,
+                            host=host,
+                            port=port,
+                            security_protocol=self._protocol_id(name),
+                        )
                         for name, host, port in self.endpoints
                     ),
                 ],

@@ -39,6 +39,7 @@ from replication.config import BrokerConfig
 from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
 from replication.metadata.image import MetadataImage
 from replication.protocol.rpc import AsyncConnection
+from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,12 @@ class ReplicaFetcher:
         leader_id: int,
         fetcher_id: int,
         throttle: TokenBucket | None = None,
+        *,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
+        #: how this follower reaches its leader (with the broker's credentials)
+        self._connect = connect or broker_connector(config)
         #: the broker's replication throttle (shared by its fetchers)
         self.throttle = throttle or TokenBucket(0)
         self.replica_manager = replica_manager
@@ -116,7 +121,7 @@ class ReplicaFetcher:
             return None
         conn = self._conn
         if conn is None or (conn.host, conn.port) != (broker.host, broker.port):
-            self._conn = AsyncConnection(
+            self._conn = self._connect(
                 broker.host,
                 broker.port,
                 client_id=f"replica-fetcher-{self.config.broker_id}-{self.fetcher_id}",
@@ -329,8 +334,11 @@ class ReplicaFetcherManager:
         config: BrokerConfig,
         replica_manager: ReplicaManager,
         image: Callable[[], MetadataImage],
+        *,
+        connect: Connector | None = None,
     ) -> None:
         self.config = config
+        self._connect = connect or broker_connector(config)
         self.replica_manager = replica_manager
         self.image = image
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -352,7 +360,12 @@ class ReplicaFetcherManager:
         fetcher = self.fetchers.get(slot)
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                self.config, self.replica_manager, self.image, *slot, throttle=self.throttle
+                self.config,
+                self.replica_manager,
+                self.image,
+                *slot,
+                throttle=self.throttle,
+                connect=self._connect,
             )
             self.fetchers[slot] = fetcher
             fetcher.start()

@@ -31,6 +31,7 @@ from replication.protocol import (
     MetadataRequestTopic,
     MetadataResponse,
 )
+from replication.security.connector import client_login_factory, client_ssl_context
 
 __all__ = ["Cluster", "MetadataSnapshot", "TopicMetadata"]
 
@@ -105,6 +106,11 @@ class Cluster:
         self._closed = False
         #: Topics whose metadata every refresh asks for (None: all topics).
         self._interest: set[str] = set()
+        #: TLS for every connection (security.protocol SSL, SASL_SSL), built once: a bad
+        #: truststore or keystore fails here, naming its key
+        self._ssl_context = client_ssl_context(config)
+        #: the SASL login of every connection (SASL_PLAINTEXT, SASL_SSL), or None
+        self._sasl = client_login_factory(config)
 
     # --- reading --------------------------------------------------------------------------
 
@@ -155,6 +161,8 @@ class Cluster:
                         self.config.client_id,
                         self.config.request_timeout_ms,
                         connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+                        ssl_context=self._ssl_context,
+                        sasl=self._sasl,
                     )
                     self._pool[key] = conn
         return conn

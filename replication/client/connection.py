@@ -20,18 +20,22 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 from replication.errors import (
     BrokerUnreachableError,
     CorruptFrameError,
     FrameTooLargeError,
+    IllegalSaslStateError,
     InvalidFrameLengthError,
     NetworkError,
     RequestTimedOutError,
+    SslAuthenticationError,
     UnsupportedVersionError,
     raise_for_code,
 )
@@ -41,9 +45,17 @@ from replication.protocol import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     RequestHeader,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
     decode_response,
     encode_request,
 )
+from replication.security.tls import ssl_reason
+
+if TYPE_CHECKING:
+    from replication.security.sasl import SaslClient
 
 __all__ = ["BrokerConnection"]
 
@@ -82,7 +94,14 @@ class BrokerConnection:
         *,
         connect_timeout_ms: int = 10_000,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: Callable[[], SaslClient] | None = None,
     ) -> None:
+        #: a fresh SASL login per connection (SASL_PLAINTEXT, SASL_SSL), or None
+        self.sasl = sasl
+        #: TLS (security.protocol SSL, SASL_SSL): the broker's certificate is checked
+        #: against ``host``
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -213,14 +232,89 @@ class BrokerConnection:
             raise BrokerUnreachableError(self.host, self.port, err.strerror or str(err)) from err
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if self.ssl_context is not None:
+            sock = self._wrap(sock, self.ssl_context)
         self._sock = sock
         try:
             self._negotiate(sock)
+            if self.sasl is not None:
+                self._login(sock, self.sasl())
         except BaseException:
             self._disconnect()
             raise
         log.debug("connected to broker %s", self.address)
         return sock
+
+    def _wrap(self, sock: socket.socket, context: ssl.SSLContext) -> socket.socket:
+        """The TLS handshake (within the connect timeout); SslAuthenticationError, which is
+        not retried, names the broker and what failed."""
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLError as err:
+            sock.close()
+            raise SslAuthenticationError(
+                f"TLS handshake with broker {self.address} failed: {ssl_reason(err)}; check "
+                "ssl.truststore.location (the CA that signed the broker's certificate), the "
+                "certificates' dates and names, and that the listener speaks TLS "
+                "(security.protocol)"
+            ) from err
+        except TimeoutError as err:
+            sock.close()
+            raise BrokerUnreachableError(
+                self.host, self.port, f"no TLS handshake within {self.connect_timeout_ms} ms"
+            ) from err
+        except OSError as err:
+            sock.close()
+            raise SslAuthenticationError(
+                f"TLS handshake with broker {self.address} failed: {err.strerror or err}; "
+                "the broker closed the connection (does the listener speak TLS? is a client "
+                "certificate required: ssl.keystore.location?)"
+            ) from err
+
+    def _login(self, sock: socket.socket, client: SaslClient) -> None:
+        """SaslHandshake v1, then SaslAuthenticate rounds (Kafka's order, after ApiVersions).
+
+        The broker's refusal is raised with its message (SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError, ...), none of them retried: a password does not become
+        right by trying again."""
+        timeout_s = self.request_timeout_ms / 1000
+        if self.api_versions and ApiKey.SASL_HANDSHAKE not in self.api_versions:
+            raise IllegalSaslStateError(
+                f"broker {self.address} offers no SASL on this listener (this client logs in "
+                f"with {client.mechanism}): check security.protocol against the listener's "
+                "protocol (the broker's listener.security.protocol.map)"
+            )
+        self.check_version(ApiKey.SASL_HANDSHAKE, 1)
+        handshake: SaslHandshakeResponse = self._round_trip(
+            sock,
+            ApiKey.SASL_HANDSHAKE,
+            1,
+            SaslHandshakeRequest(mechanism=client.mechanism),
+            timeout_s,
+            True,
+        )
+        if handshake.error_code:
+            raise_for_code(
+                handshake.error_code,
+                f"broker {self.address} refused SASL mechanism {client.mechanism}; it enables "
+                f"{', '.join(handshake.mechanisms) or 'none'} (sasl.mechanism)",
+            )
+        theirs = self.api_versions.get(ApiKey.SASL_AUTHENTICATE, (0, 0))
+        version = min(theirs[1], SUPPORTED_VERSIONS[ApiKey.SASL_AUTHENTICATE][1])
+        token: bytes | None = client.first()
+        while token is not None:
+            answer: SaslAuthenticateResponse = self._round_trip(
+                sock,
+                ApiKey.SASL_AUTHENTICATE,
+                version,
+                SaslAuthenticateRequest(auth_bytes=token),
+                timeout_s,
+                True,
+            )
+            if answer.error_code:
+                reason = answer.error_message or "SASL authentication failed"
+                raise_for_code(answer.error_code, f"broker {self.address}: {reason}")
+            token = client.step(answer.auth_bytes)
 
     def _negotiate(self, sock: socket.socket) -> None:
         """ApiVersions: learn the broker's versions (retrying at its version if it asks)."""

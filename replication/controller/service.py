@@ -26,6 +26,7 @@ from replication.controller.controller import Controller
 from replication.errors import BrokerUnreachableError, StaleControllerEpochError
 from replication.metadata.store import ControllerClaim, MetadataStore
 from replication.protocol.rpc import AsyncConnection
+from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,18 @@ def _now_ms() -> int:
 
 
 class ControllerService:
-    def __init__(self, config: BrokerConfig, store: MetadataStore, host: str, port: int) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        host: str,
+        port: int,
+        *,
+        connect: Connector | None = None,
+    ) -> None:
         self.config = config
+        #: how a standby reaches the active controller (with this node's credentials)
+        self._connect = connect or broker_connector(config)
         self.store = store
         self.controller = Controller(
             store,
@@ -117,7 +128,7 @@ class ControllerService:
             self._claim_alive_ms = _now_ms()
             if self._ping is not None:
                 await self._ping.close()
-            self._ping = AsyncConnection(
+            self._ping = self._connect(
                 claim.host, claim.port, client_id=f"controller-{self.config.broker_id}"
             )
         assert self._ping is not None

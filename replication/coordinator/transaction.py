@@ -66,6 +66,7 @@ from replication.errors import (
 )
 from replication.metadata.image import MetadataImage
 from replication.protocol.rpc import AsyncConnection
+from replication.security.connector import Connector
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +163,15 @@ class TransactionCoordinator:
         allocate_producer_ids: Callable[[], Awaitable[range]],
         *,
         transactional_id_expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+        connect: Connector | None = None,
     ) -> None:
         """``append`` writes a record batch to ``__transaction_state``-0 with acks=all and
         returns its base offset."""
         self.broker_id = broker_id
         self.max_timeout_ms = max_timeout_ms
         self.transactional_id_expiration_ms = transactional_id_expiration_ms
+        #: how markers reach other brokers (node.py passes broker_connector(config))
+        self._connect = connect
         self.image = image
         self._append = append
         self._write_markers_locally = write_markers_locally
@@ -615,7 +619,14 @@ class TransactionCoordinator:
         if broker is None:
             raise BrokerUnreachableError("?", -1, f"broker {broker_id} is not in the metadata")
         if conn is None or (conn.host, conn.port) != (broker.host, broker.port):
-            conn = AsyncConnection(
+            if self._connect is None:
+                raise BrokerUnreachableError(
+                    broker.host,
+                    broker.port,
+                    "this transaction coordinator was built without a connector "
+                    "(security.connector.broker_connector)",
+                )
+            conn = self._connect(
                 broker.host, broker.port, client_id=f"txn-coordinator-{self.broker_id}"
             )
             self._connections[broker_id] = conn

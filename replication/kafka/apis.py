@@ -29,6 +29,7 @@ from replication import protocol as p
 from replication.common import TopicPartition
 from replication.errors import (
     CoordinatorNotAvailableError,
+    IllegalSaslStateError,
     TopicAuthorizationFailedError,
     UnsupportedCompressionTypeError,
     UnsupportedVersionError,
@@ -36,6 +37,7 @@ from replication.errors import (
 from replication.kafka.records import kafka_to_replog, replog_to_kafka
 from replication.kafka.translate import to_kafka, to_replog
 from replication.kafka.wire import (
+    SASL_VERSIONS,
     SERVED_VERSIONS,
     KafkaRequest,
     decode_request,
@@ -117,6 +119,11 @@ _UNKNOWN_TOPIC_ID: Final = 100
 
 #: APIs the Kafka listener answers itself, with no replog handler behind them.
 _OWN: Final = frozenset({p.ApiKey.API_VERSIONS, p.ApiKey.DESCRIBE_CLUSTER})
+#: APIs of SASL listeners, answered by the socket server before authentication
+_SASL: Final = {
+    p.ApiKey.SASL_HANDSHAKE: p.SaslHandshakeRequest,
+    p.ApiKey.SASL_AUTHENTICATE: p.SaslAuthenticateRequest,
+}
 
 _Handler = Callable[[KafkaRequest, p.RequestHeader], Awaitable[Any]]
 
@@ -125,8 +132,10 @@ class KafkaProtocolApis:
     """The request channel of a broker's Kafka listener (see
     :class:`~replication.server.socket_server.RequestChannel`)."""
 
-    def __init__(self, apis: KafkaApis) -> None:
+    def __init__(self, apis: KafkaApis, *, sasl: bool = False) -> None:
         self.apis = apis
+        #: a SASL listener: SaslHandshake and SaslAuthenticate are served (by the gate)
+        self.sasl = sasl
         self._special: dict[int, _Handler] = {
             p.ApiKey.API_VERSIONS: self._api_versions,
             p.ApiKey.PRODUCE: self._produce,
@@ -154,6 +163,11 @@ class KafkaProtocolApis:
             correlation_id=request.correlation_id,
             client_id=request.client_id,
         )
+        if request.api_key in _SASL:
+            raise IllegalSaslStateError(
+                f"{p.ApiKey(request.api_key).name} after authentication (re-authentication is "
+                "not supported)"
+            )
         special = self._special.get(request.api_key)
         if special is not None:
             response = await special(request, header)
@@ -181,15 +195,28 @@ class KafkaProtocolApis:
         # a Kafka client's Fetch is a consumer's: followers fetch over replog's protocol
         return p.ApiKey(request.api_key).kafka_name
 
+    def api_key(self, request: KafkaRequest) -> int:
+        return request.api_key
+
+    def api_version(self, request: KafkaRequest) -> int:
+        return request.api_version
+
+    def sasl_body(self, request: KafkaRequest) -> Any:
+        return to_replog(request.body, _SASL[p.ApiKey(request.api_key)])
+
+    def encode(self, request: KafkaRequest, response: Any) -> Parts:
+        return self._encode(request.api_key, request.api_version, request.correlation_id, response)
+
     # --- helpers ----------------------------------------------------------------------------
 
     def _serves(self, api_key: int) -> bool:
-        return api_key in _OWN or api_key in self.apis.handlers
+        return api_key in _OWN or api_key in self.apis.handlers or (self.sasl and api_key in _SASL)
 
     def _api_keys(self) -> list[dict[str, int]]:
+        served = {**SERVED_VERSIONS, **(SASL_VERSIONS if self.sasl else {})}
         return [
             {"api_key": int(key), "min_version": lo, "max_version": hi}
-            for key, (lo, hi) in sorted(SERVED_VERSIONS.items())
+            for key, (lo, hi) in sorted(served.items())
             if self._serves(key)
         ]
 

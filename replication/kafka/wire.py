@@ -32,6 +32,7 @@ from replication.protocol.api import ApiKey
 from replication.protocol.codec import Parts
 
 __all__ = [
+    "SASL_VERSIONS",
     "SERVED_VERSIONS",
     "KafkaRequest",
     "decode_request",
@@ -81,6 +82,15 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+}
+
+#: The SASL APIs, served on SASL listeners only (before authentication, by the socket server's
+#: gate). SaslHandshake v0 is served too (after it the SASL tokens travel raw,
+#: length-prefixed, outside Kafka's framing): librdkafka 2.0 takes a broker without
+#: SaslHandshake v0 for one without SASL.
+SASL_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 
 _HEAD: Final = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -138,7 +148,7 @@ def decode_request(frame: bytes) -> KafkaRequest:
         )
     api_key, api_version, _ = head
     try:
-        served = SERVED_VERSIONS.get(ApiKey(api_key))
+        served = SERVED_VERSIONS.get(ApiKey(api_key)) or SASL_VERSIONS.get(ApiKey(api_key))
     except ValueError:
         served = None
     if served is None:

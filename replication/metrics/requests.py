@@ -50,6 +50,21 @@ class RequestMetrics:
         )
         #: the labelled children by request name (labels() costs a lock and a lookup)
         self._children: dict[str, tuple[Counter, Histogram]] = {}
+        self._authentications = {
+            ok: Counter(
+                f"kafka_server_socket_server_metrics_{'successful' if ok else 'failed'}"
+                "_authentication",
+                f"Connections {'authenticated' if ok else 'refused'} by TLS or SASL, by "
+                "listener (Kafka's socket-server-metrics)",
+                ["listener"],
+                registry=registry,
+            )
+            for ok in (True, False)
+        }
+
+    def authentication(self, listener: str, ok: bool) -> None:
+        """One connection authenticated (``ok``) or refused on ``listener``."""
+        self._authentications[ok].labels(listener).inc()
 
     def observe(self, request: str, seconds: float) -> None:
         children = self._children.get(request)

@@ -243,6 +243,12 @@ from replication.protocol.reassignments import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
+from replication.protocol.security import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from replication.protocol.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -506,6 +512,10 @@ __all__ = [
     "ReassignableTopic",
     "ReassignableTopicResponse",
     "RequestHeader",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
     "SinkTransaction",
     "String",
     "Struct",

@@ -132,6 +132,12 @@ from replication.protocol.reassignments import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
+from replication.protocol.security import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from replication.protocol.transactions import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -177,6 +183,8 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.METADATA: _Api(MetadataRequest, MetadataResponse, 0, 1),
     ApiKey.LEADER_AND_ISR: _Api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 0),
     ApiKey.API_VERSIONS: _Api(ApiVersionsRequest, ApiVersionsResponse, 0, 1),
+    ApiKey.SASL_HANDSHAKE: _Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+    ApiKey.SASL_AUTHENTICATE: _Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
     ApiKey.CREATE_TOPICS: _Api(CreateTopicsRequest, CreateTopicsResponse, 0, 1),
     ApiKey.DELETE_TOPICS: _Api(DeleteTopicsRequest, DeleteTopicsResponse, 0, 0),
     ApiKey.INIT_PRODUCER_ID: _Api(InitProducerIdRequest, InitProducerIdResponse, 0, 0),

@@ -10,12 +10,17 @@ flush and checkpoint every log.
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import json
 import logging
 import os
 import signal
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from logstore.errors import ReplogError
+from logstore.errors import ConfigError, ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.broker.lifecycle import BrokerLifecycle
@@ -35,10 +40,19 @@ from replication.metrics.broker import BrokerCollector
 from replication.metrics.controller import ControllerCollector, metadata_write_histogram
 from replication.metrics.endpoint import MetricsEndpoint
 from replication.security.authorizer import authorizer_from
+from replication.security.connector import broker_connector
+from replication.security.sasl import (
+    CredentialLookup,
+    SaslServer,
+    enabled_mechanisms,
+    plain_allowed,
+)
+from replication.security.scram import ScramCredential
+from replication.security.tls import PrincipalMapper, server_context
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
-from replication.server.socket_server import ReplogChannel, SocketServer
+from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +65,72 @@ KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
 METRICS_READY_LINE = "metrics of {role} {broker_id} on {host}:{port}"
 
 
+#: TEST ONLY, until SCRAM credentials live in the metadata image (the core branch's
+#: ``MetadataImage.scram_credential``): a JSON file of credentials (salted keys, never
+#: passwords) that tests/security_env.py writes; consulted only when the image knows no such
+#: user. Remove once tests bootstrap their users into the metadata.
+TEST_CREDENTIALS_ENV = "REPLOG_TEST_SCRAM_CREDENTIALS"
+
+
+@functools.cache
+def _test_credentials(path: str) -> dict[tuple[str, str], ScramCredential]:
+    out: dict[tuple[str, str], ScramCredential] = {}
+    for entry in json.loads(Path(path).read_text()):
+        cred = ScramCredential(
+            entry["user"],
+            entry["mechanism"],
+            int(entry["iterations"]),
+            base64.b64decode(entry["salt"]),
+            base64.b64decode(entry["stored_key"]),
+            base64.b64decode(entry["server_key"]),
+        )
+        out[(cred.user, cred.mechanism)] = cred
+    return out
+
+
+def listener_security(
+    config: BrokerConfig, listener: str, lookup: CredentialLookup
+) -> ListenerSecurity:
+    """How ``listener`` authenticates connections, from the security keys (a bad keystore,
+    rule or mechanism fails here, at startup, naming its key). ``lookup`` finds a user's
+    SCRAM credential (SASL listeners)."""
+    sec = config.security
+    protocol = sec.protocol(listener)
+    tls = server_context(sec) if protocol in ("SSL", "SASL_SSL") else None
+    sasl: Callable[[], SaslServer] | None = None
+    if protocol.startswith("SASL_"):
+        mechanisms = [
+            m
+            for m in enabled_mechanisms(sec.sasl_enabled_mechanisms)
+            if plain_allowed(m, protocol, sec.sasl_plain_insecure_enable)
+        ]
+        if not mechanisms:
+            raise ConfigError(
+                f"config sasl.enabled.mechanisms={sec.sasl_enabled_mechanisms!r}: PLAIN is the "
+                f"only one, and listener {listener} is SASL_PLAINTEXT (passwords in the clear); "
+                "enable a SCRAM mechanism, use SASL_SSL, or set sasl.plain.insecure.enable=true"
+            )
+        secret = os.urandom(32)  # one per process: an unknown user's fake salt stays the same
+
+        def sasl() -> SaslServer:
+            return SaslServer(mechanisms, lookup, secret=secret)
+
+    return ListenerSecurity(
+        listener=listener,
+        protocol=protocol,
+        tls=tls,
+        mapper=PrincipalMapper(sec.ssl_principal_mapping_rules),
+        authentication_timeout_ms=sec.authentication_timeout_ms,
+        sasl=sasl,
+        sasl_max_receive_size=sec.sasl_server_max_receive_size,
+    )
+
+
 class Node:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        #: the one way this node connects to other nodes, with its credentials
+        self.connect = broker_connector(config)
         roles = config.roles
         #: the Prometheus endpoint (metrics.port >= 0), or None
         self.metrics: MetricsEndpoint | None = None
@@ -83,7 +160,7 @@ class Node:
             self.replica_manager = ReplicaManager(config, storage)
         if "controller" in roles:
             self.controller_service = ControllerService(
-                config, self.metadata_store, self.host, self.port
+                config, self.metadata_store, self.host, self.port, connect=self.connect
             )
         controller_apis = (
             ControllerApis(config, self.controller_service)
@@ -95,24 +172,37 @@ class Node:
         authorizer = authorizer_from(config.security, lambda: self.apis.image.acls)
         self.apis.authorizer = lambda: authorizer
         requests = self.metrics.requests if self.metrics is not None else None
+        replog_security = listener_security(config, "REPLOG", self.scram_credential)
         self.server = SocketServer(
-            ReplogChannel(self.apis),
+            ReplogChannel(self.apis, sasl=replog_security.sasl is not None),
             self.host,
             self.port,
             config.socket_request_max_bytes,
             request_metrics=requests,
+            security=replog_security,
         )
         #: the Kafka protocol listener, on brokers whose listeners name one
         self.kafka_server: SocketServer | None = None
         kafka = config.kafka_host_port
         if kafka is not None and self.replica_manager is not None:
             self.kafka_host, self.kafka_port = kafka
+            kafka_security = listener_security(config, KAFKA_LISTENER, self.scram_credential)
             self.kafka_server = SocketServer(
-                KafkaProtocolApis(self.apis),
+                KafkaProtocolApis(self.apis, sasl=kafka_security.sasl is not None),
                 *kafka,
                 config.socket_request_max_bytes,
                 request_metrics=requests,
+                security=kafka_security,
             )
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """A user's SCRAM credential, from the metadata image (once it carries them)."""
+        image = self.apis.image
+        lookup = getattr(image, "scram_credential", None)
+        found = lookup(user, mechanism) if lookup is not None else None
+        if found is None and (path := os.environ.get(TEST_CREDENTIALS_ENV)):
+            found = _test_credentials(path).get((user, mechanism))
+        return found
 
     @property
     def role(self) -> str:
@@ -149,10 +239,13 @@ class Node:
             lambda: rm.image.version,
             rm.registered,
             *advertised,
+            connect=self.connect,
         )
         self.lifecycle.endpoints = endpoints
         self.apis.lifecycle = self.lifecycle
-        self.fetchers = ReplicaFetcherManager(self.config, rm, lambda: rm.image)
+        self.fetchers = ReplicaFetcherManager(
+            self.config, rm, lambda: rm.image, connect=self.connect
+        )
         rm.fetchers = self.fetchers
         lifecycle = self.lifecycle
 
@@ -231,6 +324,7 @@ class Node:
             self.apis.write_own_txn_markers,
             allocate,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+            connect=self.connect,
         )
 
         def on_role_change(partition: Partition) -> None:

@@ -1,0 +1,259 @@
+"""TLS for listeners and connections: SSL contexts from the broker's and the clients' keys, and
+the principal of a client certificate.
+
+PEM only: Python's ``ssl`` reads PEM files, so JKS and PKCS12 stores are refused with the
+openssl command that converts them (rather than a second parser for Java's formats). The
+principal of a client certificate is its subject as RFC 4514 text (what Java's
+``X500Principal.getName()`` prints, so Kafka's ``ssl.principal.mapping.rules`` carry over),
+mapped by those rules (KIP-371) to ``User:<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from cryptography import x509
+
+from logstore.errors import ConfigError
+from replication.security.principal import ANONYMOUS, KafkaPrincipal
+
+if TYPE_CHECKING:
+    from replication.client.config import ClientConfig
+    from replication.security.config import SecurityConfig
+
+__all__ = [
+    "PrincipalMapper",
+    "broker_client_context",
+    "client_context",
+    "peer_principal",
+    "server_context",
+    "ssl_reason",
+]
+
+_TLS_VERSIONS: Final = {
+    "TLSV1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSV1.3": ssl.TLSVersion.TLSv1_3,
+}
+_CLIENT_AUTH: Final = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+def _check_pem(key: str, value: str) -> None:
+    if value.strip().upper() != "PEM":
+        raise ConfigError(
+            f"config {key}={value!r}: replog reads PEM files only; convert the store, e.g. "
+            "`openssl pkcs12 -in store.p12 -nodes -out store.pem` (a JKS store first with "
+            "`keytool -importkeystore -srcstoretype JKS -deststoretype PKCS12`), and set "
+            f"{key}=PEM"
+        )
+
+
+def _versions(ctx: ssl.SSLContext, enabled: str) -> None:
+    names = [v.strip().upper() for v in enabled.split(",") if v.strip()]
+    unknown = [n for n in names if n not in _TLS_VERSIONS]
+    if unknown or not names:
+        raise ConfigError(
+            f"config ssl.enabled.protocols={enabled!r}: use TLSv1.2 and/or TLSv1.3, comma-separated"
+        )
+    chosen = sorted(_TLS_VERSIONS[n] for n in names)
+    ctx.minimum_version = chosen[0]
+    ctx.maximum_version = chosen[-1]
+
+
+def _load_keystore(ctx: ssl.SSLContext, location: str, password: str, who: str) -> None:
+    try:
+        ctx.load_cert_chain(location, password=password or None)
+    except FileNotFoundError as err:
+        raise ConfigError(
+            f"config ssl.keystore.location={location!r}: no such file ({who}'s PEM key and "
+            "certificate chain)"
+        ) from err
+    except ssl.SSLError as err:
+        raise ConfigError(
+            f"config ssl.keystore.location={location!r}: not a PEM private key and certificate "
+            f"chain, or ssl.key.password does not open the key ({err.reason or err})"
+        ) from err
+
+
+def _load_truststore(ctx: ssl.SSLContext, location: str) -> None:
+    if not location:
+        ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        return
+    try:
+        ctx.load_verify_locations(cafile=location)
+    except FileNotFoundError as err:
+        raise ConfigError(
+            f"config ssl.truststore.location={location!r}: no such file (PEM CA certificates)"
+        ) from err
+    except ssl.SSLError as err:
+        raise ConfigError(
+            f"config ssl.truststore.location={location!r}: not PEM CA certificates "
+            f"({err.reason or err})"
+        ) from err
+
+
+def _check_hostname(algorithm: str) -> bool:
+    algorithm = algorithm.strip().lower()
+    if algorithm not in ("https", ""):
+        raise ConfigError(
+            f"config ssl.endpoint.identification.algorithm={algorithm!r}: use https (check the "
+            "peer's certificate names its host) or empty (do not)"
+        )
+    return algorithm == "https"
+
+
+def server_context(sec: SecurityConfig) -> ssl.SSLContext:
+    """The context of a TLS listener (SSL, SASL_SSL): this node's key and certificate, and the
+    CAs client certificates must chain to when ssl.client.auth asks for one."""
+    _check_pem("ssl.keystore.type", sec.ssl_keystore_type)
+    _check_pem("ssl.truststore.type", sec.ssl_truststore_type)
+    auth = sec.ssl_client_auth.strip().lower()
+    if auth not in _CLIENT_AUTH:
+        raise ConfigError(
+            f"config ssl.client.auth={sec.ssl_client_auth!r}: use none, requested or required"
+        )
+    if not sec.ssl_keystore_location:
+        raise ConfigError(
+            "config ssl.keystore.location is empty, but a listener uses SSL or SASL_SSL "
+            "(listener.security.protocol.map): give the PEM file with this node's private key "
+            "and certificate chain"
+        )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _versions(ctx, sec.ssl_enabled_protocols)
+    _load_keystore(ctx, sec.ssl_keystore_location, sec.ssl_key_password, "this node")
+    if auth != "none":
+        if not sec.ssl_truststore_location:
+            raise ConfigError(
+                f"config ssl.client.auth={auth} needs ssl.truststore.location: the PEM CA "
+                "certificates client certificates must chain to"
+            )
+        _load_truststore(ctx, sec.ssl_truststore_location)
+    ctx.verify_mode = _CLIENT_AUTH[auth]
+    return ctx
+
+
+def broker_client_context(sec: SecurityConfig) -> ssl.SSLContext:
+    """The context a node connects to other nodes with (followers, the controller, transaction
+    markers): it trusts the truststore and presents its own certificate (for mutual TLS)."""
+    _check_pem("ssl.keystore.type", sec.ssl_keystore_type)
+    _check_pem("ssl.truststore.type", sec.ssl_truststore_type)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _versions(ctx, sec.ssl_enabled_protocols)
+    ctx.check_hostname = _check_hostname(sec.ssl_endpoint_identification_algorithm)
+    _load_truststore(ctx, sec.ssl_truststore_location)
+    if sec.ssl_keystore_location:
+        _load_keystore(ctx, sec.ssl_keystore_location, sec.ssl_key_password, "this node")
+    return ctx
+
+
+def client_context(config: ClientConfig) -> ssl.SSLContext:
+    """The context of a client connection (security.protocol SSL or SASL_SSL)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = _check_hostname(config.ssl_endpoint_identification_algorithm)
+    _load_truststore(ctx, config.ssl_truststore_location)
+    if config.ssl_keystore_location:
+        _load_keystore(ctx, config.ssl_keystore_location, config.ssl_key_password, "the client")
+    return ctx
+
+
+# --- the principal of a client certificate -----------------------------------------------------
+
+_RULE: Final = re.compile(
+    r"\s*(?:(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?))\s*(?:,|$)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    pattern: re.Pattern[str] | None  # None: DEFAULT
+    replacement: str
+    case: str
+
+    def apply(self, name: str) -> str | None:
+        if self.pattern is None:
+            return name
+        if self.pattern.fullmatch(name) is None:
+            return None
+        out = self.pattern.sub(self.replacement, name)
+        return out.lower() if self.case == "L" else out.upper() if self.case == "U" else out
+
+
+class PrincipalMapper:
+    """Kafka's ``ssl.principal.mapping.rules`` (KIP-371): the first rule whose pattern matches
+    the whole distinguished name gives the user name (``$1`` refers to a group, ``/L`` and
+    ``/U`` fold the case); ``DEFAULT`` is the name itself. No rule matching fails the
+    authentication, as Kafka's does."""
+
+    def __init__(self, rules: str = "DEFAULT") -> None:
+        self.text = rules
+        self.rules: list[_Rule] = []
+        pos = 0
+        text = rules.strip()
+        while pos < len(text):
+            m = _RULE.match(text, pos)
+            if m is None or m.end() == pos:
+                raise ConfigError(
+                    f"config ssl.principal.mapping.rules={rules!r}: expected DEFAULT or "
+                    "RULE:pattern/replacement/[LU], comma-separated (at "
+                    f"{text[pos : pos + 30]!r})"
+                )
+            pos = m.end()
+            if m.group(1):
+                self.rules.append(_Rule(None, "", ""))
+                continue
+            try:
+                pattern = re.compile(m.group(2).replace("\\/", "/"))
+            except re.error as err:
+                raise ConfigError(
+                    f"config ssl.principal.mapping.rules: pattern {m.group(2)!r} is not a "
+                    f"regular expression ({err})"
+                ) from err
+            # Java's $1 is Python's \g<1>
+            replacement = re.sub(r"\$(\d+)", r"\\g<\1>", m.group(3).replace("\\/", "/"))
+            self.rules.append(_Rule(pattern, replacement, m.group(4)))
+        if not self.rules:
+            self.rules.append(_Rule(None, "", ""))
+
+    def name(self, distinguished_name: str) -> str:
+        """The user name of ``distinguished_name``; ValueError if no rule applies."""
+        for rule in self.rules:
+            out = rule.apply(distinguished_name)
+            if out is not None:
+                return out
+        raise ValueError(
+            f"no ssl.principal.mapping.rules rule applies to the certificate subject "
+            f"{distinguished_name!r}"
+        )
+
+
+def ssl_reason(err: BaseException) -> str:
+    """What a failed handshake says, readable: the verification message when a certificate
+    was refused (``certificate has expired``), else OpenSSL's reason."""
+    verify = getattr(err, "verify_message", None)
+    if verify:
+        return f"certificate verify failed: {verify}"
+    reason = getattr(err, "reason", None)
+    return str(reason or err or type(err).__name__)
+
+
+def subject_name(der: bytes) -> str:
+    """A certificate's subject as RFC 4514 text (``CN=alice,O=example``)."""
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+def peer_principal(ssl_object: ssl.SSLObject | None, mapper: PrincipalMapper) -> KafkaPrincipal:
+    """The principal of a TLS connection: from the client's certificate, or ANONYMOUS when it
+    presented none. ValueError if the mapping rules reject its name."""
+    if ssl_object is None:
+        return ANONYMOUS
+    der = ssl_object.getpeercert(binary_form=True)
+    if not der:
+        return ANONYMOUS
+    return KafkaPrincipal("User", mapper.name(subject_name(der)))
