@@ -6,7 +6,12 @@ RecordTooLargeError, ...) are raised as their own classes from there.
 
 from __future__ import annotations
 
-from replication.errors import OffsetOutOfRangeError, ReplogError
+from typing import TYPE_CHECKING
+
+from replication.errors import AuthorizationError, OffsetOutOfRangeError, ReplogError
+
+if TYPE_CHECKING:
+    from replication.client.config import ClientConfig
 
 __all__ = [
     "ClientClosedError",
@@ -16,7 +21,24 @@ __all__ = [
     "PartitionNotAssignedError",
     "TransactionAbortedError",
     "TransactionStateError",
+    "denied",
 ]
+
+
+#: The operation a refused Metadata lookup was denied (Kafka checks Describe on the topic).
+_LOOKUP_OPERATION = "Describe"
+
+
+def denied(config: ClientConfig, cls: type[ReplogError], kind: str, name: str) -> str:
+    """The message of an error from an answer that carries none (Metadata's topic errors):
+    for an authorization failure, who was refused what (``User:alice is not authorized to
+    Describe Topic:events``) and what to do; otherwise the error's own text."""
+    if not issubclass(cls, AuthorizationError):
+        return str(cls())
+    from replication.security.connector import client_principal
+
+    who = client_principal(config)
+    return f"{who} is not authorized to {_LOOKUP_OPERATION} {kind}:{name}. {cls()}"
 
 
 class ClientClosedError(ReplogError, RuntimeError):

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from replication.client.cluster import Cluster
+from replication.client.errors import denied
 from replication.client.retry import RetryPolicy, call_with_retries
 from replication.client.types import TopicPartition
 from replication.errors import (
@@ -102,7 +103,7 @@ class OffsetLookup:
                 self._unknown_since.pop(tp, None)
                 cls = for_code(meta.error_code) if meta.error_code else None
                 if cls is not None and not cls.retriable:  # e.g. an invalid topic name
-                    raise cls(f"{tp}: {cls()}")
+                    raise cls(f"{tp}: {denied(self.cluster.config, cls, 'Topic', tp.topic)}")
                 continue
             first = self._unknown_since.get(tp)
             if first is None:

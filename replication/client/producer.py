@@ -37,6 +37,7 @@ from replication.client.errors import (
     ClientClosedError,
     DeliveryTimeoutError,
     TransactionAbortedError,
+    denied,
 )
 from replication.client.futures import failed_future
 from replication.client.metrics import ProducerMetrics
@@ -529,7 +530,7 @@ class Producer:
             if meta is not None and meta.error_code:
                 cls = for_code(meta.error_code) or UnknownTopicOrPartitionError
                 if not cls.retriable:
-                    raise cls(f"topic {topic!r}: {cls()}")
+                    raise cls(f"topic {topic!r}: {denied(self.config, cls, 'Topic', topic)}")
                 if cls is not UnknownTopicOrPartitionError:
                     why = f" ({cls.__name__}: {cls()})"
             raise UnknownTopicOrPartitionError(

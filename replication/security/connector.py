@@ -147,3 +147,20 @@ def client_login_factory(config: ClientConfig) -> Callable[[], SaslClient] | Non
     login = client_login(config.sasl_jaas_config, config.sasl_username, config.sasl_password)
     SaslClient(mechanism, login)  # checks the mechanism now
     return lambda: SaslClient(mechanism, login)
+
+
+def client_principal(config: ClientConfig) -> str:
+    """Who the brokers take this client for, as a principal, for messages: ``User:<name>``
+    of its SASL login, the subject of its certificate (mutual TLS), or ``User:ANONYMOUS``."""
+    protocol = client_protocol(config)
+    if protocol.startswith("SASL_"):
+        try:
+            login = client_login(
+                config.sasl_jaas_config, config.sasl_username, config.sasl_password
+            )
+        except ConfigError:
+            return "this client's SASL user"
+        return f"User:{login.username}"
+    if protocol == "SSL" and config.ssl_keystore_location:
+        return "the principal of this client's certificate"
+    return "User:ANONYMOUS"
