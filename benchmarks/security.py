@@ -53,6 +53,10 @@ def run_side(data: Path, *, secure: bool, records: int, arrow_records: int) -> d
                     NewTopic("bench-arrow", 3, 3, {"min.insync.replicas": "2"}),
                 ]
             )
+        # warm up (connections, sessions, the followers' first fetches) off the clock
+        produce_perf(
+            bootstrap, "bench-records", 2_000, VALUE_BYTES, acks="all", client_props=client
+        )
         out: dict[str, Any] = {}
         for mode, topic, count in (
             ("records", "bench-records", records),
@@ -74,6 +78,8 @@ def run_side(data: Path, *, secure: bool, records: int, arrow_records: int) -> d
                 "p99_ms": round(result.latency_p99_ms, 2),
             }
         read = consume_perf(bootstrap, "bench-arrow", arrow_records, client_props=client)
+        if not read.complete:
+            raise RuntimeError(f"the consumer read {read.records} of {arrow_records} records")
         out["consume"] = {"records_per_s": round(read.records_per_s), "complete": read.complete}
         return out
     finally:
