@@ -150,7 +150,7 @@ def _librdkafka(cluster: Cluster, env: SecurityEnv, mechanism: str) -> dict[str,
     }
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
 def test_confluent_kafka_over_sasl_ssl(cluster: Cluster, env: SecurityEnv, mechanism: str) -> None:
     topic = new_topic(cluster)
     producer = confluent_kafka.Producer({**_librdkafka(cluster, env, mechanism), "acks": "all"})
