@@ -10,6 +10,9 @@ connection with an INFO line; the broker stays up and a good client still produc
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import random
 import re
@@ -26,6 +29,7 @@ from typing import Any
 import confluent_kafka
 import kafka
 import pytest
+from scramp import ScramMechanism
 
 from logstore.errors import ConfigError
 from replication import protocol as p
@@ -36,7 +40,8 @@ from replication.common import TopicPartition
 from replication.config import broker_config_from
 from replication.errors import SaslAuthenticationFailedError, UnknownTopicOrPartitionError
 from replication.security.connector import broker_connector, client_login_factory
-from replication.security.sasl import Login, SaslClient
+from replication.security.sasl import Login, SaslClient, SaslServer, parse_jaas_config
+from replication.security.scram import ScramCredential
 from replication.server.node import listener_security
 from tests.cluster import BrokerProcess, Cluster, wait_until
 from tests.helpers import read_to_end, unique_name
@@ -150,7 +155,7 @@ def _librdkafka(cluster: Cluster, env: SecurityEnv, mechanism: str) -> dict[str,
     }
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
 def test_confluent_kafka_over_sasl_ssl(cluster: Cluster, env: SecurityEnv, mechanism: str) -> None:
     topic = new_topic(cluster)
     producer = confluent_kafka.Producer({**_librdkafka(cluster, env, mechanism), "acks": "all"})
@@ -603,3 +608,100 @@ def test_no_password_in_any_log(cluster: Cluster, env: SecurityEnv) -> None:
     logs = stderr(cluster) + cluster.controller.stderr_tail(100_000)
     for password in env.users.values():
         assert password not in logs
+
+
+# --- the state machines alone -----------------------------------------------------------------
+
+
+def _credentials(password: str = "pw") -> dict[tuple[str, str], ScramCredential]:
+    out = {}
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        salt, stored, server, iterations = ScramMechanism(mechanism).make_auth_info(
+            password, iteration_count=4096
+        )
+        out[("alice", mechanism)] = ScramCredential(
+            "alice", mechanism, iterations, salt, stored, server
+        )
+    return out
+
+
+def _login(mechanism: str, user: str, password: str) -> SaslServer:
+    creds = _credentials()
+    server = SaslServer(["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"], lambda u, m: creds.get((u, m)))
+    assert server.handshake(mechanism)
+    client = SaslClient(mechanism, Login(user, password))
+    token: bytes | None = client.first()
+    while token is not None:
+        token = client.step(server.step(token))
+    assert client.complete
+    return server
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def test_sasl_state_machines_log_in_and_refuse(mechanism: str) -> None:
+    server = _login(mechanism, "alice", "pw")
+    assert server.complete
+    assert str(server.principal) == "User:alice"
+    for user, password in (("alice", "wrong"), ("nobody", "pw")):
+        with pytest.raises(SaslAuthenticationFailedError, match=f"mechanism {mechanism}$"):
+            _login(mechanism, user, password)
+
+
+@pytest.mark.unit
+def test_scram_accepts_librdkafka_2_0_client_final_nonce() -> None:
+    """librdkafka 2.0 (kcat 1.7) repeats its own nonce in front of the server's in
+    client-final; Kafka's broker accepts that (endsWith), so replog does."""
+    creds = _credentials()
+    server = SaslServer(["SCRAM-SHA-256"], lambda u, m: creds.get((u, m)))
+    server.handshake("SCRAM-SHA-256")
+    client_nonce = "kcatNonce"
+    first = server.step(f"n,,n=alice,r={client_nonce}".encode()).decode()
+    attrs = dict(part.split("=", 1) for part in first.split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", b"pw", base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
+    auth_message = f"n=alice,r={client_nonce},{first},{without_proof}".encode()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth_message, hashlib.sha256)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature.digest(), strict=True))
+    final = server.step(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    expected = hmac.new(server_key, auth_message, hashlib.sha256).digest()
+    assert final == b"v=" + base64.b64encode(expected)
+    assert str(server.principal) == "User:alice"
+
+
+@pytest.mark.unit
+def test_garbage_tokens_only_ever_fail_authentication() -> None:
+    rng = random.Random(FUZZ_SEED)
+    creds = _credentials()
+    for _ in range(2_000):
+        mechanism = rng.choice(["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+        server = SaslServer([mechanism], lambda u, m: creds.get((u, m)))
+        server.handshake(mechanism)
+        good = SaslClient(mechanism, Login("alice", "pw")).first()
+        for _round in range(rng.randint(1, 3)):
+            token = bytearray(good if rng.random() < 0.5 else b"")
+            for _ in range(rng.randint(0, 5)):
+                if token and rng.random() < 0.5:
+                    token[rng.randrange(len(token))] = rng.randrange(256)
+                else:
+                    token.insert(rng.randrange(len(token) + 1), rng.randrange(256))
+            try:
+                server.step(bytes(token))
+            except SaslAuthenticationFailedError:
+                break
+
+
+@pytest.mark.unit
+def test_jaas_config_is_parsed_and_never_echoed() -> None:
+    kind, login = parse_jaas_config(
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="broker" password="p\\"w;x";'
+    )
+    assert (kind, login.username, login.password) == ("SCRAM", "broker", 'p"w;x')
+    assert 'p\\"w' not in repr(login)
+    assert 'p"w' not in repr(login)
+    with pytest.raises(ConfigError) as info:
+        parse_jaas_config('ScramLoginModule required username="u" password="hunter2"')
+    assert "hunter2" not in str(info.value)

@@ -12,15 +12,18 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import socket
 import ssl
 import struct
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import confluent_kafka
+import kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -443,3 +446,56 @@ def test_a_sasl_client_on_a_tls_only_listener_is_told_why(
         Admin(settings) as admin,
     ):
         admin.list_topics()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_over_mutual_tls(cluster: Cluster, env: SecurityEnv) -> None:
+    topic = new_topic(cluster)
+    base = [
+        "kcat",
+        "-b",
+        cluster.kafka_bootstrap,
+        "-X",
+        "security.protocol=SSL",
+        "-X",
+        f"ssl.ca.location={env.ca}",
+        "-X",
+        f"ssl.certificate.location={env.client}",
+        "-X",
+        f"ssl.key.location={env.client}",
+    ]
+    produced = subprocess.run(
+        [*base, "-P", "-t", topic, "-p", "0", "-X", "acks=all"],
+        input=b"m1\nm2\n",
+        timeout=60,
+        capture_output=True,
+    )
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = subprocess.run(
+        [*base, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q"],
+        timeout=60,
+        capture_output=True,
+    )
+    assert consumed.returncode == 0, consumed.stderr.decode()
+    assert consumed.stdout.split() == [b"m1", b"m2"]
+
+
+def test_kafka_python_over_mutual_tls(cluster: Cluster, env: SecurityEnv) -> None:
+    topic = new_topic(cluster)
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=str(env.ca),
+        ssl_certfile=str(env.client),
+        ssl_keyfile=str(env.client),
+        acks="all",
+    )
+    producer.send(topic, b"kafka-python-tls", partition=0).get(timeout=30)
+    producer.close()
+    read = read_to_end(
+        cluster.bootstrap,
+        [TopicPartition(topic, 0)],
+        isolation_level="read_uncommitted",
+        **cluster.client,
+    )
+    assert [r.value for r in read.records] == [b"kafka-python-tls"]

@@ -141,7 +141,12 @@ class SaslServer:
             if hmac.compare_digest(stored_key, cred.stored_key):
                 self._done(user)
                 return b""
-            break
+            raise failed(PLAIN)
+        # an unknown user costs the same work as a wrong password: timing does not tell
+        fake = hmac.new(self._secret, user.encode(), hashlib.sha256).digest()
+        ScramMechanism("SCRAM-SHA-256").make_auth_info(
+            password, iteration_count=_FAKE_ITERATIONS, salt=fake
+        )
         raise failed(PLAIN)
 
     def _scram_step(self, mechanism: str, token: bytes) -> bytes:
