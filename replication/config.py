@@ -442,10 +442,15 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def load_broker_config(path: str | Path | None, overrides: Mapping[str, Any] = ()) -> BrokerConfig:  # type: ignore[assignment]
-    """Read a TOML file (flat Kafka keys, dotted keys quoted) and apply overrides."""
+def load_broker_config(
+    path: str | Path | Sequence[str | Path] | None,
+    overrides: Mapping[str, Any] = (),  # type: ignore[assignment]
+) -> BrokerConfig:
+    """Read TOML files (flat Kafka keys, dotted keys quoted; a later file's keys win) and
+    apply overrides."""
     values: dict[str, Any] = {}
-    if path is not None:
+    paths = [] if path is None else [path] if isinstance(path, str | Path) else list(path)
+    for path in paths:
         try:
             with open(path, "rb") as f:
                 values.update(_flatten(tomllib.load(f)))
@@ -462,9 +467,7 @@ def broker_config_from(values: Mapping[str, Any]) -> BrokerConfig:
     security_keys = set(keys_of(SecurityConfig))
     log_values = {name: v for name, v in values.items() if name in log_keys}
     security_values = {name: v for name, v in values.items() if name in security_keys}
-    broker_values = {
-        name: v for name, v in values.items() if name not in log_keys | security_keys
-    }
+    broker_values = {name: v for name, v in values.items() if name not in log_keys | security_keys}
     log_config = parse(LogConfig, log_values)
     security = parse(SecurityConfig, security_values)
     config = parse(BrokerConfig, broker_values)

@@ -4,20 +4,19 @@ client certificate (CN=alice), an expired one and one from a CA nobody trusts; u
 ``broker`` (the nodes' own login) and ``alice`` with SCRAM-SHA-256/512 credentials; plus the
 broker and client settings that use them.
 
-Until SCRAM credentials live in the cluster metadata (the core branch), brokers read the
-users' credentials (salted keys, no passwords) from the file :attr:`SecurityEnv.credentials`
-named by ``REPLOG_TEST_SCRAM_CREDENTIALS`` (:meth:`SecurityEnv.process_env`).
+The users go into a cluster's metadata before it first starts (:meth:`SecurityEnv.bootstrap`,
+as `replog users add --metadata-log-dir` does).
 
     env = SecurityEnv.create(tmp_path)
-    Cluster(..., overrides=env.broker_overrides("SSL"), client=env.client_config("SSL"))
+    cluster = Cluster(..., overrides=env.broker_overrides("SSL"), client=env.client_config("SSL"))
+    env.bootstrap(cluster.metadata_root)
+    cluster.start()
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
 import ipaddress
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from scramp import ScramMechanism
 
-from replication.security.scram import MECHANISMS
-from replication.server.node import TEST_CREDENTIALS_ENV
+from logstore.storage import Storage
+from replication.controller.controller import bootstrap_credentials
+from replication.metadata.store import MetadataStore
+from replication.security.scram import MECHANISMS, new_credential
 
 #: the users every SecurityEnv knows, with their passwords
 USERS = {"broker": "broker-secret-8c1f", "alice": "alice-secret-27d4"}
@@ -143,7 +143,6 @@ class SecurityEnv:
     expired: Path  # client keystore, expired, signed by the trusted CA
     untrusted: Path  # client keystore signed by a foreign CA
     untrusted_ca: Path
-    credentials: Path  # SCRAM credentials of USERS (REPLOG_TEST_SCRAM_CREDENTIALS)
     users: dict[str, str] = field(default_factory=lambda: dict(USERS))
 
     @classmethod
@@ -158,23 +157,6 @@ class SecurityEnv:
             path.chmod(0o600)
             return path
 
-        entries = []
-        for user, password in USERS.items():
-            for mechanism in MECHANISMS:
-                salt, stored, server, iterations = ScramMechanism(mechanism).make_auth_info(
-                    password, iteration_count=4096
-                )
-                entries.append(
-                    {
-                        "user": user,
-                        "mechanism": mechanism,
-                        "iterations": iterations,
-                        "salt": base64.b64encode(salt).decode(),
-                        "stored_key": base64.b64encode(stored).decode(),
-                        "server_key": base64.b64encode(server).decode(),
-                    }
-                )
-        (root / "scram.json").write_text(json.dumps(entries))
         (root / "ca.pem").write_bytes(_pem_cert(ca.cert))
         (root / "foreign-ca.pem").write_bytes(_pem_cert(foreign.cert))
         return cls(
@@ -185,12 +167,17 @@ class SecurityEnv:
             expired=store("expired", *_leaf(ca, "old", server=False, expired=True)),
             untrusted=store("untrusted", *_leaf(foreign, "mallory", server=True)),
             untrusted_ca=root / "foreign-ca.pem",
-            credentials=root / "scram.json",
         )
 
-    def process_env(self) -> dict[str, str]:
-        """Environment of broker processes: where the test users' credentials are."""
-        return {TEST_CREDENTIALS_ENV: str(self.credentials)}
+    def bootstrap(self, metadata_root: str) -> None:
+        """Write USERS (SCRAM-SHA-256 and -512 credentials) into the metadata of a cluster
+        before it first starts (the brokers log in to each other as ``broker``)."""
+        credentials = [
+            new_credential(user, mechanism, password, iterations=4096)
+            for user, password in self.users.items()
+            for mechanism in MECHANISMS
+        ]
+        bootstrap_credentials(MetadataStore(Storage.from_url(metadata_root)), credentials)
 
     def jaas(self, user: str, password: str | None = None) -> str:
         password = self.users[user] if password is None else password

@@ -71,9 +71,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, env: SecurityEnv) -> Itera
                 "authentication.timeout.ms": str(AUTH_TIMEOUT_MS),
             },
         ),
-        env=env.process_env(),
         client=env.client_config("SASL_SSL"),
     )
+    env.bootstrap(c.metadata_root)
     try:
         yield c.start()
     finally:
@@ -477,14 +477,12 @@ def test_a_broker_with_a_wrong_password_never_registers(
             **cluster.brokers[0].overrides,
             "sasl.jaas.config": env.jaas("broker", "not-the-password"),
         },
-        env=env.process_env(),
     )
     with open(intruder.stderr_path, "w") as stderr_file:
         proc = subprocess.Popen(
             intruder.command(),
             stdout=subprocess.DEVNULL,
             stderr=stderr_file,
-            env={**os.environ, **env.process_env()},
         )
     try:
         controller_log = cluster.controller.stderr_path

@@ -10,14 +10,10 @@ flush and checkpoint every log.
 from __future__ import annotations
 
 import asyncio
-import base64
-import functools
-import json
 import logging
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from logstore.errors import ConfigError, ReplogError
@@ -63,29 +59,6 @@ KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
 #: printed before READY_LINE by a node with a metrics endpoint (metrics.port >= 0), for the
 #: same reason not starting with "replog "
 METRICS_READY_LINE = "metrics of {role} {broker_id} on {host}:{port}"
-
-
-#: TEST ONLY, until SCRAM credentials live in the metadata image (the core branch's
-#: ``MetadataImage.scram_credential``): a JSON file of credentials (salted keys, never
-#: passwords) that tests/security_env.py writes; consulted only when the image knows no such
-#: user. Remove once tests bootstrap their users into the metadata.
-TEST_CREDENTIALS_ENV = "REPLOG_TEST_SCRAM_CREDENTIALS"
-
-
-@functools.cache
-def _test_credentials(path: str) -> dict[tuple[str, str], ScramCredential]:
-    out: dict[tuple[str, str], ScramCredential] = {}
-    for entry in json.loads(Path(path).read_text()):
-        cred = ScramCredential(
-            entry["user"],
-            entry["mechanism"],
-            int(entry["iterations"]),
-            base64.b64decode(entry["salt"]),
-            base64.b64decode(entry["stored_key"]),
-            base64.b64decode(entry["server_key"]),
-        )
-        out[(cred.user, cred.mechanism)] = cred
-    return out
 
 
 def listener_security(
@@ -196,13 +169,8 @@ class Node:
             )
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        """A user's SCRAM credential, from the metadata image (once it carries them)."""
-        image = self.apis.image
-        lookup = getattr(image, "scram_credential", None)
-        found = lookup(user, mechanism) if lookup is not None else None
-        if found is None and (path := os.environ.get(TEST_CREDENTIALS_ENV)):
-            found = _test_credentials(path).get((user, mechanism))
-        return found
+        """A user's SCRAM credential, from this node's metadata."""
+        return self.apis.image.scram_credential(user, mechanism)
 
     @property
     def role(self) -> str:

@@ -271,7 +271,10 @@ LogFormatOption = Annotated[
 
 @broker_app.command("start")
 def broker_start(
-    conf: Annotated[str | None, typer.Option("--conf", help="broker TOML file (see conf/)")] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option("--conf", help="broker TOML file (see conf/); repeatable, later ones win"),
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override one key: --set broker.id=1")
     ] = None,
@@ -293,7 +296,8 @@ def broker_start(
 @controller_app.command("start")
 def controller_start(
     conf: Annotated[
-        str | None, typer.Option("--conf", help="controller TOML file (see conf/)")
+        list[str] | None,
+        typer.Option("--conf", help="controller TOML file (see conf/); repeatable, later ones win"),
     ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="override one key: --set broker.id=100")
@@ -351,7 +355,6 @@ def demo(
 
 
 # --- clients: topics, produce, consume, perf ------------------------------------------------------
-
 
 
 class CommandError(ReplogError):

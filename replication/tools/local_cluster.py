@@ -156,13 +156,15 @@ def start_node(
     role: str,
     node_id: int,
     port: int,
-    conf: Path | None,
+    conf: list[Path],
     settings: dict[str, str],
 ) -> NodeProcess:
+    """Start a node; ``conf`` are its TOML files (secrets go there, never in ``settings``,
+    which are command-line arguments anyone can read in ps)."""
     log_file = layout.run_dir / f"{role}-{node_id}.log"
     cmd = [sys.executable, "-m", "replication.tools.cli", role, "start"]
-    if conf is not None:
-        cmd += ["--conf", str(conf)]
+    for path in conf:
+        cmd += ["--conf", str(path)]
     for key, value in settings.items():
         cmd += ["--set", f"{key}={value}"]
     with open(log_file, "ab") as out:
@@ -212,15 +214,16 @@ def cluster_up(
             "give another --data"
         )
     layout.run_dir.mkdir(parents=True, exist_ok=True)
-    security: dict[str, str] = {}
-    if secure:
-        security = secure_cluster.prepare(layout.run_dir, layout.metadata_root).node_overrides()
-    common = {"metadata.log.dir": layout.metadata_root, **security, **(overrides or {})}
+    # a secured cluster's settings hold the nodes' password: a file of its own, not arguments
+    security = (
+        [secure_cluster.prepare(layout.run_dir, layout.metadata_root).node_conf] if secure else []
+    )
+    common = {"metadata.log.dir": layout.metadata_root, **(overrides or {})}
     nodes: list[NodeProcess] = []
 
-    def conf(name: str) -> Path | None:
+    def conf(name: str) -> list[Path]:
         path = conf_dir / name if conf_dir is not None else None
-        return path if path is not None and path.exists() else None
+        return ([path] if path is not None and path.exists() else []) + security
 
     def metrics(index: int) -> dict[str, str]:
         if metrics_port_base is None:

@@ -17,6 +17,7 @@ metadata). Not for production: the CA's key and the passwords lie on local disk.
 
 from __future__ import annotations
 
+import json
 import secrets
 import ssl
 from dataclasses import dataclass
@@ -58,6 +59,12 @@ class SecureCluster:
     @property
     def keystore(self) -> Path:
         return self.secrets_dir / "node.pem"
+
+    @property
+    def node_conf(self) -> Path:
+        """The nodes' security settings as a TOML file (owner-only: it holds their password),
+        given to every node with --conf."""
+        return self.secrets_dir / "node.toml"
 
     @property
     def client_properties(self) -> Path:
@@ -130,6 +137,11 @@ def prepare(run_dir: Path, metadata_root: str) -> SecureCluster:
     bootstrap_credentials(
         store, [new_credential(user, MECHANISM, cluster.password(user)) for user in USERS]
     )
+    node_lines = [
+        "# the security settings of every node of this local cluster (replog cluster up --secure)",
+        *(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in cluster.node_overrides().items()),
+    ]
+    _write_secret(cluster.node_conf, ("\n".join(node_lines) + "\n").encode())
     lines = [
         "# the admin's client settings for this local cluster (replog ... --command-config)",
         *(f"{k}={v}" for k, v in cluster.client_config().items()),
