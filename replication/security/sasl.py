@@ -27,7 +27,7 @@ from scramp import ScramClient, ScramMechanism
 from logstore.errors import ConfigError
 from replication.errors import SaslAuthenticationFailedError
 from replication.security.principal import KafkaPrincipal
-from replication.security.scram import MECHANISMS, ScramCredential
+from replication.security.scram import MECHANISMS, ScramCredential, fake_credential
 
 __all__ = [
     "PLAIN",
@@ -44,8 +44,6 @@ SUPPORTED_MECHANISMS: Final = (*MECHANISMS, PLAIN)
 #: ``(user, mechanism) -> credential``, None for an unknown user (the metadata image's
 #: ``scram_credential``)
 CredentialLookup = Callable[[str, str], ScramCredential | None]
-
-_FAKE_ITERATIONS: Final = 4096
 
 
 def failed(mechanism: str) -> SaslAuthenticationFailedError:
@@ -143,9 +141,9 @@ class SaslServer:
                 return b""
             raise failed(PLAIN)
         # an unknown user costs the same work as a wrong password: timing does not tell
-        fake = hmac.new(self._secret, user.encode(), hashlib.sha256).digest()
-        ScramMechanism("SCRAM-SHA-256").make_auth_info(
-            password, iteration_count=_FAKE_ITERATIONS, salt=fake
+        fake = fake_credential(self._secret, user, "SCRAM-SHA-256")
+        ScramMechanism(fake.mechanism).make_auth_info(
+            password, iteration_count=fake.iterations, salt=fake.salt
         )
         raise failed(PLAIN)
 
@@ -181,12 +179,9 @@ class SaslServer:
         def auth_fn(user: str) -> tuple[bytes, bytes, bytes, int]:
             self._user = user
             cred = self.lookup(user, mechanism)
-            if cred is not None:
-                return cred.salt, cred.stored_key, cred.server_key, cred.iterations
             # an unknown user gets a salt that looks like a real one and is the same every
             # time, and keys no proof matches: the answer does not tell who exists
-            fake = hmac.new(self._secret, user.encode(), hashlib.sha256).digest()
-            return fake, os.urandom(64), os.urandom(64), _FAKE_ITERATIONS
+            return (cred or fake_credential(self._secret, user, mechanism)).auth_info()
 
         return auth_fn
 
