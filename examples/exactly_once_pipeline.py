@@ -1,7 +1,11 @@
 """Exactly-once pipeline: replog in -> transform -> replog out, restartable from its checkpoint.
 
     python examples/exactly_once_pipeline.py --source quickstart --sink quickstart-upper \
-        --checkpoint /tmp/replog-eo-checkpoint [--available-now]
+        --checkpoint /tmp/replog-eo-checkpoint [--available-now] \
+        [--command-config secrets/client.properties]
+
+``--command-config`` (a secured cluster's client.properties, as the replog tools take it): its
+settings reach the job's clients as Kafka's ``kafka.``-prefixed options of the source and sink.
 
 Each micro-batch's rows are written in transactions that the driver commits as one sink batch,
 so a restart from the checkpoint (or a replayed batch) never writes a row twice.
@@ -10,10 +14,12 @@ so a restart from the checkpoint (or a replayed batch) never writes a row twice.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from _spark import local_spark
 
 from replication.client import Admin, NewTopic
+from replication.tools.cli_common import read_properties
 
 
 def main() -> int:
@@ -23,9 +29,17 @@ def main() -> int:
     parser.add_argument("--sink", default="quickstart-upper")
     parser.add_argument("--checkpoint", default="/tmp/replog-exactly-once-checkpoint")
     parser.add_argument("--available-now", action="store_true", help="process the backlog, stop")
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        help="client settings of a secured cluster (client.properties: security.protocol, ssl.*, "
+        "sasl.*)",
+    )
     args = parser.parse_args()
+    client = read_properties(args.command_config) if args.command_config else {}
+    security = {f"kafka.{k}": v for k, v in client.items()}
 
-    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+    with Admin({**client, "bootstrap.servers": args.bootstrap_server}) as admin:
         if args.sink not in admin.list_topics():
             admin.create_topics([NewTopic(args.sink, 3, -1)])
     spark = local_spark("replog-exactly-once")
@@ -35,12 +49,14 @@ def main() -> int:
         .option("subscribe", args.source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "1000")
+        .options(**security)
         .load()
         .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
         .writeStream.format("replog")
         .option("bootstrap.servers", args.bootstrap_server)
         .option("topic", args.sink)
         .option("checkpointLocation", args.checkpoint)
+        .options(**security)
     )
     query = (writer.trigger(availableNow=True) if args.available_now else writer).start()
     try:

@@ -2,26 +2,42 @@
 the file's structure as the Compose specification defines it (services, dependencies with
 conditions, health checks, restart policies), and every replog service's command and
 configuration accepted by the local tooling. CI also runs `docker-compose config` on it
-(.ci/run), which needs Debian's docker-compose; these tests need only PyYAML."""
+(.ci/run), which needs Debian's docker-compose; these tests need only PyYAML (they run
+`docker-compose config` too where it is installed).
+
+Every check runs on both variants: the plain file, and the secured one (docker-compose.yml
+with docker-compose.secure.yml as an override, merged here as Compose merges them). The
+secured variant's services also run here as plain local processes: its secrets-init command
+(on a local metadata directory), then the controller and brokers with the files it wrote,
+then a client with its client.properties."""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
 
-from replication.config import load_broker_config, parse_overrides
-
-pytestmark = pytest.mark.unit
+from datasource.options import parse_sink_options, parse_source_options
+from replication.client import Consumer, Producer
+from replication.config import BrokerConfig, load_broker_config, parse_overrides
+from replication.tools.cli_common import read_properties
+from tests.cluster import BrokerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
+SECURE = ROOT / "docker-compose.secure.yml"
+#: each variant's files, as `docker-compose -f FILE -f FILE` takes them (later ones override)
+VARIANTS = {"plain": (COMPOSE,), "secure": (COMPOSE, SECURE)}
+#: where the secured variant's `secrets` volume is mounted (a temporary directory here)
+SECRETS = "/secrets"
 DOCKERFILE = ROOT / "Dockerfile"
 
 #: what a service may hold here (a subset of the Compose specification's service keys)
@@ -39,7 +55,7 @@ SERVICE_KEYS = {
 }
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 #: services that run once and exit: they must retry, and others wait for their success
-ONE_SHOT = {"minio-init", "topics", "spark-job"}
+ONE_SHOT = {"minio-init", "secrets-init", "topics", "spark-job"}
 #: commands the third-party images hold, for their health checks (each image's documentation:
 #: MinIO ships mc; Prometheus's and Grafana's images are busybox/Alpine based, with wget)
 IMAGE_COMMANDS = {
@@ -49,15 +65,103 @@ IMAGE_COMMANDS = {
 }
 
 
+#: the sequences Compose merges by adding an override's entries (other sequences, and
+#: scalars such as command, are replaced; mappings merge key by key)
+MERGED_SEQUENCES = {"ports", "volumes", "expose", "dns"}
+
+
+def merge(base: object, override: object, key: str = "") -> object:
+    """``override`` merged into ``base`` as Compose merges a second -f file into the first."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for name, value in override.items():
+            out[name] = merge(base[name], value, name) if name in base else value
+        return out
+    if key in MERGED_SEQUENCES and isinstance(base, list) and isinstance(override, list):
+        return [*base, *(v for v in override if v not in base)]
+    return override
+
+
+def load_compose(*files: Path) -> dict[str, object]:
+    """The Compose model of ``files`` (anchors and merge keys resolved, files merged)."""
+    doc: object = {}
+    for path in files:
+        part = yaml.safe_load(path.read_text())
+        assert isinstance(part, dict), f"{path.name} must be a mapping"
+        unknown = {k for k in part if k not in {"services", "volumes", "networks"}}
+        assert all(k.startswith("x-") for k in unknown), f"{path.name}: unknown keys {unknown}"
+        doc = merge(doc, part)
+    assert isinstance(doc, dict)
+    return doc
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def variant(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def services() -> dict[str, dict[str, object]]:
-    doc = yaml.safe_load(COMPOSE.read_text())  # anchors and merge keys resolved
-    assert isinstance(doc, dict), "docker-compose.yml must be a mapping"
-    unknown = {k for k in doc if k not in {"services", "volumes", "networks"}}
-    assert all(k.startswith("x-") for k in unknown), f"unknown top-level keys {unknown}"
-    out = doc["services"]
+def compose(variant: str) -> dict[str, object]:
+    return load_compose(*VARIANTS[variant])
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, object]) -> dict[str, dict[str, object]]:
+    out = compose["services"]
     assert isinstance(out, dict)
     return out
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replication.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def local(args: list[str], volume: Path | None) -> list[str]:
+    """A command's arguments with the secrets volume's paths moved to ``volume``."""
+    if volume is None:
+        return args
+    return [
+        str(volume) + a[len(SECRETS) :] if a == SECRETS or a.startswith(SECRETS + "/") else a
+        for a in args
+    ]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The secured variant's secrets-init command run as a local process, the metadata on a
+    local directory: ``secrets`` (the volume's content) and ``metadata`` under the path."""
+    root = tmp_path_factory.mktemp("secure-compose")
+    init = command_args(load_compose(*VARIANTS["secure"])["services"]["secrets-init"]["command"])  # type: ignore[index]
+    assert init[:3] == ["replog", "security", "init"], init
+    args = [*local(init, root / "secrets")[1:], "--metadata-log-dir", str(root / "metadata")]
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert "client.properties" in result.stdout
+    again = cli(*args)  # a restarted init job changes nothing
+    assert again.returncode == 0, again.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def volume(variant: str, request: pytest.FixtureRequest) -> Path | None:
+    """Where the variant's /secrets is here (None: the plain variant has no secrets)."""
+    return None if variant == "plain" else Path(request.getfixturevalue("secured")) / "secrets"
+
+
+def node_config(args: list[str], volume: Path | None, **more: str) -> BrokerConfig:
+    """The configuration a node command (``controller start ...``) loads: its --conf files
+    (the secrets volume's in ``volume``) and --set overrides, then ``more``."""
+    args = local(args, volume)
+    files = [ROOT / args[i + 1] for i, a in enumerate(args) if a == "--conf"]
+    overrides = parse_overrides([args[i + 1] for i, a in enumerate(args) if a == "--set"])
+    if args[0] == "controller":
+        overrides = {"process.roles": "controller", **overrides}
+    return load_broker_config(files, {**overrides, **more})  # refuses unknown keys and values
 
 
 def command_args(command: object) -> list[str]:
@@ -77,24 +181,25 @@ def replog_commands(services: dict[str, dict[str, object]]) -> dict[str, list[st
     return out
 
 
+@pytest.mark.unit
 def test_topology(services: dict[str, dict[str, object]]) -> None:
     assert {"minio", "minio-init", "controller", "broker-0", "broker-1", "broker-2"} <= set(
         services
     )
 
 
-def test_node_commands_load_their_configuration(services: dict[str, dict[str, object]]) -> None:
+@pytest.mark.unit
+def test_node_commands_load_their_configuration(
+    services: dict[str, dict[str, object]], volume: Path | None
+) -> None:
     nodes = {n: a for n, a in replog_commands(services).items() if a[1:2] == ["start"]}
     assert set(nodes) == {"controller", "broker-0", "broker-1", "broker-2"}
     buckets = set()
     for name, args in nodes.items():
         role = args[0]
-        conf = args[args.index("--conf") + 1]
-        sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
-        overrides = parse_overrides(sets)
-        if role == "controller":
-            overrides = {"process.roles": "controller", **overrides}
-        config = load_broker_config(ROOT / conf, overrides)  # refuses unknown keys and values
+        config = node_config(args, volume)
+        protocols = {config.security.protocol(listener) for listener in ("REPLOG", "KAFKA")}
+        assert protocols == ({"PLAINTEXT"} if volume is None else {"SASL_SSL"}), name
         assert config.storage_endpoint_url == "http://minio:9000", name
         assert config.metadata_root.startswith("s3://replog-metadata/"), name
         if role == "broker":
@@ -103,6 +208,7 @@ def test_node_commands_load_their_configuration(services: dict[str, dict[str, ob
     assert buckets == {"replog-broker-0", "replog-broker-1", "replog-broker-2"}  # one each
 
 
+@pytest.mark.unit
 def test_the_spark_job_runs_an_example_with_flags_it_accepts(
     services: dict[str, dict[str, object]],
 ) -> None:
@@ -123,6 +229,7 @@ def test_the_spark_job_runs_an_example_with_flags_it_accepts(
         assert flag in help_text.stdout, f"spark-job: {flag} is not an option of {args[1]}"
 
 
+@pytest.mark.unit
 def test_other_commands_are_known_to_the_cli(services: dict[str, dict[str, object]]) -> None:
     for name, args in replog_commands(services).items():
         if args[1:2] == ["start"]:
@@ -139,6 +246,7 @@ def test_other_commands_are_known_to_the_cli(services: dict[str, dict[str, objec
             assert flag in help_text.stdout, f"{name}: {flag} is not an option of {words}"
 
 
+@pytest.mark.unit
 def test_every_service_is_well_formed(services: dict[str, dict[str, object]]) -> None:
     for name, service in services.items():
         assert set(service) <= SERVICE_KEYS, (name, set(service) - SERVICE_KEYS)
@@ -158,6 +266,7 @@ def test_every_service_is_well_formed(services: dict[str, dict[str, object]]) ->
             assert int(check["retries"]) > 0
 
 
+@pytest.mark.unit
 def test_services_wait_for_each_other_by_health_not_start_order(
     services: dict[str, dict[str, object]],
 ) -> None:
@@ -172,13 +281,14 @@ def test_services_wait_for_each_other_by_health_not_start_order(
                 assert "healthcheck" in services[other], f"{name} waits for {other}'s health"
             else:
                 assert other in ONE_SHOT, f"{name} waits for {other} to exit, but it serves"
-    for name in ONE_SHOT:
+    for name in ONE_SHOT & set(services):
         assert services[name].get("restart") == "on-failure", f"{name}: one-shot, must retry"
     for name, service in services.items():
         if name not in ONE_SHOT:
             assert "healthcheck" in service, f"{name} serves: it needs a health check"
 
 
+@pytest.mark.unit
 def test_health_checks_run_commands_that_exist(services: dict[str, dict[str, object]]) -> None:
     for name, service in services.items():
         test = service["healthcheck"]["test"] if "healthcheck" in service else None  # type: ignore[index]
@@ -206,6 +316,7 @@ def test_health_checks_run_commands_that_exist(services: dict[str, dict[str, obj
             assert flag in help_text.stdout, f"{name}: {flag} is not an option of {words}"
 
 
+@pytest.mark.unit
 def test_the_image_is_pinned_to_a_debian_release_with_java_17() -> None:
     text = DOCKERFILE.read_text()
     base = re.search(r"^FROM (\S+)", text, re.MULTILINE)
@@ -314,6 +425,7 @@ def node_metrics_targets(services: dict[str, dict[str, object]]) -> dict[str, se
     return out
 
 
+@pytest.mark.unit
 def test_monitoring_images_are_pinned_and_ports_published(
     services: dict[str, dict[str, object]],
 ) -> None:
@@ -323,6 +435,7 @@ def test_monitoring_images_are_pinned_and_ports_published(
         assert port in services[name]["ports"]  # type: ignore[operator]
 
 
+@pytest.mark.unit
 def test_prometheus_scrapes_every_node_on_its_metrics_port(
     services: dict[str, dict[str, object]],
 ) -> None:
@@ -348,6 +461,7 @@ def test_prometheus_scrapes_every_node_on_its_metrics_port(
     assert yaml.safe_load(rendered) == doc
 
 
+@pytest.mark.unit
 def test_alert_rules_use_the_fixed_metric_names() -> None:
     doc = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
     rules = [rule for group in doc["groups"] for rule in group["rules"]]
@@ -359,6 +473,7 @@ def test_alert_rules_use_the_fixed_metric_names() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical")
 
 
+@pytest.mark.unit
 def test_grafana_provisions_the_prometheus_datasource_and_the_dashboard(
     services: dict[str, dict[str, object]],
 ) -> None:
@@ -384,6 +499,7 @@ def test_grafana_provisions_the_prometheus_datasource_and_the_dashboard(
             assert panel["datasource"]["uid"] == source["uid"], panel["title"]
 
 
+@pytest.mark.unit
 def test_the_dashboard_shows_the_key_metrics_by_their_fixed_names() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["title"] == "replog cluster"
@@ -410,3 +526,178 @@ def test_the_dashboard_shows_the_key_metrics_by_their_fixed_names() -> None:
     assert used >= SHOWN, SHOWN - used
     latency = [t["expr"] for p in panels for t in p["targets"] if "totaltime" in t["expr"]]
     assert any(e.startswith("histogram_quantile(0.99") and "by (request, le)" in e for e in latency)
+
+
+# --- the secured variant: docker-compose.secure.yml over docker-compose.yml ---------------------
+
+
+@pytest.mark.unit
+def test_docker_compose_accepts_the_files_and_merges_them_as_here(variant: str) -> None:
+    """Debian's docker-compose (no engine needed), where installed: the files are valid, and
+    its merge of the override agrees with this module's (which every other check relies on)."""
+    if shutil.which("docker-compose") is None:
+        pytest.skip("docker-compose is not installed (CI installs Debian's)")
+    files = [arg for path in VARIANTS[variant] for arg in ("-f", str(path))]
+    result = subprocess.run(
+        ["docker-compose", *files, "config"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    theirs = yaml.safe_load(result.stdout)["services"]
+    ours = load_compose(*VARIANTS[variant])["services"]
+    assert isinstance(ours, dict)
+    assert set(theirs) == set(ours)
+    for name, service in ours.items():
+        other = theirs[name]
+        assert command_args(other.get("command")) == command_args(service.get("command")), name
+        assert set(other.get("depends_on", {})) == set(service.get("depends_on", {})), name
+        assert targets(other) == targets(service), name
+        if "healthcheck" in service:
+            assert other["healthcheck"]["test"] == service["healthcheck"]["test"], name
+
+
+def targets(service: dict[str, object]) -> list[str]:
+    """Where a service's volumes are mounted (``source:target[:mode]``, any source form)."""
+    out = []
+    for volume in service.get("volumes", []):  # type: ignore[attr-defined]
+        parts = str(volume).split(":")
+        out.append(parts[-2] if parts[-1] in ("ro", "rw") else parts[-1])
+    return sorted(out)
+
+
+def _waits_for(services: dict[str, dict[str, object]], name: str, other: str) -> bool:
+    """Whether ``name`` starts only after ``other`` (directly or through its dependencies)."""
+    depends = services[name].get("depends_on", {})
+    assert isinstance(depends, dict)
+    return other in depends or any(_waits_for(services, d, other) for d in depends)
+
+
+def _mentions_secrets(service: dict[str, object]) -> bool:
+    check = service.get("healthcheck", {})
+    assert isinstance(check, dict)
+    args = [*command_args(service.get("command")), *map(str, check.get("test", []))]
+    return any(a == SECRETS or a.startswith(SECRETS + "/") for a in args)
+
+
+@pytest.mark.unit
+def test_secured_services_use_the_secrets_after_secrets_init_made_them(secured: Path) -> None:
+    doc = load_compose(*VARIANTS["secure"])
+    services = doc["services"]
+    assert isinstance(services, dict)
+    assert "secrets" in doc["volumes"]  # type: ignore[operator]  # a named volume, declared
+    init = services["secrets-init"]
+    assert f"secrets:{SECRETS}" in init["volumes"]
+    assert init["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    users = {n for n, s in services.items() if n != "secrets-init" and _mentions_secrets(s)}
+    nodes = {n for n, a in replog_commands(services).items() if a[1:2] == ["start"]}
+    assert users >= nodes | {"topics", "spark-job"}
+    for name in users:
+        assert f"secrets:{SECRETS}:ro" in services[name]["volumes"], f"{name}: mount it read-only"
+        assert _waits_for(services, name, "secrets-init"), f"{name} starts before secrets-init"
+        args = command_args(services[name]["command"])
+        if name in nodes:
+            assert f"{SECRETS}/node.toml" in args, f"{name}: start it with --conf node.toml"
+        else:
+            at = args.index("--command-config")
+            assert args[at + 1] == f"{SECRETS}/client.properties", name
+    # the certificate names every host a node is reached at (TLS checks the host name)
+    certificate = x509.load_pem_x509_certificates((secured / "secrets" / "node.pem").read_bytes())
+    names = certificate[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    named = {*names.get_values_for_type(x509.DNSName)}
+    named |= {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    for name in nodes:
+        config = node_config(replog_commands(services)[name], secured / "secrets")
+        for address in (config.advertised_host_port, config.advertised_kafka_host_port):
+            if address is not None:
+                assert address[0] in named, f"{name}: the certificate does not name {address[0]}"
+    assert "localhost" in named  # the brokers' health checks
+    for path in (secured / "secrets").iterdir():
+        if path.name != "ca.pem":
+            assert path.stat().st_mode & 0o077 == 0, f"{path.name}: readable by others"
+
+
+class ServiceProcess(BrokerProcess):
+    """A compose service's node command as a local process: its own arguments (the secrets
+    volume's files here), then what moves it to 127.0.0.1 and local storage."""
+
+    def __init__(self, data_dir: Path, args: list[str], settings: dict[str, str]) -> None:
+        super().__init__(data_dir, role=args[0])
+        self.args = args
+        self.settings = settings
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "replication.tools.cli", *self.args]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_secured_services_run_as_local_processes(secured: Path) -> None:
+    services = load_compose(*VARIANTS["secure"])["services"]
+    assert isinstance(services, dict)
+    volume = secured / "secrets"
+    commands = {n: local(a, volume) for n, a in replog_commands(services).items()}
+    local_storage = {"metadata.log.dir": str(secured / "metadata"), "metrics.port": "-1"}
+    controller = ServiceProcess(
+        secured / "controller",
+        commands["controller"],
+        {**local_storage, "listeners": "127.0.0.1:0", "advertised.listeners": ""},
+    )
+    brokers = [
+        ServiceProcess(
+            secured / name,
+            commands[name],
+            {
+                **local_storage,
+                "listeners": "REPLOG://127.0.0.1:0",
+                "advertised.listeners": "",
+                "log.dir": str(secured / name / "data"),
+            },
+        )
+        for name in ("broker-0", "broker-1", "broker-2")
+    ]
+    started: list[ServiceProcess] = []
+    try:
+        for node in [controller, *brokers]:
+            node.start()
+            started.append(node)
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        # the topics service, against the local brokers, with the volume's client.properties
+        topics = commands["topics"]
+        at = topics.index("--bootstrap-server") + 1
+        created = cli(*topics[:at], bootstrap, *topics[at + 1 :])
+        assert created.returncode == 0, created.stderr
+        refused = cli("topics", "list", "--bootstrap-server", bootstrap)
+        assert refused.returncode != 0  # without client.properties: no TLS, no login
+        client = read_properties(volume / "client.properties")
+        assert client["security.protocol"] == "SASL_SSL"
+        config = {**client, "bootstrap.servers": bootstrap}
+        with Producer({**config, "acks": "all"}) as producer:
+            producer.send("events", b"secured").result(timeout=60)
+        with Consumer({**config, "group.id": "compose", "auto.offset.reset": "earliest"}) as c:
+            c.subscribe(["events"])
+            values: list[bytes] = []
+
+            def got_it() -> bool:
+                values.extend(r.value for r in c.poll(500) if r.value)
+                return b"secured" in values
+
+            wait_until(got_it, timeout=60)
+        # the Spark job's options: client.properties as kafka.-prefixed options, accepted
+        spark = {f"kafka.{k}": v for k, v in client.items()}
+        source = parse_source_options(
+            {"bootstrap.servers": bootstrap, "subscribe": "events", **spark}, streaming=True
+        )
+        sink = parse_sink_options({"bootstrap.servers": bootstrap, "topic": "out", **spark})
+        assert dict(source.client_security) == client
+        assert sink.client_config() == config
+        # nothing secret in any node's output
+        passwords = [(volume / f"{u}.password").read_text().strip() for u in ("broker", "admin")]
+        for node in started:
+            text = node.stderr_path.read_text(errors="replace")
+            assert not any(p in text for p in passwords), f"{node.role}: a password in its log"
+    finally:
+        for node in started:
+            if node.alive:
+                node.kill()

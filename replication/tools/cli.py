@@ -67,10 +67,11 @@ from replication.tools.cli_partitions import brokers_app, partitions_app  # noqa
 
 app.add_typer(partitions_app, name="partitions")
 app.add_typer(brokers_app, name="brokers")
-from replication.tools.cli_security import acls_app, users_app  # noqa: E402
+from replication.tools.cli_security import acls_app, security_app, users_app  # noqa: E402
 
 app.add_typer(users_app, name="users")
 app.add_typer(acls_app, name="acls")
+app.add_typer(security_app, name="security")
 topics_app = typer.Typer(
     no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
 )

@@ -17,6 +17,11 @@ A password is never an argument (it would show in the process list and the shell
 is read from ``--password-file`` (its first line; ``-`` for stdin) or asked for without echo.
 The client salts it and sends only the salted form (AlterUserScramCredentials).
 
+``security init`` makes a whole new cluster's secrets at once (the Docker demo's secrets-init
+service; :func:`replication.tools.secure_cluster.init_secrets`, as ``cluster up --secure``):
+
+    replog security init --dir /secrets --conf conf/docker/controller.toml --host broker-0
+
 ``users add --metadata-log-dir`` writes the user straight into the metadata of a cluster that
 has not started yet: a cluster whose brokers authenticate to each other with SASL needs the
 brokers' user before any broker can register (Kafka's ``kafka-storage format --add-scram``).
@@ -37,7 +42,7 @@ from replication.tools.cli_common import BootstrapOption, CommandConfigOption, a
 if TYPE_CHECKING:
     from replication.security.acl import AclBinding
 
-__all__ = ["acls_app", "users_app"]
+__all__ = ["acls_app", "security_app", "users_app"]
 
 users_app = typer.Typer(
     no_args_is_help=True,
@@ -542,3 +547,75 @@ def acls_remove(
     gone = sorted({b for found in removed for b in found})
     typer.echo(f"Removed {len(gone)} ACL(s).")
     _print_acls(gone)
+
+
+# --- security init (the Docker demo's secrets-init service) ---------------------------------------
+
+security_app = typer.Typer(
+    no_args_is_help=True,
+    help="Secure a new cluster: a throwaway CA, node certificate, users (as cluster up --secure).",
+)
+
+
+@security_app.command("init")
+def security_init(
+    secrets_dir: Annotated[
+        str,
+        typer.Option(
+            "--dir", help="where to write ca.pem, node.pem, node.toml, client.properties, ..."
+        ),
+    ],
+    conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conf",
+            help="the nodes' TOML file(s): metadata.log.dir and storage.endpoint.url come from "
+            "it (as kafka-storage format --config); repeatable, later ones win",
+            show_default=False,
+        ),
+    ] = None,
+    metadata_log_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata-log-dir",
+            help="the cluster's metadata.log.dir URL (overrides --conf's)",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host",
+            help="a host name or address the nodes are reached at, named by their certificate; "
+            "repeatable (default: 127.0.0.1 and localhost)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Make what a secured cluster needs, once, before its first node starts (as `replog
+    cluster up --secure` does for a local one): a throwaway CA, one certificate for every node,
+    users broker and admin (random passwords) written into the metadata, node.toml (give it to
+    every node with --conf) and client.properties (--command-config). A second run on the same
+    --dir changes nothing. Not for production: the CA's key lies beside the certificates."""
+    from replication.config import load_broker_config
+    from replication.tools.secure_cluster import LOCAL_HOSTS, init_secrets
+
+    config = load_broker_config(
+        conf, {} if metadata_log_dir is None else {"metadata.log.dir": metadata_log_dir}
+    )
+    if not (config.metadata_log_dir or conf):
+        raise ConfigError(
+            "name the cluster's metadata: --metadata-log-dir URL, or --conf with the nodes' "
+            "metadata.log.dir"
+        )
+    root = config.metadata_root
+    cluster = init_secrets(
+        Path(secrets_dir).absolute(),  # node.toml names its files by absolute paths
+        root,
+        hosts=tuple(host or LOCAL_HOSTS),
+        storage_options=config.storage_options(root),
+    )
+    typer.echo(
+        f"Secured the cluster of {root}: users broker and admin; start every node with "
+        f"--conf {cluster.node_conf}; clients use --command-config {cluster.client_properties}"
+    )
