@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import os
 import random
 import socket
@@ -957,8 +958,15 @@ def test_fuzzed_frames_never_kill_the_broker_nor_corrupt_a_log(
         )
         assert stats.read >= FUZZ_FRAMES
         log = broker.stderr_path.read_text().splitlines()
-        crashes = [line for line in log if "bug:" in line or "Unhandled exception" in line]
-        assert not crashes, "request handlers crashed on fuzzed input:\n" + "\n".join(crashes)
+        crashes = [
+            i for i, line in enumerate(log) if "bug:" in line or "Unhandled exception" in line
+        ]
+        # each crash with the traceback after it (up to the next log line), to fix it from CI's
+        shown = [
+            "\n".join([log[i], *itertools.takewhile(lambda x: not x[:4].isdigit(), log[i + 1 :])])
+            for i in crashes[:3]
+        ]
+        assert not crashes, "request handlers crashed on fuzzed input:\n" + "\n".join(shown)
 
         assert broker.alive
         ledger.produce(good)

@@ -29,6 +29,7 @@ from replication.errors import (
     GroupNotEmptyError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    InvalidProducerIdMappingError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
     NotCoordinatorError,
@@ -390,5 +391,19 @@ def test_group_locks_live_only_while_in_use() -> None:
         await after_initial_delay(h)
         await asyncio.gather(*tasks)
         assert h.coordinator._locks == {}
+
+    run(test)
+
+
+def test_a_transactional_offset_commit_without_a_producer_id_is_refused() -> None:
+    """A TxnOffsetCommit carrying no producer id (-1) is refused, naming the fix, before it
+    reaches the offsets log (a transactional batch needs one; the fuzz test found this)."""
+
+    async def test(h: Harness) -> None:
+        with pytest.raises(InvalidProducerIdMappingError, match="InitProducerId"):
+            await h.coordinator.commit_txn_offsets(
+                "g", -1, 0, -1, "", None, {TopicPartition("t", 0): OffsetAndMetadata(5)}
+            )
+        assert h.appended == []
 
     run(test)

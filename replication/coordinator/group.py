@@ -78,6 +78,7 @@ from replication.errors import (
     InconsistentGroupProtocolError,
     InvalidFieldError,
     InvalidGroupIdError,
+    InvalidProducerIdMappingError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
     NotCoordinatorError,
@@ -815,6 +816,12 @@ class GroupCoordinator:
         part of it, visible when its COMMIT marker reaches this partition (:meth:`complete_txn`),
         dropped on ABORT. A member and generation, when given, are checked as for a commit
         (KIP-447): a zombie's transaction cannot commit offsets either."""
+        if producer_id < 0 or producer_epoch < 0:
+            # only a transactional producer (InitProducerId) commits offsets in a transaction
+            raise InvalidProducerIdMappingError(
+                f"TxnOffsetCommit for group {group_id!r} with producer id {producer_id} and "
+                f"epoch {producer_epoch}: call InitProducerId (init_transactions()) first"
+            )
         async with self._locked(group_id):
             state = self._partition(group_id)
             group = self._group(group_id, create=True)
