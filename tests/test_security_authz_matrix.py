@@ -14,10 +14,15 @@ The cluster: a controller and two brokers, both listeners SASL_SSL, the Standard
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,7 +53,7 @@ from replication.security.acl import (
 )
 from replication.security.api_acls import REQUIRED
 from replication.security.connector import client_login_factory, client_ssl_context
-from tests.cluster import Cluster, wait_until
+from tests.cluster import START_TIMEOUT_S, BrokerProcess, Cluster, wait_until
 from tests.security_env import SecurityEnv
 
 pytestmark = [pytest.mark.cluster]
@@ -248,14 +253,14 @@ def produce_request(_: Ctx) -> Any:
     )
 
 
-def fetch_request(replica_id: int) -> Callable[[Ctx], Any]:
+def fetch_request(replica_id: int, topic: str = T) -> Callable[[Ctx], Any]:
     def build_it(_: Ctx) -> Any:
         return p.FetchRequest(
             replica_id=replica_id,
             max_wait_ms=0,
             topics=[
                 p.FetchRequestTopic(
-                    topic=T,
+                    topic=topic,
                     partitions=[
                         p.FetchRequestPartition(
                             partition=0, fetch_offset=0, partition_max_bytes=1 << 20
@@ -1069,3 +1074,98 @@ def test_every_api_is_refused_without_its_acl_and_allowed_with_it(
     )
     assert unauthorized == []
     assert vacuous == []
+
+
+# --- a broker without ClusterAction --------------------------------------------------------------
+
+
+def replog_cli(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "replication.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}{result.stdout}"
+    return result.stdout
+
+
+def isr(admin: Admin, topic: str) -> set[int]:
+    return set(admin.describe_topic(topic).partitions[0].isr)
+
+
+def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_granted(
+    env: SecurityEnv, cluster: Cluster, admin: Admin, tmp_path: Path
+) -> None:
+    """``intruder`` is a real user with a good password, but not a super user: a broker that
+    logs in as intruder is refused BrokerRegistration (so it never gets a replica) and its
+    follower fetches are refused; ``replog acls add --cluster --operation ClusterAction``
+    lets it in, and it then catches up and joins the ISR."""
+    node = BrokerProcess(
+        cluster.data_dir / "broker-intruder",
+        broker_id=3,
+        overrides={**cluster.brokers[0].overrides, "sasl.jaas.config": env.jaas("intruder")},
+        client=cluster.client,
+    )
+    # a broker prints its ready line once registered: start it in the background
+    start_errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            node.start()
+        except BaseException as err:
+            start_errors.append(err)
+
+    starting = threading.Thread(target=start, daemon=True)
+    followed = "matrix-followed"
+    retrying(lambda: admin.create_topic(followed, 1, 2))
+    try:
+        starting.start()
+        # the controller refuses it, logging who and what
+        wait_until(
+            lambda: "broker registration refused" in node.stderr_tail(1000),
+            message="the intruder's registration was not refused",
+        )
+        log = cluster.controller.stderr_tail(100_000)
+        assert re.search(r"User:intruder.*ClusterAction.*BrokerRegistration", log), log[-3000:]
+        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
+        # it cannot follow either: its follower fetch is refused as Kafka refuses it
+        ctx = Ctx(env, cluster, admin)
+        with closing(connect(env, ctx.leader(followed), "intruder")) as conn:
+            response = send(conn, p.ApiKey.FETCH, fetch_request(3, followed)(ctx))
+        assert set(error_codes(response)) - {0} == {TOPIC_DENIED}
+        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
+
+        # the operator grants ClusterAction
+        properties = tmp_path / "admin.properties"
+        properties.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"ssl.truststore.location={env.ca}\n"
+            "sasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.jaas.config={env.jaas('admin')}\n"
+        )
+        properties.chmod(0o600)
+        replog_cli(
+            "acls", "add", "--allow-principal", "User:intruder", "--cluster",
+            "--operation", "ClusterAction",
+            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
+        )  # fmt: skip
+        wait_until(
+            lambda: 3 in {b.node_id for b in admin.describe_cluster().brokers},
+            message="the intruder did not register after ClusterAction was granted",
+        )
+        starting.join(START_TIMEOUT_S)
+        assert not starting.is_alive()
+        assert not start_errors, start_errors
+        topic = "matrix-replicated"
+        retrying(lambda: admin.create_topic(topic, 1, 3))
+        assert 3 in admin.describe_topic(topic).partitions[0].replicas
+        config = {**cluster.client, "bootstrap_servers": cluster.bootstrap, "acks": "all"}
+        with Producer(config) as producer:
+            producer.send(topic, b"replicated", partition=0).result()
+        wait_until(lambda: isr(admin, topic) == {0, 1, 3}, message="broker 3 did not join the ISR")
+    finally:
+        starting.join(START_TIMEOUT_S)
+        if node.alive:
+            node.kill()
+        admin.delete_acls([AclBindingFilter(principal="User:intruder")])
