@@ -1090,8 +1090,12 @@ def replog_cli(*args: str) -> str:
     return result.stdout
 
 
-def isr(admin: Admin, topic: str) -> set[int]:
-    return set(admin.describe_topic(topic).partitions[0].isr)
+def isr(admin: Admin, topic: str) -> set[int] | None:
+    """The ISR of partition 0, or None while the broker asked has not heard of the topic."""
+    try:
+        return set(admin.describe_topic(topic).partitions[0].isr)
+    except ReplogError:
+        return None
 
 
 def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_granted(
@@ -1159,11 +1163,26 @@ def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_gran
         assert not start_errors, start_errors
         topic = "matrix-replicated"
         retrying(lambda: admin.create_topic(topic, 1, 3))
+        # (each broker answers from the metadata it has applied: poll until they all know it)
+        wait_until(lambda: all(isr(admin, topic) is not None for _ in range(6)))
         assert 3 in admin.describe_topic(topic).partitions[0].replicas
         config = {**cluster.client, "bootstrap_servers": cluster.bootstrap, "acks": "all"}
         with Producer(config) as producer:
             producer.send(topic, b"replicated", partition=0).result()
         wait_until(lambda: isr(admin, topic) == {0, 1, 3}, message="broker 3 did not join the ISR")
+
+        # and once ClusterAction is taken away again, it falls out of the ISR while the
+        # others go on committing without it
+        replog_cli(
+            "acls", "remove", "--allow-principal", "User:intruder", "--cluster",
+            "--operation", "ClusterAction", "--force",
+            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
+        )  # fmt: skip
+        # (not idempotent: broker 3 cannot get producer ids any more, and a producer that asks
+        # it for one is told to retry)
+        with Producer({**config, "enable_idempotence": False}) as producer:
+            producer.send(topic, b"without-the-intruder", partition=0).result()
+        wait_until(lambda: isr(admin, topic) == {0, 1}, message="broker 3 stayed in the ISR")
     finally:
         starting.join(START_TIMEOUT_S)
         if node.alive:
