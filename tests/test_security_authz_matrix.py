@@ -14,7 +14,13 @@ The cluster: a controller and two brokers, both listeners SASL_SSL, the Standard
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import itertools
 import re
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -26,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+from scramp import ScramClient
 
 from logstore.batch import Record, build
 from replication import protocol as p
@@ -41,7 +50,10 @@ from replication.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+from replication.kafka.records import replog_to_kafka
+from replication.kafka.translate import to_kafka, to_replog
 from replication.protocol import acls as pa
+from replication.protocol.framing import _APIS
 from replication.security.acl import (
     CLUSTER_NAME,
     AclBinding,
@@ -67,6 +79,8 @@ NOT_ATTEMPTED = OperationNotAttemptedError.code
 
 #: no checks (before authentication, or nothing to protect): security/api_acls.py
 EXEMPT = {k for k, checks in REQUIRED.items() if not checks}
+#: replog's answer to each API (to read the Kafka listener's answers as replog's)
+RESPONSES = {key: api.response for key, api in _APIS.items()}
 
 ALICE = "User:alice"
 T = "matrix"  # records, offsets, configs
@@ -997,12 +1011,20 @@ def describe_codes(codes: list[int]) -> str:
     return ",".join(sorted({names.get(c, str(c)) for c in codes})) or "no error codes"
 
 
-def run_case(ctx: Ctx, case: Case) -> Row:
+def run_case(
+    ctx: Ctx, case: Case, send_as_alice: Callable[[p.ApiKey, Any], Any] | None = None
+) -> Row:
+    """Send the case's request as alice without ACLs, then with its grants."""
     set_alice_acls(ctx, [])
     target = case.target(ctx)
-    conn = ctx.as_alice(target)
+    if send_as_alice is None:
+        conn = ctx.as_alice(target)
+
+        def send_as_alice(api: p.ApiKey, body: Any) -> Any:
+            return send(conn, api, body)
+
     before = state(ctx)
-    response = send(conn, case.api, case.request(ctx))
+    response = send_as_alice(case.api, case.request(ctx))
     changed = [k for k, v in state(ctx).items() if before[k] != v]
     codes = error_codes(response)
     auth = set(codes) & AUTH_CODES
@@ -1021,7 +1043,7 @@ def run_case(ctx: Ctx, case: Case) -> Row:
     if changed:
         denied_as += f"; CHANGED {', '.join(changed)}"
     set_alice_acls(ctx, case.grants)
-    response = send(conn, case.api, case.request(ctx))
+    response = send_as_alice(case.api, case.request(ctx))
     codes = error_codes(response)
     allowed = not set(codes) & AUTH_CODES and case.allowed(response)
     allowed_after = ("ok " if allowed else "STILL REFUSED ") + describe_codes(codes)
@@ -1043,11 +1065,17 @@ def print_matrix(rows: list[Row]) -> None:
         print(f"{r.case:<{width}}  {r.denied_as:<45}  {r.allowed_after}")
 
 
-def test_every_api_is_refused_without_its_acl_and_allowed_with_it(
-    env: SecurityEnv, cluster: Cluster, admin: Admin
-) -> None:
+@pytest.fixture(scope="module")
+def ctx(env: SecurityEnv, cluster: Cluster, admin: Admin) -> Ctx:
+    """The cluster with the resources the cases work on."""
     ctx = Ctx(env, cluster, admin)
     set_up(ctx)
+    return ctx
+
+
+def test_every_api_is_refused_without_its_acl_and_allowed_with_it(
+    env: SecurityEnv, cluster: Cluster, admin: Admin, ctx: Ctx
+) -> None:
     all_cases = cases()
     covered = {case.api for case in all_cases}
     # the APIs come from the nodes' own ApiVersions answers: one served without a case fails
@@ -1188,3 +1216,150 @@ def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_gran
         if node.alive:
             node.kill()
         admin.delete_acls([AclBindingFilter(principal="User:intruder")])
+
+
+# --- the Kafka listener --------------------------------------------------------------------------
+
+#: the version each API is sent at on the Kafka listener: the lowest it serves (closest to
+#: replog's own messages), except where that version cannot say what the case says
+KAFKA_VERSIONS = {p.ApiKey.FIND_COORDINATOR: 3, p.ApiKey.METADATA: 4, p.ApiKey.ELECT_LEADERS: 1}
+
+
+def kio_request(api: int, version: int) -> Any:
+    """kio's request class of an API version (typed loosely: its fields differ per class)."""
+    return load_request_schema(api, version)
+
+
+class KafkaConnection:
+    """A raw Kafka-protocol connection over TLS, logged in with SCRAM-SHA-512 (SaslHandshake
+    v1 and SaslAuthenticate v2, scramp doing the SCRAM), that sends kio messages."""
+
+    def __init__(self, env: SecurityEnv, address: str, user: str) -> None:
+        host, port = address.rsplit(":", 1)
+        context = ssl.create_default_context(cafile=str(env.ca))
+        raw = socket.create_connection((host, int(port)), timeout=30)
+        self.sock = context.wrap_socket(raw, server_hostname=host)
+        self._ids = itertools.count(1)
+        handshake = self.request(kio_request(p.ApiKey.SASL_HANDSHAKE, 1)(
+            mechanism="SCRAM-SHA-512"
+        ))  # fmt: skip
+        assert handshake.error_code == 0, handshake
+        scram = ScramClient(["SCRAM-SHA-512"], user, env.users[user])
+        authenticate = kio_request(p.ApiKey.SASL_AUTHENTICATE, 2)
+        first = self.request(authenticate(auth_bytes=scram.get_client_first().encode()))
+        assert first.error_code == 0, first
+        scram.set_server_first(first.auth_bytes.decode())
+        final = self.request(authenticate(auth_bytes=scram.get_client_final().encode()))
+        assert final.error_code == 0, final
+        scram.set_server_final(final.auth_bytes.decode())
+        versions = self.request(
+            kio_request(p.ApiKey.API_VERSIONS, 3)(
+                client_software_name="matrix", client_software_version="1"
+            )
+        )
+        self.api_versions = {
+            int(k.api_key): (k.min_version, k.max_version) for k in versions.api_keys
+        }
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def request(self, body: Any) -> Any:
+        cls = type(body)
+        header_cls: Any = cls.__header_schema__
+        out = io.BytesIO()
+        correlation_id = next(self._ids)
+        entity_writer(header_cls)(
+            out,
+            header_cls(
+                request_api_key=cls.__api_key__,
+                request_api_version=cls.__version__,
+                correlation_id=correlation_id,
+                client_id="matrix",
+            ),
+        )
+        entity_writer(cls)(out, body)
+        data = out.getvalue()
+        self.sock.sendall(struct.pack(">i", len(data)) + data)
+        (size,) = struct.unpack(">i", self._recv(4))
+        frame = self._recv(size)
+        response_cls = load_response_schema(cls.__api_key__, cls.__version__)
+        header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+        assert header.correlation_id == correlation_id
+        response, _ = entity_reader(response_cls)(frame, offset)
+        return response
+
+    def _recv(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            out += chunk
+        return bytes(out)
+
+    def send(self, api: p.ApiKey, body: Any) -> Any:
+        """Send replog's message ``body`` as Kafka's; the answer as replog's message."""
+        low, high = self.api_versions[api]
+        version = min(max(KAFKA_VERSIONS.get(api, low), low), high)
+        if api == p.ApiKey.PRODUCE:  # a Kafka client sends Kafka's record batches
+            body = dataclasses.replace(
+                body,
+                topic_data=[
+                    dataclasses.replace(
+                        t,
+                        partition_data=[
+                            dataclasses.replace(q, records=replog_to_kafka(q.records))
+                            for q in t.partition_data
+                        ],
+                    )
+                    for t in body.topic_data
+                ],
+            )
+        response = self.request(to_kafka(body, load_request_schema(api, version)))
+        return to_replog(response, RESPONSES[api])
+
+
+def kafka_address(ctx: Ctx, address: str) -> str | None:
+    """The Kafka listener of the broker at ``address`` (None: the controller has none)."""
+    for broker in ctx.cluster.brokers.values():
+        if broker.bootstrap == address:
+            return broker.kafka_bootstrap
+    return None
+
+
+def test_the_kafka_listener_refuses_every_api_without_its_acl_too(
+    env: SecurityEnv, cluster: Cluster, admin: Admin, ctx: Ctx
+) -> None:
+    """The same matrix through the Kafka listener, whose Produce, Fetch, Metadata,
+    FindCoordinator and LeaveGroup are its own handlers (the rest are translated to replog's
+    messages and answered by the same handlers)."""
+    conn = KafkaConnection(env, cluster.brokers[0].kafka_bootstrap, "alice")
+    served_kafka = {p.ApiKey(k) for k in conn.api_versions}
+    conn.close()
+    kafka_cases = [c for c in cases() if c.api in served_kafka and "follower" not in c.name]
+    missing = served_kafka - EXEMPT - {c.api for c in kafka_cases}
+    assert not missing, f"the Kafka listener serves APIs without a case: {missing}"
+    connections: dict[str, KafkaConnection] = {}
+    rows: list[Row] = []
+    try:
+        for case in kafka_cases:
+            address = kafka_address(ctx, case.target(ctx))
+            if address is None:
+                continue
+            if address not in connections:
+                connections[address] = KafkaConnection(env, address, "alice")
+            kafka = connections[address]
+            rows.append(run_case(ctx, case, kafka.send))
+    finally:
+        for k in connections.values():
+            k.close()
+        if rows:
+            print_matrix(rows)
+        set_alice_acls(ctx, [])
+        if FAKE_BROKER in {b.node_id for b in admin.describe_cluster().brokers}:
+            admin.unregister_broker(FAKE_BROKER)
+    unauthorized = [r.case for r in rows if r.unauthorized_success]
+    print(f"Kafka listener: {len(rows)} cases; unauthorized successes: {len(unauthorized)}")
+    assert unauthorized == []
+    assert [r.case for r in rows if r.vacuous] == []
