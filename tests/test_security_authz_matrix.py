@@ -5,8 +5,14 @@ authorization error (or, for a listing, an answer with everything filtered out) 
 nothing; with the minimal ACL of its row in security/api_acls.py the same request gets past
 authorization. The count of unauthorized operations that succeed must be 0.
 
-And a broker that logs in as a user without ClusterAction (``intruder``) never registers, so
-it cannot take part in replication, until ``ClusterAction`` on the cluster is granted to it.
+The same cases go through the Kafka listener too (raw Kafka frames written with kio), for the
+APIs its ApiVersions answer lists. The broker-to-controller APIs are sent by alice both to a
+broker and to the controller itself.
+
+A broker that logs in as a user without ClusterAction (``intruder``) never registers and its
+follower fetches are refused, until ``replog acls add --cluster --operation ClusterAction``;
+then it joins the ISR, and falls out again once the ACL is removed. A process that does not
+log in at all gets no answer to BrokerRegistration.
 
 The cluster: a controller and two brokers, both listeners SASL_SSL, the StandardAuthorizer,
 ``super.users=User:broker;User:admin``; ``admin`` sets up the resources and grants ACLs.
@@ -1363,3 +1369,36 @@ def test_the_kafka_listener_refuses_every_api_without_its_acl_too(
     print(f"Kafka listener: {len(rows)} cases; unauthorized successes: {len(unauthorized)}")
     assert unauthorized == []
     assert [r.case for r in rows if r.vacuous] == []
+
+
+# --- no login at all -------------------------------------------------------------------------
+
+
+def test_an_unauthenticated_process_cannot_register_as_a_broker(
+    env: SecurityEnv, cluster: Cluster, admin: Admin
+) -> None:
+    """A process that speaks TLS but does not log in: its BrokerRegistration (to a broker,
+    which would forward it, or to the controller) closes the connection unanswered, and no
+    broker appears. (The controller's claim is written to the metadata store, not sent over
+    any listener: there is no request that claims it.)"""
+    cluster_id = admin.describe_cluster().cluster_id or ""
+    request = p.BrokerRegistrationRequest(
+        broker_id=FAKE_BROKER + 2,
+        cluster_id=cluster_id,
+        incarnation_id=uuid.uuid4(),
+        listeners=[p.BrokerRegistrationListener(name="REPLOG", host="127.0.0.1", port=1)],
+    )
+    context = ssl.create_default_context(cafile=str(env.ca))
+    for node in (cluster.brokers[0], cluster.controller):
+        raw = socket.create_connection(("127.0.0.1", node.port), timeout=30)
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            header = p.RequestHeader(
+                api_key=p.ApiKey.BROKER_REGISTRATION, api_version=0, correlation_id=1
+            )
+            sock.sendall(p.encode_request(header, request))
+            try:
+                answer = sock.recv(4)
+            except (ConnectionResetError, ssl.SSLError):
+                answer = b""
+            assert answer == b"", f"{node.role} answered a request before authentication"
+    assert FAKE_BROKER + 2 not in {b.node_id for b in admin.describe_cluster().brokers}
