@@ -1132,6 +1132,13 @@ def isr(admin: Admin, topic: str) -> set[int] | None:
         return None
 
 
+def knows(env: SecurityEnv, broker: BrokerProcess, topic: str) -> bool:
+    """Whether ``broker`` has applied the metadata that created ``topic``."""
+    request = p.MetadataRequest(topics=[p.MetadataRequestTopic(name=topic)])
+    with closing(connect(env, broker.bootstrap, "admin")) as conn:
+        return all(t.error_code == 0 for t in send(conn, p.ApiKey.METADATA, request).topics)
+
+
 def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_granted(
     env: SecurityEnv, cluster: Cluster, admin: Admin, tmp_path: Path
 ) -> None:
@@ -1198,7 +1205,8 @@ def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_gran
         topic = "matrix-replicated"
         retrying(lambda: admin.create_topic(topic, 1, 3))
         # (each broker answers from the metadata it has applied: poll until they all know it)
-        wait_until(lambda: all(isr(admin, topic) is not None for _ in range(6)))
+        nodes = [*cluster.brokers.values(), node]
+        wait_until(lambda: all(knows(env, b, topic) for b in nodes))
         assert 3 in admin.describe_topic(topic).partitions[0].replicas
         config = {**cluster.client, "bootstrap_servers": cluster.bootstrap, "acks": "all"}
         with Producer(config) as producer:
