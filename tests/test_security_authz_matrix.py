@@ -71,6 +71,7 @@ from replication.security.acl import (
 )
 from replication.security.api_acls import REQUIRED
 from replication.security.connector import client_login_factory, client_ssl_context
+from replication.server.controller_apis import FORWARDED_APIS
 from tests.cluster import START_TIMEOUT_S, BrokerProcess, Cluster, wait_until
 from tests.security_env import SecurityEnv
 
@@ -396,6 +397,21 @@ CLUSTER = CLUSTER_NAME
 
 
 def cases() -> list[Case]:
+    """Every case, and the admin APIs a broker forwards sent to the controller directly as
+    well (it checks them before answering them)."""
+    listed = broker_cases()
+    direct = [
+        dataclasses.replace(case, name=f"{case.name} (to the controller)", target=controller)
+        for case in listed
+        if case.api in (*FORWARDED_APIS, p.ApiKey.DESCRIBE_ACLS) and case.target is any_broker
+    ]
+    # before the broker-to-controller APIs, whose allowed BrokerRegistration adds a broker
+    # that does not run (the state the other cases compare asks every broker)
+    first_internal = next(i for i, case in enumerate(listed) if "follower" in case.name)
+    return listed[:first_internal] + direct + listed[first_internal:]
+
+
+def broker_cases() -> list[Case]:
     c = Case
     topic_partitions = [p.DescribeProducersTopic(name=T, partition_indexes=[0])]
     return [
