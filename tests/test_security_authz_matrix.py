@@ -1126,128 +1126,6 @@ def test_every_api_is_refused_without_its_acl_and_allowed_with_it(
     assert vacuous == []
 
 
-# --- a broker without ClusterAction --------------------------------------------------------------
-
-
-def replog_cli(*args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "replication.tools.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}{result.stdout}"
-    return result.stdout
-
-
-def isr(admin: Admin, topic: str) -> set[int] | None:
-    """The ISR of partition 0, or None while the broker asked has not heard of the topic."""
-    try:
-        return set(admin.describe_topic(topic).partitions[0].isr)
-    except ReplogError:
-        return None
-
-
-def knows(env: SecurityEnv, broker: BrokerProcess, topic: str) -> bool:
-    """Whether ``broker`` has applied the metadata that created ``topic``."""
-    request = p.MetadataRequest(topics=[p.MetadataRequestTopic(name=topic)])
-    with closing(connect(env, broker.bootstrap, "admin")) as conn:
-        return all(t.error_code == 0 for t in send(conn, p.ApiKey.METADATA, request).topics)
-
-
-def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_granted(
-    env: SecurityEnv, cluster: Cluster, admin: Admin, tmp_path: Path
-) -> None:
-    """``intruder`` is a real user with a good password, but not a super user: a broker that
-    logs in as intruder is refused BrokerRegistration (so it never gets a replica) and its
-    follower fetches are refused; ``replog acls add --cluster --operation ClusterAction``
-    lets it in, and it then catches up and joins the ISR."""
-    node = BrokerProcess(
-        cluster.data_dir / "broker-intruder",
-        broker_id=3,
-        overrides={**cluster.brokers[0].overrides, "sasl.jaas.config": env.jaas("intruder")},
-        client=cluster.client,
-    )
-    # a broker prints its ready line once registered: start it in the background
-    start_errors: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            node.start()
-        except BaseException as err:
-            start_errors.append(err)
-
-    starting = threading.Thread(target=start, daemon=True)
-    followed = "matrix-followed"
-    retrying(lambda: admin.create_topic(followed, 1, 2))
-    try:
-        starting.start()
-        # the controller refuses it, logging who and what
-        wait_until(
-            lambda: "broker registration refused" in node.stderr_tail(1000),
-            message="the intruder's registration was not refused",
-        )
-        log = cluster.controller.stderr_tail(100_000)
-        assert re.search(r"User:intruder.*ClusterAction.*BrokerRegistration", log), log[-3000:]
-        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
-        # it cannot follow either: its follower fetch is refused as Kafka refuses it
-        ctx = Ctx(env, cluster, admin)
-        with closing(connect(env, ctx.leader(followed), "intruder")) as conn:
-            response = send(conn, p.ApiKey.FETCH, fetch_request(3, followed)(ctx))
-        assert set(error_codes(response)) - {0} == {TOPIC_DENIED}
-        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
-
-        # the operator grants ClusterAction
-        properties = tmp_path / "admin.properties"
-        properties.write_text(
-            "security.protocol=SASL_SSL\n"
-            f"ssl.truststore.location={env.ca}\n"
-            "sasl.mechanism=SCRAM-SHA-512\n"
-            f"sasl.jaas.config={env.jaas('admin')}\n"
-        )
-        properties.chmod(0o600)
-        replog_cli(
-            "acls", "add", "--allow-principal", "User:intruder", "--cluster",
-            "--operation", "ClusterAction",
-            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
-        )  # fmt: skip
-        wait_until(
-            lambda: 3 in {b.node_id for b in admin.describe_cluster().brokers},
-            message="the intruder did not register after ClusterAction was granted",
-        )
-        starting.join(START_TIMEOUT_S)
-        assert not starting.is_alive()
-        assert not start_errors, start_errors
-        topic = "matrix-replicated"
-        retrying(lambda: admin.create_topic(topic, 1, 3))
-        # (each broker answers from the metadata it has applied: poll until they all know it)
-        nodes = [*cluster.brokers.values(), node]
-        wait_until(lambda: all(knows(env, b, topic) for b in nodes))
-        assert 3 in admin.describe_topic(topic).partitions[0].replicas
-        config = {**cluster.client, "bootstrap_servers": cluster.bootstrap, "acks": "all"}
-        with Producer(config) as producer:
-            producer.send(topic, b"replicated", partition=0).result()
-        wait_until(lambda: isr(admin, topic) == {0, 1, 3}, message="broker 3 did not join the ISR")
-
-        # and once ClusterAction is taken away again, it falls out of the ISR while the
-        # others go on committing without it
-        replog_cli(
-            "acls", "remove", "--allow-principal", "User:intruder", "--cluster",
-            "--operation", "ClusterAction", "--force",
-            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
-        )  # fmt: skip
-        # (not idempotent: broker 3 cannot get producer ids any more, and a producer that asks
-        # it for one is told to retry)
-        with Producer({**config, "enable_idempotence": False}) as producer:
-            producer.send(topic, b"without-the-intruder", partition=0).result()
-        wait_until(lambda: isr(admin, topic) == {0, 1}, message="broker 3 stayed in the ISR")
-    finally:
-        starting.join(START_TIMEOUT_S)
-        if node.alive:
-            node.kill()
-        admin.delete_acls([AclBindingFilter(principal="User:intruder")])
-
-
 # --- the Kafka listener --------------------------------------------------------------------------
 
 #: the version each API is sent at on the Kafka listener: the lowest it serves (closest to
@@ -1426,3 +1304,125 @@ def test_an_unauthenticated_process_cannot_register_as_a_broker(
                 answer = b""
             assert answer == b"", f"{node.role} answered a request before authentication"
     assert FAKE_BROKER + 2 not in {b.node_id for b in admin.describe_cluster().brokers}
+
+
+# --- a broker without ClusterAction --------------------------------------------------------------
+
+
+def replog_cli(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "replication.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr}{result.stdout}"
+    return result.stdout
+
+
+def isr(admin: Admin, topic: str) -> set[int] | None:
+    """The ISR of partition 0, or None while the broker asked has not heard of the topic."""
+    try:
+        return set(admin.describe_topic(topic).partitions[0].isr)
+    except ReplogError:
+        return None
+
+
+def knows(env: SecurityEnv, broker: BrokerProcess, topic: str) -> bool:
+    """Whether ``broker`` has applied the metadata that created ``topic``."""
+    request = p.MetadataRequest(topics=[p.MetadataRequestTopic(name=topic)])
+    with closing(connect(env, broker.bootstrap, "admin")) as conn:
+        return all(t.error_code == 0 for t in send(conn, p.ApiKey.METADATA, request).topics)
+
+
+def test_a_broker_without_cluster_action_cannot_register_or_replicate_until_granted(
+    env: SecurityEnv, cluster: Cluster, admin: Admin, tmp_path: Path
+) -> None:
+    """``intruder`` is a real user with a good password, but not a super user: a broker that
+    logs in as intruder is refused BrokerRegistration (so it never gets a replica) and its
+    follower fetches are refused; ``replog acls add --cluster --operation ClusterAction``
+    lets it in, and it then catches up and joins the ISR."""
+    node = BrokerProcess(
+        cluster.data_dir / "broker-intruder",
+        broker_id=3,
+        overrides={**cluster.brokers[0].overrides, "sasl.jaas.config": env.jaas("intruder")},
+        client=cluster.client,
+    )
+    # a broker prints its ready line once registered: start it in the background
+    start_errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            node.start()
+        except BaseException as err:
+            start_errors.append(err)
+
+    starting = threading.Thread(target=start, daemon=True)
+    followed = "matrix-followed"
+    retrying(lambda: admin.create_topic(followed, 1, 2))
+    try:
+        starting.start()
+        # the controller refuses it, logging who and what
+        wait_until(
+            lambda: "broker registration refused" in node.stderr_tail(1000),
+            message="the intruder's registration was not refused",
+        )
+        log = cluster.controller.stderr_tail(100_000)
+        assert re.search(r"User:intruder.*ClusterAction.*BrokerRegistration", log), log[-3000:]
+        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
+        # it cannot follow either: its follower fetch is refused as Kafka refuses it
+        ctx = Ctx(env, cluster, admin)
+        with closing(connect(env, ctx.leader(followed), "intruder")) as conn:
+            response = send(conn, p.ApiKey.FETCH, fetch_request(3, followed)(ctx))
+        assert set(error_codes(response)) - {0} == {TOPIC_DENIED}
+        assert 3 not in {b.node_id for b in admin.describe_cluster().brokers}
+
+        # the operator grants ClusterAction
+        properties = tmp_path / "admin.properties"
+        properties.write_text(
+            "security.protocol=SASL_SSL\n"
+            f"ssl.truststore.location={env.ca}\n"
+            "sasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.jaas.config={env.jaas('admin')}\n"
+        )
+        properties.chmod(0o600)
+        replog_cli(
+            "acls", "add", "--allow-principal", "User:intruder", "--cluster",
+            "--operation", "ClusterAction",
+            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
+        )  # fmt: skip
+        wait_until(
+            lambda: 3 in {b.node_id for b in admin.describe_cluster().brokers},
+            message="the intruder did not register after ClusterAction was granted",
+        )
+        starting.join(START_TIMEOUT_S)
+        assert not starting.is_alive()
+        assert not start_errors, start_errors
+        topic = "matrix-replicated"
+        retrying(lambda: admin.create_topic(topic, 1, 3))
+        # (each broker answers from the metadata it has applied: poll until they all know it)
+        nodes = [*cluster.brokers.values(), node]
+        wait_until(lambda: all(knows(env, b, topic) for b in nodes))
+        assert 3 in admin.describe_topic(topic).partitions[0].replicas
+        config = {**cluster.client, "bootstrap_servers": cluster.bootstrap, "acks": "all"}
+        with Producer(config) as producer:
+            producer.send(topic, b"replicated", partition=0).result()
+        wait_until(lambda: isr(admin, topic) == {0, 1, 3}, message="broker 3 did not join the ISR")
+
+        # and once ClusterAction is taken away again, it falls out of the ISR while the
+        # others go on committing without it
+        replog_cli(
+            "acls", "remove", "--allow-principal", "User:intruder", "--cluster",
+            "--operation", "ClusterAction", "--force",
+            "--bootstrap-server", cluster.bootstrap, "--command-config", str(properties),
+        )  # fmt: skip
+        # (not idempotent: broker 3 cannot get producer ids any more, and a producer that asks
+        # it for one is told to retry)
+        with Producer({**config, "enable_idempotence": False}) as producer:
+            producer.send(topic, b"without-the-intruder", partition=0).result()
+        wait_until(lambda: isr(admin, topic) == {0, 1}, message="broker 3 stayed in the ISR")
+    finally:
+        starting.join(START_TIMEOUT_S)
+        if node.alive:
+            node.kill()
+        admin.delete_acls([AclBindingFilter(principal="User:intruder")])
