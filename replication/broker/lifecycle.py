@@ -20,6 +20,7 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.errors import (
+    AuthorizationError,
     BrokerUnreachableError,
     NotControllerError,
     StaleBrokerEpochError,
@@ -140,6 +141,9 @@ class BrokerLifecycle:
                 log.warning("broker %d: %s", self.config.broker_id, err)
                 self.broker_epoch = -1
                 continue
+            except AuthorizationError as err:
+                # the controller answered: this node's principal lacks ClusterAction
+                log.warning("broker %d: %s", self.config.broker_id, err)
             except ReplogError as err:
                 log.warning("broker %d: controller unreachable: %s", self.config.broker_id, err)
             await asyncio.sleep(interval)

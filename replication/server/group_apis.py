@@ -256,7 +256,7 @@ class GroupApis:
         offsets leave them out."""
         api = "OffsetFetch"
         if denied := self._group_denied(_OP.DESCRIBE, body.group_id, api):
-            return p.OffsetFetchResponse(error_code=denied)
+            return _offset_fetch_error(body, denied)
         wanted = (
             None
             if body.topics is None
@@ -275,7 +275,7 @@ class GroupApis:
             offsets = self.coordinator.fetch_offsets(body.group_id, wanted)
             unstable = self.coordinator.unstable(body.group_id) if body.require_stable else set()
         except ReplogError as err:
-            return p.OffsetFetchResponse(error_code=error_code(err))
+            return _offset_fetch_error(body, error_code(err))
         if self.auth.enabled and wanted is None:
             visible = self.auth.filter(
                 _OP.DESCRIBE, _RT.TOPIC, (tp.topic for tp in offsets), api=api, log_denied=False
@@ -399,3 +399,22 @@ def _commit_topics(codes: dict[TopicPartition, int]) -> list[p.OffsetCommitRespo
 
 
 __all__ = ["GroupApis"]
+
+
+def _offset_fetch_error(body: p.OffsetFetchRequest, code: int) -> p.OffsetFetchResponse:
+    """An OffsetFetch refused as a whole: the error at the top and on every partition named
+    (Kafka's ``OffsetFetchRequest.getErrorResponse``): OffsetFetch v0 and v1 on the Kafka
+    listener have no top-level error code, and would otherwise read as "no offsets"."""
+    return p.OffsetFetchResponse(
+        error_code=code,
+        topics=[
+            p.OffsetFetchResponseTopic(
+                name=t.name,
+                partitions=[
+                    p.OffsetFetchResponsePartition(partition_index=i, error_code=code)
+                    for i in t.partition_indexes
+                ],
+            )
+            for t in body.topics or []
+        ],
+    )

@@ -28,7 +28,12 @@ from replication.config import BrokerConfig
 from replication.controller.service import ControllerService
 from replication.coordinator.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
-from replication.errors import NotCoordinatorError, raise_for_code
+from replication.errors import (
+    ClusterAuthorizationFailedError,
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+    raise_for_code,
+)
 from replication.kafka.apis import KAFKA_LISTENER, KafkaProtocolApis
 from replication.log_format import configure_logging
 from replication.metadata.store import MetadataStore
@@ -280,6 +285,16 @@ class Node:
                     broker_id=config.broker_id, broker_epoch=lifecycle.broker_epoch
                 ),
             )
+            if response.error_code == ClusterAuthorizationFailedError.code:
+                # this broker's own login lacks ClusterAction: not the client's fault, so the
+                # client is told to retry (as Kafka's RPCProducerIdManager does), not that it
+                # is unauthorized
+                log.error(
+                    "broker %d: the controller refused to allocate producer ids: this "
+                    "broker's principal needs ClusterAction on the cluster",
+                    config.broker_id,
+                )
+                raise CoordinatorLoadInProgressError("producer ids are not available yet")
             raise_for_code(response.error_code, "producer id allocation failed")
             start = response.producer_id_start
             return range(start, start + response.producer_id_len)
