@@ -241,6 +241,7 @@ class Admin:
             self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
         )
         self._coordinator = CoordinatorClient(self._cluster, self.config.client_id)
+        self._sink_coordinators: dict[str, CoordinatorClient] = {}
         self._groups = GroupAdmin(self._cluster, self.config.default_api_timeout_ms)
         self._transactions = TransactionAdmin(self._cluster, self._coordinator)
         self._closed = False
@@ -1383,8 +1384,13 @@ class Admin:
         """The transaction coordinator, found as the coordinator of the sink's own
         transactional id ``replog-sink/<sink_id>``: with an authorizer, FindCoordinator needs
         Describe on the id it names, and the sink's principal holds Write (so Describe) on
-        ``replog-sink/`` ids, not on this admin's client.id."""
-        return CoordinatorClient(self._cluster, f"replog-sink/{sink_id}")
+        ``replog-sink/`` ids, not on this admin's client.id. One per sink, kept: a commit
+        goes where the sink's last lookup found the coordinator, without asking again."""
+        client = self._sink_coordinators.get(sink_id)
+        if client is None:
+            client = CoordinatorClient(self._cluster, f"replog-sink/{sink_id}")
+            self._sink_coordinators[sink_id] = client
+        return client
 
     def last_committed_batch(self, sink_id: str, *, timeout_ms: int | None = None) -> int:
         """The last batch id committed for ``sink_id`` (-1 if none)."""
