@@ -219,8 +219,8 @@ class DriverLogs:
     """
 
     def __init__(self, spark: Any, caplog: pytest.LogCaptureFixture) -> None:
-        name = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-        self.path = f"/proc/{name.getName().split('@')[0]}/fd/2"
+        runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+        self.path = f"/proc/{runtime.getName().split('@')[0]}/fd/2"  # the name is pid@host
         self.start = os.stat(self.path).st_size if self.readable else 0
         self.caplog = caplog
         caplog.set_level(logging.INFO)
@@ -266,6 +266,9 @@ def test_a_batch_read_returns_every_record(
         .collect()
     )
     assert Counter(json.loads(r["v"])["id"] for r in rows) == Counter(range(500))
+
+
+# --- refusals -------------------------------------------------------------------------------------
 
 
 def test_a_wrong_password_fails_the_query_naming_sasl_and_the_user_not_the_password(
@@ -321,7 +324,7 @@ def test_the_sink_without_an_acl_on_its_topic_fails_naming_the_principal(
     assert committed_values(env, cluster, sink, 1) == []
 
 
-# --- the exactly-once pipeline (last: it SIGKILLs a broker of the module's cluster) ------------
+# --- the exactly-once pipeline -------------------------------------------------------------------
 
 
 def test_exactly_once_pipeline_with_a_sigkilled_output_leader(
@@ -350,6 +353,9 @@ def test_exactly_once_pipeline_with_a_sigkilled_output_leader(
         partition = open_txn.partitions[0]
         leader = admin.describe_topic(sink).partitions[partition.partition].leader
     cluster.brokers[leader].kill()  # SIGKILL
-    query.awaitTermination(180)
-    assert query.exception() is None
-    assert ids(committed_values(env, cluster, sink, 3)) == Counter(range(2000))
+    try:
+        query.awaitTermination(180)
+        assert query.exception() is None
+        assert ids(committed_values(env, cluster, sink, 3)) == Counter(range(2000))
+    finally:
+        cluster.brokers[leader].start()  # the module's cluster whole again, whatever runs next
