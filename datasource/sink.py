@@ -192,17 +192,19 @@ class TopicCheck:
     def check(self, topic: str) -> None:
         """Return once ``topic`` exists; UnknownTopicOrPartitionError naming it if it does not.
 
-        Only a topic found missing fails: when the brokers cannot be asked right now (a
-        failover), the check passes with a warning and the producer waits and retries as it
-        always does, so the check fails nothing that worked without it.
+        Only a topic found missing, or one the principal may not see (an
+        AuthorizationError: an ACL is missing, which no retry mends), fails: when the brokers
+        cannot be asked right now (a failover), the check passes with a warning and the
+        producer waits and retries as it always does, so the check fails nothing that worked
+        without it.
         """
-        from replication.errors import UnknownTopicOrPartitionError
+        from replication.errors import AuthorizationError, UnknownTopicOrPartitionError
 
         if topic in self.known:
             return
         try:
             self._check(topic)
-        except UnknownTopicOrPartitionError:
+        except (UnknownTopicOrPartitionError, AuthorizationError):
             raise
         except ReplogError as err:
             log.warning("could not check that topic %r exists: %s", topic, err)

@@ -241,6 +241,7 @@ class Admin:
             self._cluster, default_api_timeout_ms=self.config.default_api_timeout_ms
         )
         self._coordinator = CoordinatorClient(self._cluster, self.config.client_id)
+        self._sink_coordinators: dict[str, CoordinatorClient] = {}
         self._groups = GroupAdmin(self._cluster, self.config.default_api_timeout_ms)
         self._transactions = TransactionAdmin(self._cluster, self._coordinator)
         self._closed = False
@@ -1379,10 +1380,22 @@ class Admin:
         self.list_transactions(["Empty"])  # finds it, retrying as the other calls do
         return self._coordinator.node_id
 
+    def _sink_coordinator(self, sink_id: str) -> CoordinatorClient:
+        """The transaction coordinator, found as the coordinator of the sink's own
+        transactional id ``replog-sink/<sink_id>``: with an authorizer, FindCoordinator needs
+        Describe on the id it names, and the sink's principal holds Write (so Describe) on
+        ``replog-sink/`` ids, not on this admin's client.id. One per sink, kept: a commit
+        goes where the sink's last lookup found the coordinator, without asking again."""
+        client = self._sink_coordinators.get(sink_id)
+        if client is None:
+            client = CoordinatorClient(self._cluster, f"replog-sink/{sink_id}")
+            self._sink_coordinators[sink_id] = client
+        return client
+
     def last_committed_batch(self, sink_id: str, *, timeout_ms: int | None = None) -> int:
         """The last batch id committed for ``sink_id`` (-1 if none)."""
         self._check_open()
-        response: DescribeSinkResponse = self._coordinator.call(
+        response: DescribeSinkResponse = self._sink_coordinator(sink_id).call(
             ApiKey.DESCRIBE_SINK,
             DescribeSinkRequest(sink_id=sink_id),
             what=f"describing sink {sink_id!r}",
@@ -1459,7 +1472,7 @@ class Admin:
         state = CallState()
         deadline = self._deadline(timeout_ms)
         try:
-            response: CommitSinkBatchResponse = self._coordinator.call(
+            response: CommitSinkBatchResponse = self._sink_coordinator(sink_id).call(
                 ApiKey.COMMIT_SINK_BATCH, request, what=what, deadline=deadline, state=state
             )
         except ReplogError as err:
@@ -1474,16 +1487,17 @@ class Admin:
         if state.maybe_done and not committed and not abort:
             # An earlier attempt may have committed these very transactions and its answer
             # was lost: then this retry finds the batch committed and reports a replay.
-            committed = self._committed_by_us(handles, what, deadline)
+            committed = self._committed_by_us(sink_id, handles, what, deadline)
         return SinkCommitResult(committed, int(response.last_committed_batch))
 
     def _committed_by_us(
-        self, handles: list[TransactionHandle], what: str, deadline: float
+        self, sink_id: str, handles: list[TransactionHandle], what: str, deadline: float
     ) -> bool:
         """Whether the transactions of ``handles`` ended committed (after an unknown attempt)."""
         ids = {h.transactional_id: h for h in handles}
         try:
-            listed = self._coordinator.call(
+            coordinator = self._sink_coordinator(sink_id)
+            listed = coordinator.call(
                 ApiKey.LIST_TRANSACTIONS,
                 ListTransactionsRequest(),
                 what="listing transactions",

@@ -312,8 +312,14 @@ class BrokerConnection:
                 True,
             )
             if answer.error_code:
+                # the user logging in is named (the client's own setting, never the
+                # password): a job with several logins shows which one was refused
                 reason = answer.error_message or "SASL authentication failed"
-                raise_for_code(answer.error_code, f"broker {self.address}: {reason}")
+                raise_for_code(
+                    answer.error_code,
+                    f"broker {self.address}: {reason} (SASL authentication as "
+                    f"User:{client.login.username})",
+                )
             token = client.step(answer.auth_bytes)
 
     def _negotiate(self, sock: socket.socket) -> None:

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from replication.client.cluster import Cluster
+from replication.client.config import ClientConfig
 from replication.client.connection import BrokerConnection
+from replication.client.errors import denied
 from replication.client.retry import RetryPolicy, call_with_retries
 from replication.errors import (
     BrokerNotAvailableError,
@@ -35,8 +37,10 @@ from replication.errors import (
     CoordinatorNotAvailableError,
     NetworkError,
     NotCoordinatorError,
+    OperationNotAttemptedError,
     ReplogError,
     RequestTimedOutError,
+    TopicAuthorizationFailedError,
     for_code,
 )
 from replication.protocol import ApiKey, FindCoordinatorRequest, FindCoordinatorResponse
@@ -73,16 +77,33 @@ class CallState:
     last_error: ReplogError | None = None
 
 
-def response_error(response: Any) -> tuple[int, str | None]:
-    """The first error code (and message) of a coordinator response, 0 if none."""
+def response_error(response: Any, config: ClientConfig | None = None) -> tuple[int, str | None]:
+    """The first error code (and message) of a coordinator response, 0 if none.
+
+    AddPartitionsToTxn's errors are per partition and carry no message: the one named is a
+    partition's own refusal, not OPERATION_NOT_ATTEMPTED (which only says another partition
+    of the request was refused), with its topic and, for TOPIC_AUTHORIZATION_FAILED, who was
+    refused Write on it (with ``config``)."""
     code = int(getattr(response, "error_code", 0) or 0)
     if code:
         return code, getattr(response, "error_message", None)
-    for topic in getattr(response, "results", ()):  # AddPartitionsToTxn: per partition
-        for part in topic.results:
-            if part.error_code:
-                return int(part.error_code), None
-    return 0, None
+    failed = [
+        (int(part.error_code), topic.name, part.partition_index)
+        for topic in getattr(response, "results", ())  # AddPartitionsToTxn: per partition
+        for part in topic.results
+        if part.error_code
+    ]
+    if not failed:
+        return 0, None
+    code, name, index = next(
+        (f for f in failed if f[0] != OperationNotAttemptedError.code), failed[0]
+    )
+    cls = for_code(code)
+    if cls is None:
+        return code, None
+    if config is not None and issubclass(cls, TopicAuthorizationFailedError):
+        return code, f"{name}-{index}: {denied(config, cls, 'Topic', name, 'Write')}"
+    return code, f"{name}-{index}: {cls()}"
 
 
 class CoordinatorClient:
@@ -205,7 +226,7 @@ class CoordinatorClient:
                 response = conn.send(
                     api_key, 0, request, timeout_ms=min(timeout_ms, max(remaining_ms, 1000))
                 )
-                code, message = response_error(response)
+                code, message = response_error(response, config)
                 if code:
                     cls = for_code(code) or ReplogError
                     raise cls(f"{what}: {message or cls()}")

@@ -29,16 +29,23 @@ __all__ = [
 _LOOKUP_OPERATION = "Describe"
 
 
-def denied(config: ClientConfig, cls: type[ReplogError], kind: str, name: str) -> str:
-    """The message of an error from an answer that carries none (Metadata's topic errors):
-    for an authorization failure, who was refused what (``User:alice is not authorized to
-    Describe Topic:events``) and what to do; otherwise the error's own text."""
+def denied(
+    config: ClientConfig,
+    cls: type[ReplogError],
+    kind: str,
+    name: str,
+    operation: str = _LOOKUP_OPERATION,
+) -> str:
+    """The message of an error from an answer that carries none (Metadata's topic errors,
+    AddPartitionsToTxn's partition errors): for an authorization failure, who was refused what
+    (``User:alice is not authorized to Describe Topic:events``) and what to do; otherwise the
+    error's own text."""
     if not issubclass(cls, AuthorizationError):
         return str(cls())
     from replication.security.connector import client_principal
 
     who = client_principal(config)
-    return f"{who} is not authorized to {_LOOKUP_OPERATION} {kind}:{name}. {cls()}"
+    return f"{who} is not authorized to {operation} {kind}:{name}. {cls()}"
 
 
 class ClientClosedError(ReplogError, RuntimeError):
