@@ -304,15 +304,13 @@ class Admin:
             validate_only=validate_only,
         )
 
-        def send() -> CreateTopicsResponse:
-            response: CreateTopicsResponse = self._send_to_controller(
-                ApiKey.CREATE_TOPICS, lambda version: request, 1
-            )
-            if any(r.error_code == NotControllerError.code for r in response.topics):
-                raise NotControllerError()
-            return response
-
-        response = self._retrying(f"creating topics {', '.join(t.name for t in topics)}", send)
+        response: CreateTopicsResponse = self._controller_call(
+            ApiKey.CREATE_TOPICS,
+            request,
+            f"creating topics {', '.join(t.name for t in topics)}",
+            codes=lambda r: [x.error_code for x in r.topics],
+            version=1,
+        )
         errors = [
             _error(r.error_code, r.error_message, f"cannot create topic {r.name!r}")
             for r in response.topics
@@ -333,15 +331,12 @@ class Admin:
             timeout_ms=self.config.request_timeout_ms if timeout_ms is None else timeout_ms,
         )
 
-        def send() -> DeleteTopicsResponse:
-            response: DeleteTopicsResponse = self._send_to_controller(
-                ApiKey.DELETE_TOPICS, lambda version: request, 0
-            )
-            if any(r.error_code == NotControllerError.code for r in response.responses):
-                raise NotControllerError()
-            return response
-
-        response = self._retrying(f"deleting topics {', '.join(topic_names)}", send)
+        response: DeleteTopicsResponse = self._controller_call(
+            ApiKey.DELETE_TOPICS,
+            request,
+            f"deleting topics {', '.join(topic_names)}",
+            codes=lambda r: [x.error_code for x in r.responses],
+        )
         errors = [
             _error(r.error_code, r.error_message, f"cannot delete topic {r.name!r}")
             for r in response.responses
@@ -446,15 +441,11 @@ class Admin:
             throttled_rate=throttle,
         )
 
-        def send() -> AlterPartitionReassignmentsResponse:
-            response: AlterPartitionReassignmentsResponse = self._send_to_controller(
-                ApiKey.ALTER_PARTITION_REASSIGNMENTS, lambda version: request, 0
-            )
-            if response.error_code == NotControllerError.code:
-                raise NotControllerError()
-            return response
-
-        response = self._retrying("reassigning partitions", send)
+        response: AlterPartitionReassignmentsResponse = self._controller_call(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            request,
+            "reassigning partitions",
+        )
         if response.error_code:
             raise _error(response.error_code, response.error_message, "cannot reassign")
         self._raise_first(
@@ -487,15 +478,11 @@ class Admin:
             timeout_ms=self.config.request_timeout_ms, topics=topics
         )
 
-        def send() -> ListPartitionReassignmentsResponse:
-            response: ListPartitionReassignmentsResponse = self._send_to_controller(
-                ApiKey.LIST_PARTITION_REASSIGNMENTS, lambda version: request, 0
-            )
-            if response.error_code == NotControllerError.code:
-                raise NotControllerError()
-            return response
-
-        response = self._retrying("listing partition reassignments", send)
+        response: ListPartitionReassignmentsResponse = self._controller_call(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            request,
+            "listing partition reassignments",
+        )
         if response.error_code:
             raise _error(response.error_code, response.error_message, "cannot list reassignments")
         return {
@@ -532,15 +519,11 @@ class Admin:
             timeout_ms=self.config.request_timeout_ms,
         )
 
-        def send() -> ElectLeadersResponse:
-            response: ElectLeadersResponse = self._send_to_controller(
-                ApiKey.ELECT_LEADERS, lambda version: request, 0
-            )
-            if response.error_code == NotControllerError.code:
-                raise NotControllerError()
-            return response
-
-        response = self._retrying("electing leaders", send)
+        response: ElectLeadersResponse = self._controller_call(
+            ApiKey.ELECT_LEADERS,
+            request,
+            "electing leaders",
+        )
         if response.error_code:
             raise _error(response.error_code, None, "cannot elect leaders")
         self._cluster.request_update()
@@ -560,15 +543,11 @@ class Admin:
         plan_decommission`). A broker process still running registers again, empty."""
         request = UnregisterBrokerRequest(broker_id=broker_id)
 
-        def send() -> UnregisterBrokerResponse:
-            response: UnregisterBrokerResponse = self._send_to_controller(
-                ApiKey.UNREGISTER_BROKER, lambda version: request, 0
-            )
-            if response.error_code == NotControllerError.code:
-                raise NotControllerError()
-            return response
-
-        response = self._retrying(f"unregistering broker {broker_id}", send)
+        response: UnregisterBrokerResponse = self._controller_call(
+            ApiKey.UNREGISTER_BROKER,
+            request,
+            f"unregistering broker {broker_id}",
+        )
         if response.error_code:
             raise _error(
                 response.error_code, response.error_message, f"cannot unregister broker {broker_id}"
@@ -599,15 +578,12 @@ class Admin:
             ]
         )
 
-        def send() -> pa.CreateAclsResponse:
-            response: pa.CreateAclsResponse = self._send_to_controller(
-                ApiKey.CREATE_ACLS, lambda version: request, 0
-            )
-            if any(r.error_code == NotControllerError.code for r in response.results):
-                raise NotControllerError()
-            return response
-
-        response = self._retrying(f"creating {len(wanted)} ACL(s)", send)
+        response: pa.CreateAclsResponse = self._controller_call(
+            ApiKey.CREATE_ACLS,
+            request,
+            f"creating {len(wanted)} ACL(s)",
+            codes=lambda r: [x.error_code for x in r.results],
+        )
         self._raise_first(
             [
                 _error(r.error_code, r.error_message, f"cannot create ACL {_acl_text(b)}")
@@ -669,15 +645,12 @@ class Admin:
             ]
         )
 
-        def send() -> pa.DeleteAclsResponse:
-            response: pa.DeleteAclsResponse = self._send_to_controller(
-                ApiKey.DELETE_ACLS, lambda version: request, 0
-            )
-            if any(r.error_code == NotControllerError.code for r in response.filter_results):
-                raise NotControllerError()
-            return response
-
-        response = self._retrying("deleting ACLs", send)
+        response: pa.DeleteAclsResponse = self._controller_call(
+            ApiKey.DELETE_ACLS,
+            request,
+            "deleting ACLs",
+            codes=lambda r: [x.error_code for x in r.filter_results],
+        )
         self._raise_first(
             [
                 _error(r.error_code, r.error_message, "cannot delete ACLs")
@@ -768,15 +741,12 @@ class Admin:
             wire_dels.append(pa.ScramCredentialDeletion(name=user, mechanism=MECHANISMS[mechanism]))
         request = pa.AlterUserScramCredentialsRequest(deletions=wire_dels, upsertions=wire_ups)
 
-        def send() -> pa.AlterUserScramCredentialsResponse:
-            response: pa.AlterUserScramCredentialsResponse = self._send_to_controller(
-                ApiKey.ALTER_USER_SCRAM_CREDENTIALS, lambda version: request, 0
-            )
-            if any(r.error_code == NotControllerError.code for r in response.results):
-                raise NotControllerError()
-            return response
-
-        response = self._retrying("altering SCRAM credentials", send)
+        response: pa.AlterUserScramCredentialsResponse = self._controller_call(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            request,
+            "altering SCRAM credentials",
+            codes=lambda r: [x.error_code for x in r.results],
+        )
         self._raise_first(
             [
                 _error(r.error_code, r.error_message, f"cannot alter the credentials of {r.user!r}")
@@ -958,14 +928,14 @@ class Admin:
         self._alter(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, _resource_text(resource_type, name))
 
     def _alter(self, api_key: int, request: Any, what: str) -> None:
-        def send() -> AlterConfigsResourceResponse:
-            response = self._send_to_controller(api_key, lambda version: request, 0)
-            (result,) = response.responses
-            if result.error_code == NotControllerError.code:
-                raise NotControllerError()
-            return result  # type: ignore[no-any-return]
-
-        result = self._retrying(f"altering configs of {what}", send)
+        response = self._controller_call(
+            api_key,
+            request,
+            f"altering configs of {what}",
+            codes=lambda r: [x.error_code for x in r.responses],
+        )
+        result: AlterConfigsResourceResponse
+        (result,) = response.responses
         if result.error_code:
             raise _error(result.error_code, result.error_message, f"cannot alter {what}")
 
@@ -1550,6 +1520,28 @@ class Admin:
             use = conn.max_version(api_key, version)
             return conn.send(api_key, use, build(use))
         return cluster.any_connection_send(api_key, build, version)
+
+    def _controller_call(
+        self,
+        api_key: int,
+        request: Any,
+        what: str,
+        *,
+        codes: Callable[[Any], Iterable[int]] = lambda response: (response.error_code,),
+        version: int = 0,
+    ) -> Any:
+        """``request`` to the active controller (or any broker, which forwards it), resent
+        while the answer says NOT_CONTROLLER (``codes``: the answer's error codes, per entry
+        for the APIs that answer per topic, ACL or user) or a retriable error comes, until
+        default.api.timeout.ms."""
+
+        def send() -> Any:
+            response = self._send_to_controller(api_key, lambda version: request, version)
+            if NotControllerError.code in codes(response):
+                raise NotControllerError()
+            return response
+
+        return self._retrying(what, send)
 
     def _retrying(self, what: str, call: Callable[[], T]) -> T:
         """Run ``call``, retrying retriable errors (refreshing metadata) until
