@@ -854,15 +854,14 @@ def test_the_kafka_listeners_produce_is_checked_too(node: Node) -> None:
     assert node.end_offset() == 1
 
 
-# --- ACLs and SCRAM credentials (the core's APIs, once this tree serves them) -----------------
+# --- ACLs and SCRAM credentials ---------------------------------------------------------------
 
 
 def test_acl_and_credential_apis_need_describe_or_alter_on_the_cluster(node: Node) -> None:
     """DescribeAcls and DescribeUserScramCredentials (answered by any node) need Describe on
     the cluster; CreateAcls, DeleteAcls and AlterUserScramCredentials (forwarded) Alter, and
     are refused before they reach the controller."""
-    if p.ApiKey.DESCRIBE_ACLS not in node.apis.handlers:
-        pytest.skip("this tree does not serve the ACL APIs yet")
+    assert p.ApiKey.DESCRIBE_ACLS in node.apis.handlers
     acls: Any = importlib.import_module("replication.protocol.acls")
     version = node.controller.image.version
     describe = acls.DescribeAclsRequest()
