@@ -285,6 +285,13 @@ class Storage(ABC):
             self.delete(info.path)
         return len(objects)
 
+    def delete_temp_files(self, prefix: str = "") -> int:
+        """Delete the temporary files that writes killed mid-way (SIGKILL before the rename)
+        left at or below ``prefix``; returns how many went. Only local files have any: they
+        are never listed, so nothing else finds them. Call it where no write can be running
+        (e.g. at start-up, before the writer of that prefix starts)."""
+        return 0
+
     # --- structure -------------------------------------------------------------------------
 
     @abstractmethod
@@ -479,6 +486,20 @@ class LocalStorage(Storage):
                 return
             if self._fsync:
                 _fsync_dir(os.path.dirname(full))
+
+    def delete_temp_files(self, prefix: str = "") -> int:
+        prefix = _check_prefix(prefix)
+        base = os.path.join(self._root, *prefix.split("/")) if prefix else self._root
+        removed = 0
+        with self._translating("delete", prefix):
+            for directory, _dirs, files in os.walk(base):
+                temps = [name for name in files if name.startswith(TEMP_PREFIX)]
+                for name in temps:
+                    _unlink_quietly(os.path.join(directory, name))
+                removed += len(temps)
+                if temps and self._fsync:
+                    _fsync_dir(directory)
+        return removed
 
     def delete_all(self) -> int:
         deleted = super().delete_all()

@@ -209,6 +209,9 @@ class FaultyStorage(Storage):
     def delete(self, path: str) -> None:
         self._call("delete", path, lambda: self.inner.delete(path))
 
+    def delete_temp_files(self, prefix: str = "") -> int:
+        return self.inner.delete_temp_files(prefix)
+
     def child(self, prefix: str) -> FaultyStorage:
         base = f"{self._base}/{prefix}" if self._base else prefix
         return FaultyStorage(self.inner.child(prefix), _plan=self._plan, _base=base)

@@ -1,0 +1,879 @@
+"""The broker's write-ahead log: one object per flush holding every dirty partition's batches.
+
+Writing one object per partition per flush makes a broker's request rate grow with its
+partition count, which on S3 (priced per PUT) is the dominant cost. Here every partition log
+of a broker root hands its appended-but-not-durable batches to one :class:`WalWriter`, which
+writes them all as one *WAL object* (format: :mod:`logstore.wal_format`) under
+
+    <broker-root>/_replog/wal/L0/<seq:020d>-<broker_epoch:010d>.wal
+
+and then tells each log which byte range of the object (a :class:`ChunkExtent`) now holds its
+batches. A log's durable end offset moves only then, so everything built on it (follower fetch
+offsets, the leader's high watermark, acks=all) keeps its meaning: a batch is acknowledged only
+once the object holding it was written to the replica's own store.
+
+The hand-over is a small protocol (:class:`WalSource`), which ``Log`` implements and
+:class:`BufferedSource` implements for tools and tests:
+
+- the owner calls :meth:`WalWriter.mark_dirty` after an append (cheap, any thread);
+- the writer's I/O thread calls ``take_pending_for_wal()``: the source returns its batches that
+  are neither durable nor already taken (a :class:`PendingChunk`, no copy beyond the list);
+- once the object is written, ``wal_flushed(extent)`` (on the event loop if the writer was
+  given one, in seq order), or ``wal_aborted(pending)`` if the writer closed before it could
+  write them (they must be taken again by the next writer).
+
+Group commit without a timer: the I/O thread sleeps until a source is marked dirty, takes
+everything pending, writes one object, and meanwhile new appends gather for the next one (one
+flush in flight, so each partition's chunks become durable in offset order). For remote stores
+``linger_ms`` holds the first dirty mark that long (or until ``max_bytes`` are pending) to
+bound the PUT rate. A failed write is retried with backoff, with the same name and bytes (a
+write whose outcome is unknown may have landed; rewriting it is harmless); the batches stay
+pending meanwhile and nothing is reported durable unless a write returned.
+
+At start (before the writer), :meth:`WalIndex.load` rebuilds what the WAL holds from one LIST
+of ``_replog/wal/`` and one tail read per object (its footer), scanning an object whose footer
+does not check (a torn write under a faulty store) to its valid prefix. It applies the zombie
+rule: a broker epoch E fences every object of an older epoch whose seq is at or above the
+smallest L0 seq written under E (a paused old incarnation wrote it after the new one started;
+its data was never acknowledged by anyone reading this store). The writer writes an empty
+*fence* object first (``fence=True``) so that an incarnation that writes nothing else still
+fences its predecessors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from logstore.batch import iter_batches
+from logstore.errors import CorruptRecordError, InvalidRecordError, ReplogError, StorageError
+from logstore.storage import Storage
+from logstore.wal_format import (
+    DEFAULT_TAIL_BYTES,
+    ChunkInput,
+    FooterIncompleteError,
+    InvalidWalObjectError,
+    WalChunk,
+    WalObjectIndex,
+    WalObjectName,
+    encode_object,
+    object_name,
+    parse_object_name,
+    read_footer,
+    scan_object,
+)
+
+__all__ = [
+    "WAL_PREFIX",
+    "BufferedSource",
+    "ChunkExtent",
+    "FlushResult",
+    "PendingChunk",
+    "WalClosedError",
+    "WalIndex",
+    "WalSource",
+    "WalWriter",
+]
+
+log = logging.getLogger(__name__)
+
+#: Where WAL and packed objects live under a broker root (``_replog`` cannot collide with a
+#: partition directory: those are ``<topic>/<digits>``).
+WAL_PREFIX = "_replog/wal"
+#: The first seq of a broker root that has none; 0 never names an object (a truncation record
+#: ``(0, X)`` voids nothing).
+FIRST_SEQ = 1
+
+
+class WalClosedError(ReplogError):
+    """The WAL writer was closed before the data was written; nothing was reported durable."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChunk:
+    """A partition's batches handed to the writer: neither durable nor taken before."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    #: whole record batches, back to back, offsets ``[base_offset, next_offset)``
+    parts: tuple[bytes, ...]
+    base_offset: int
+    next_offset: int
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkExtent:
+    """A partition's batches at a byte range of a WAL or packed object (what a log reads)."""
+
+    #: the object's path relative to the broker root (``_replog/wal/L0/...wal``)
+    object: str
+    level: int
+    topic_id: str
+    partition: int
+    #: bytes ``[position, position + size)`` of the object: whole batches
+    position: int
+    size: int
+    base_offset: int
+    next_offset: int
+    max_timestamp: int
+    first_seq: int
+    last_seq: int
+    epochs: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, path: str, level: int, chunk: WalChunk) -> ChunkExtent:
+        return cls(
+            path,
+            level,
+            chunk.topic_id,
+            chunk.partition,
+            chunk.position,
+            chunk.size,
+            chunk.base_offset,
+            chunk.next_offset,
+            chunk.max_timestamp,
+            chunk.first_seq,
+            chunk.last_seq,
+            chunk.epochs,
+        )
+
+    def read(self, storage: Storage) -> bytes:
+        """The extent's bytes, CRC-checked batch by batch (CorruptRecordError names the
+        object); ``storage`` is the broker root."""
+        data = storage.read_range(self.object, self.position, self.position + self.size)
+        if len(data) != self.size:
+            raise CorruptRecordError(
+                f"{storage.url}/{self.object}: {len(data)} bytes at {self.position}, the "
+                f"chunk of partition {self.partition} has {self.size}"
+            )
+        try:
+            for _ in iter_batches(data, validate=True):
+                pass
+        except CorruptRecordError as err:
+            raise CorruptRecordError(f"{storage.url}/{self.object}: {err}") from err
+        return data
+
+
+class WalSource(Protocol):
+    """What a partition log offers the writer (``Log`` and :class:`BufferedSource`)."""
+
+    def take_pending_for_wal(self) -> PendingChunk | None:
+        """The batches after the last taken offset (none: None), marked taken. Called on the
+        writer's I/O thread; must be quick (a list under the source's lock)."""
+
+    def wal_flushed(self, extent: ChunkExtent) -> None:
+        """The batches ``[extent.base_offset, extent.next_offset)`` are durable at ``extent``.
+        Called once per taken chunk, in take order, on the loop if the writer has one."""
+
+    def wal_aborted(self, pending: PendingChunk) -> None:
+        """The writer closed without writing ``pending``: it is not taken any more."""
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    """One object written: its seq, path, size, and the chunk of each source in it."""
+
+    seq: int
+    object: str
+    size: int
+    extents: tuple[ChunkExtent, ...]
+    #: write calls it took (1 unless the store failed)
+    attempts: int
+
+
+# --- the writer -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Stats:
+    objects: int = 0
+    write_calls: int = 0
+    failures: int = 0
+    bytes: int = 0
+
+
+class WalWriter:
+    """Writes every marked source's pending batches as one object per flush (see the module
+    doc). One per broker root; thread-safe; its I/O runs on a dedicated thread.
+
+    Parameters
+    ----------
+    storage
+        The broker root (objects go under ``_replog/wal/``).
+    broker_id, broker_epoch
+        Written in every object; the epoch is in the names too (zombie rule).
+    next_seq
+        :attr:`WalIndex.next_seq` of the loaded index: seqs never repeat across restarts.
+    loop
+        Deliver ``wal_flushed`` and ``on_flushed`` on this event loop
+        (``call_soon_threadsafe``); without one they run on the I/O thread.
+    linger_ms, max_bytes
+        Wait up to ``linger_ms`` after the first dirty mark, or until ``max_bytes`` are
+        marked, before taking (0: none, for local files and memory).
+    retry_backoff_ms, retry_backoff_max_ms
+        A failed write is retried after this backoff, doubling up to the max.
+    on_flushed
+        Called with each :class:`FlushResult` after the sources heard of it.
+    on_error
+        Called (on the I/O thread) with each failed write's error before its retry.
+    index
+        If given, each written object is added to it, with one reference per chunk (the
+        sources hold them; they :meth:`WalIndex.release` what they drop).
+    fence
+        Write an empty object first, so this epoch fences older ones even if it writes
+        nothing else (zombie rule).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        broker_id: int,
+        broker_epoch: int,
+        next_seq: int = FIRST_SEQ,
+        loop: asyncio.AbstractEventLoop | None = None,
+        linger_ms: float = 0.0,
+        max_bytes: int = 16 * 1024 * 1024,
+        retry_backoff_ms: float = 100.0,
+        retry_backoff_max_ms: float = 5000.0,
+        on_flushed: Callable[[FlushResult], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        index: WalIndex | None = None,
+        fence: bool = True,
+        autostart: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if next_seq < FIRST_SEQ:
+            raise ValueError(f"next_seq must be at least {FIRST_SEQ}, not {next_seq}")
+        if linger_ms < 0 or max_bytes < 1 or retry_backoff_ms <= 0:
+            raise ValueError("linger_ms >= 0, max_bytes >= 1 and retry_backoff_ms > 0 are needed")
+        self.storage = storage
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self._next_seq = next_seq
+        self._loop = loop
+        self._linger_s = linger_ms / 1000
+        self._max_bytes = max_bytes
+        self._backoff_s = retry_backoff_ms / 1000
+        self._backoff_max_s = max(retry_backoff_max_ms, retry_backoff_ms) / 1000
+        self._on_flushed = on_flushed
+        self._on_error = on_error
+        self._index = index
+        self._fence = fence
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._dirty: dict[int, WalSource] = {}
+        self._dirty_bytes = 0
+        self._first_dirty_at = 0.0
+        self._marks = 0  # mark_dirty calls so far
+        self._durable_marks = 0  # marks whose data is durable (and delivered)
+        self._closing = False
+        self._failed: BaseException | None = None
+        self._stats = _Stats()
+        self._thread = threading.Thread(target=self._run, name="wal-writer", daemon=True)
+        self._started = False
+        if autostart:
+            self.start()
+
+    # --- control ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the I/O thread (done by the constructor unless ``autostart=False``)."""
+        with self._cond:
+            if self._started:
+                return
+            self._started = True
+        self._thread.start()
+
+    def mark_dirty(self, source: WalSource, nbytes: int = 0) -> None:
+        """``source`` has new pending batches (``nbytes`` of them, for ``max_bytes``)."""
+        with self._cond:
+            if self._closing:
+                raise WalClosedError(f"WAL writer of {self.storage.url} is closed")
+            if not self._dirty:
+                self._first_dirty_at = self._clock()
+            self._dirty[id(source)] = source
+            self._dirty_bytes += nbytes
+            self._marks += 1
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything marked dirty before this call is durable and delivered.
+        Not from the writer's event loop (delivery runs there). TimeoutError after
+        ``timeout`` s; WalClosedError if the writer closed first."""
+        with self._cond:
+            target = self._marks
+            done = self._cond.wait_for(
+                lambda: self._durable_marks >= target or self._closing, timeout
+            )
+            if self._durable_marks >= target:
+                return
+            if not done:
+                raise TimeoutError(
+                    f"WAL writer of {self.storage.url}: not durable after {timeout} s"
+                )
+            raise WalClosedError(
+                f"WAL writer of {self.storage.url} closed before the data was written"
+            ) from self._failed
+
+    def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop the writer. With ``drain``, first wait (up to ``timeout``) until what is
+        marked is durable. Chunks taken but not written are handed back (``wal_aborted``)."""
+        if drain and self._started:
+            try:
+                self.flush(timeout)
+            except (TimeoutError, WalClosedError) as err:
+                log.warning(
+                    "%s: closing the WAL writer without draining: %s", self.storage.url, err
+                )
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._started:
+            self._thread.join(timeout)
+
+    @property
+    def next_seq(self) -> int:
+        with self._cond:
+            return self._next_seq
+
+    @property
+    def stats(self) -> _Stats:
+        """Objects written, write calls (retries included), failed calls, bytes written."""
+        with self._cond:
+            return _Stats(**{f: getattr(self._stats, f) for f in _Stats.__slots__})
+
+    # --- the I/O thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._fence:
+                self._write_object([], 0)
+            while self._flush_once():
+                pass
+        except BaseException as err:  # a bug: fail loudly, never report anything durable
+            log.exception("%s: the WAL writer stopped", self.storage.url)
+            with self._cond:
+                self._failed = err
+                self._closing = True
+                self._cond.notify_all()
+
+    def _flush_once(self) -> bool:
+        """Wait for dirty sources, write one object; False once closing."""
+        with self._cond:
+            while not self._dirty and not self._closing:
+                self._cond.wait()
+            if self._closing:
+                return False
+            if self._linger_s > 0:
+                deadline = self._first_dirty_at + self._linger_s
+                while not self._closing and self._dirty_bytes < self._max_bytes:
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            sources = list(self._dirty.values())
+            self._dirty.clear()
+            self._dirty_bytes = 0
+            # Every mark counted here was made after its data was appended, so the takes
+            # below see that data: once this object is delivered, these marks are durable.
+            marks = self._marks
+        taken: list[tuple[WalSource, PendingChunk]] = []
+        for source in sources:
+            pending = source.take_pending_for_wal()
+            if pending is not None:
+                taken.append((source, pending))
+        if not taken:
+            self._deliver((), None, marks)
+            return True
+        return self._write_object(taken, marks)
+
+    def _write_object(self, taken: list[tuple[WalSource, PendingChunk]], marks: int) -> bool:
+        """Encode and write one object (retrying), then deliver it. False if closed first."""
+        seq = self._next_seq  # only this thread changes it
+        chunks = [
+            ChunkInput(
+                p.topic,
+                p.topic_id,
+                p.partition,
+                p.parts,
+                base_offset=p.base_offset,
+                next_offset=p.next_offset,
+            )
+            for _, p in taken
+        ]
+        data, index = encode_object(
+            chunks, seq=seq, broker_id=self.broker_id, broker_epoch=self.broker_epoch
+        )
+        path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
+        attempts = self._write_with_retry(path, data)
+        if attempts == 0:
+            for source, pending in taken:
+                source.wal_aborted(pending)
+            return False
+        with self._cond:
+            self._next_seq = seq + 1
+            self._stats.objects += 1
+            self._stats.bytes += len(data)
+        if self._index is not None:
+            self._index.add_object(path, index, references=len(index.chunks))
+        by_key = {(c.topic_id, c.partition): ChunkExtent.of(path, 0, c) for c in index.chunks}
+        pairs = tuple((s, by_key[(p.topic_id, p.partition)]) for s, p in taken)
+        result = FlushResult(seq, path, len(data), tuple(e for _, e in pairs), attempts)
+        self._deliver(pairs, result, marks)
+        return True
+
+    def _write_with_retry(self, path: str, data: bytearray) -> int:
+        """Write until it returns; the number of calls, or 0 if the writer closed first."""
+        backoff = self._backoff_s
+        attempts = 0
+        while True:
+            attempts += 1
+            with self._cond:
+                self._stats.write_calls += 1
+            try:
+                self.storage.write(path, data)
+                return attempts
+            except StorageError as err:
+                with self._cond:
+                    self._stats.failures += 1
+                log.warning(
+                    "%s: writing %s failed (attempt %d), retrying in %.0f ms: %s",
+                    self.storage.url,
+                    path,
+                    attempts,
+                    backoff * 1000,
+                    err,
+                )
+                if self._on_error is not None:
+                    self._on_error(err)
+                with self._cond:
+                    if self._cond.wait_for(lambda: self._closing, backoff):
+                        return 0
+                backoff = min(backoff * 2, self._backoff_max_s)
+
+    def _deliver(
+        self,
+        pairs: tuple[tuple[WalSource, ChunkExtent], ...],
+        result: FlushResult | None,
+        marks: int,
+    ) -> None:
+        if self._loop is None:
+            self._apply(pairs, result, marks)
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._apply, pairs, result, marks)
+        except RuntimeError:  # the loop is closed: nobody is waiting on it any more
+            log.warning("%s: event loop closed, WAL completion dropped", self.storage.url)
+
+    def _apply(
+        self,
+        pairs: tuple[tuple[WalSource, ChunkExtent], ...],
+        result: FlushResult | None,
+        marks: int,
+    ) -> None:
+        for source, extent in pairs:
+            source.wal_flushed(extent)
+        if result is not None and self._on_flushed is not None:
+            self._on_flushed(result)
+        with self._cond:
+            self._durable_marks = max(self._durable_marks, marks)
+            self._cond.notify_all()
+
+
+# --- a minimal source -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Batches:
+    base_offset: int
+    next_offset: int
+    data: bytes
+
+
+class BufferedSource:
+    """One partition's batches in memory until a :class:`WalWriter` makes them durable.
+
+    The reference implementation of :class:`WalSource` (``Log`` implements the same hooks
+    over its own pending list), for tools, tests and the SIGKILL worker. Appends take whole
+    batches whose offsets are already set (as a follower's), contiguous from the end.
+    ``on_durable(end)`` is called after each ``wal_flushed``.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        topic_id: str,
+        partition: int,
+        *,
+        next_offset: int = 0,
+        writer: WalWriter | None = None,
+        on_durable: Callable[[int], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partition = partition
+        self.writer = writer
+        self.on_durable = on_durable
+        self._lock = threading.Lock()
+        self._pending: list[_Batches] = []
+        self._taken = 0  # how many of _pending are in the writer's hands
+        self._leo = next_offset
+        self._durable_end = next_offset
+        self.extents: list[ChunkExtent] = []
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self._durable_end
+
+    def append(self, data: bytes) -> int:
+        """Append whole batches starting at the log end offset; returns the new one, and
+        marks this source dirty on its writer."""
+        with self._lock:
+            expected = self._leo
+            for batch in iter_batches(data, validate=True):
+                if batch.base_offset != expected:
+                    raise InvalidRecordError(
+                        f"{self.topic}-{self.partition}: batch at offset {batch.base_offset}, "
+                        f"the log ends at {expected}"
+                    )
+                expected = batch.next_offset
+            self._pending.append(_Batches(self._leo, expected, bytes(data)))
+            self._leo = expected
+        if self.writer is not None:
+            self.writer.mark_dirty(self, len(data))
+        return expected
+
+    def take_pending_for_wal(self) -> PendingChunk | None:
+        with self._lock:
+            fresh = self._pending[self._taken :]
+            if not fresh:
+                return None
+            self._taken = len(self._pending)
+            return PendingChunk(
+                self.topic,
+                self.topic_id,
+                self.partition,
+                tuple(b.data for b in fresh),
+                fresh[0].base_offset,
+                fresh[-1].next_offset,
+            )
+
+    def wal_flushed(self, extent: ChunkExtent) -> None:
+        with self._lock:
+            if extent.base_offset != self._durable_end:
+                raise InvalidRecordError(
+                    f"{self.topic}-{self.partition}: durable chunk starts at "
+                    f"{extent.base_offset}, the durable end is {self._durable_end}"
+                )
+            done = 0
+            while (
+                done < len(self._pending) and self._pending[done].next_offset <= extent.next_offset
+            ):
+                done += 1
+            del self._pending[:done]
+            self._taken -= done
+            self._durable_end = extent.next_offset
+            self.extents.append(extent)
+        if self.on_durable is not None:
+            self.on_durable(extent.next_offset)
+
+    def wal_aborted(self, pending: PendingChunk) -> None:
+        with self._lock:
+            self._taken = next(
+                (i for i, b in enumerate(self._pending) if b.base_offset >= pending.base_offset),
+                len(self._pending),
+            )
+
+
+# --- the index (recovery) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WalObject:
+    """One live WAL or packed object as the index knows it."""
+
+    #: relative to the broker root (``_replog/wal/L0/...wal``)
+    path: str
+    name: WalObjectName
+    index: WalObjectIndex
+
+
+@dataclass(slots=True)
+class LoadStats:
+    """Requests :meth:`WalIndex.load` made (for tests and logs)."""
+
+    lists: int = 0
+    tail_reads: int = 0
+    extra_reads: int = 0
+    scans: int = 0
+    temp_files_removed: int = 0
+
+
+class WalIndex:
+    """Every live WAL and packed object of a broker root, and each partition's chunks in them.
+
+    Built by :meth:`load` at start; the writer adds what it writes (:meth:`add_object`).
+    Counts references per object (one per chunk extent a log holds) so that compaction can
+    delete objects nobody refers to (:meth:`unreferenced`). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        objects: Iterable[WalObject] = (),
+        *,
+        next_seq: int = FIRST_SEQ,
+        zombies: Iterable[str] = (),
+        foreign: Iterable[str] = (),
+        stats: LoadStats | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, WalObject] = {}
+        self._chunks: dict[tuple[str, int], list[ChunkExtent]] = {}
+        self._refs: dict[str, int] = {}
+        self.next_seq = next_seq
+        #: objects of an older broker epoch written after a newer one started (ignored)
+        self.zombies = sorted(zombies)
+        #: names under ``_replog/wal/`` this code does not know (ignored, left alone)
+        self.foreign = sorted(foreign)
+        self.stats = stats or LoadStats()
+        for obj in objects:
+            self._add(obj, 0)
+
+    # --- loading ----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, storage: Storage, *, tail_bytes: int = DEFAULT_TAIL_BYTES) -> WalIndex:
+        """Rebuild the index of the broker root ``storage``: one LIST of ``_replog/wal/``,
+        one tail read per live object (a second if its footer is longer than ``tail_bytes``),
+        a whole read and a scan for an object whose footer does not check. Temporary files
+        of writes killed mid-way are deleted. Call it before a :class:`WalWriter` of this
+        root starts. UnsupportedWalFormatError (naming the object) for a format this replog
+        does not read: refusing beats serving a log with a hole.
+        """
+        stats = LoadStats()
+        stats.temp_files_removed = storage.delete_temp_files(WAL_PREFIX)
+        if stats.temp_files_removed:
+            log.info(
+                "%s: deleted %d temporary file(s) of WAL writes killed mid-way",
+                storage.url,
+                stats.temp_files_removed,
+            )
+        listed = storage.list(WAL_PREFIX)
+        stats.lists += 1
+        named: list[tuple[str, int, WalObjectName]] = []
+        foreign: list[str] = []
+        for info in listed:
+            parsed = parse_object_name(info.path[len(WAL_PREFIX) + 1 :])
+            if parsed is None:
+                foreign.append(info.path)
+                log.warning("%s: ignoring %s: not a WAL object name", storage.url, info.path)
+                continue
+            named.append((info.path, info.size, parsed))
+        next_seq = max((n.max_seq + 1 for _, _, n in named), default=FIRST_SEQ)
+        fenced = _zombies([(path, n) for path, _, n in named])
+        for path in sorted(fenced):
+            log.warning(
+                "%s: ignoring %s: written by an older broker epoch after a newer one started "
+                "(zombie rule)",
+                storage.url,
+                path,
+            )
+        objects = [
+            WalObject(path, name, _load_object(storage, path, size, name, tail_bytes, stats))
+            for path, size, name in named
+            if path not in fenced
+        ]
+        return cls(objects, next_seq=next_seq, zombies=fenced, foreign=foreign, stats=stats)
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def chunks_for(self, topic_id: str, partition: int) -> list[ChunkExtent]:
+        """The partition's chunks in every live object, by (base offset, last seq). They may
+        overlap (a chunk and its compacted copy, or data a truncation voided): the log's
+        recovery walk picks among them."""
+        with self._lock:
+            return list(self._chunks.get((topic_id, partition), ()))
+
+    def partitions(self) -> set[tuple[str, int]]:
+        """Every (topic id, partition) with a chunk in a live object."""
+        with self._lock:
+            return set(self._chunks)
+
+    def objects(self) -> list[WalObject]:
+        """The live objects, by path."""
+        with self._lock:
+            return [self._objects[p] for p in sorted(self._objects)]
+
+    # --- changes ----------------------------------------------------------------------------
+
+    def add_object(self, path: str, index: WalObjectIndex, *, references: int = 0) -> None:
+        """Add an object just written (``references``: the chunk extents handed out)."""
+        name = parse_object_name(path[len(WAL_PREFIX) + 1 :])
+        if not path.startswith(WAL_PREFIX + "/") or name is None:
+            raise ValueError(f"{path!r} is not a WAL object path under {WAL_PREFIX}/")
+        with self._lock:
+            self._add(WalObject(path, name, index), references)
+            self.next_seq = max(self.next_seq, name.max_seq + 1)
+
+    def _add(self, obj: WalObject, references: int) -> None:
+        if obj.path in self._objects:
+            raise ValueError(f"{obj.path} is already in the WAL index")
+        self._objects[obj.path] = obj
+        self._refs[obj.path] = references
+        for chunk in obj.index.chunks:
+            extent = ChunkExtent.of(obj.path, obj.name.level, chunk)
+            chunks = self._chunks.setdefault((chunk.topic_id, chunk.partition), [])
+            bisect.insort(chunks, extent, key=lambda e: (e.base_offset, e.last_seq))
+
+    def remove_object(self, path: str) -> None:
+        """Forget an object (deleted by the garbage collector)."""
+        with self._lock:
+            obj = self._objects.pop(path)
+            self._refs.pop(path, None)
+            for chunk in obj.index.chunks:
+                key = (chunk.topic_id, chunk.partition)
+                kept = [e for e in self._chunks.get(key, ()) if e.object != path]
+                if kept:
+                    self._chunks[key] = kept
+                else:
+                    self._chunks.pop(key, None)
+
+    # --- references -------------------------------------------------------------------------
+
+    def acquire(self, path: str, count: int = 1) -> None:
+        """A log holds ``count`` more extents in ``path`` (at open, or after compaction)."""
+        with self._lock:
+            if path not in self._refs:
+                raise KeyError(f"{path} is not a live object of the WAL index")
+            self._refs[path] += count
+
+    def release(self, path: str, count: int = 1) -> None:
+        """A log dropped ``count`` extents in ``path`` (truncation, retention, compaction)."""
+        with self._lock:
+            held = self._refs.get(path)
+            if held is None or held < count:
+                raise ValueError(f"{path}: releasing {count} references of {held}")
+            self._refs[path] = held - count
+
+    def references(self, path: str) -> int:
+        with self._lock:
+            return self._refs[path]
+
+    def unreferenced(self) -> list[str]:
+        """Live objects no log refers to: garbage once every partition of the broker was
+        opened (before that, a partition not yet open makes its chunks look unreferenced)."""
+        with self._lock:
+            return sorted(p for p, n in self._refs.items() if n == 0)
+
+
+def _zombies(named: list[tuple[str, WalObjectName]]) -> set[str]:
+    """Paths fenced by the zombie rule: an object of epoch e is a zombie if some newer epoch
+    E > e wrote an L0 object with a seq at or below the object's (max) seq. Only L0 seqs fence:
+    a packed object's seqs are its sources', which may be older epochs'."""
+    first_l0: dict[int, int] = {}
+    for _, name in named:
+        if name.level == 0:
+            epoch = name.broker_epoch
+            first_l0[epoch] = min(first_l0.get(epoch, name.max_seq), name.max_seq)
+    zombies = set()
+    for path, name in named:
+        newer = [seq for epoch, seq in first_l0.items() if epoch > name.broker_epoch]
+        if newer and name.max_seq >= min(newer):
+            zombies.add(path)
+    return zombies
+
+
+def _check_name(index: WalObjectIndex, name: WalObjectName, where: str) -> None:
+    stated = (index.level, index.min_seq, index.max_seq, index.broker_epoch)
+    if stated != (name.level, name.min_seq, name.max_seq, name.broker_epoch):
+        raise InvalidWalObjectError(
+            f"WAL object {where}: footer says level {index.level}, seqs [{index.min_seq}, "
+            f"{index.max_seq}], epoch {index.broker_epoch}; its name says otherwise"
+        )
+
+
+def _load_object(
+    storage: Storage, path: str, size: int, name: WalObjectName, tail_bytes: int, stats: LoadStats
+) -> WalObjectIndex:
+    """The index of one object: its footer if it checks and agrees with the name, else a scan
+    of the whole object (a torn write: only whole valid batches of its valid prefix)."""
+    where = f"{storage.url}/{path}"
+    start = max(0, size - tail_bytes)
+    tail = storage.read_range(path, start, size)
+    stats.tail_reads += 1
+    try:
+        try:
+            index = read_footer(tail, size, name=where)
+        except FooterIncompleteError as more:
+            tail = storage.read_range(path, max(0, size - more.needed), size)
+            stats.extra_reads += 1
+            start = size - len(tail)
+            index = read_footer(tail, size, name=where)
+        _check_name(index, name, where)
+        return index
+    except InvalidWalObjectError as err:
+        data = tail if start == 0 and len(tail) == size else storage.read(path)
+        if data is not tail:
+            stats.extra_reads += 1
+        stats.scans += 1
+        try:
+            scanned = scan_object(data, name=where)
+        except InvalidWalObjectError as unreadable:
+            log.warning("%s (footer: %s); nothing in it is used", unreadable, err)
+            return WalObjectIndex(
+                name.level,
+                -1,
+                name.broker_epoch,
+                name.min_seq,
+                name.max_seq,
+                0,
+                (),
+                size,
+                scanned=True,
+                valid_length=0,
+                reason=str(unreadable),
+            )
+        if (scanned.level, scanned.max_seq, scanned.broker_epoch) != (
+            name.level,
+            name.max_seq,
+            name.broker_epoch,
+        ):
+            log.warning("%s: its header does not match its name; nothing in it is used", where)
+            return WalObjectIndex(
+                name.level,
+                -1,
+                name.broker_epoch,
+                name.min_seq,
+                name.max_seq,
+                0,
+                (),
+                size,
+                scanned=True,
+                valid_length=0,
+                reason="header does not match the name",
+            )
+        log.warning(
+            "%s: %s; scanned: %d whole chunk(s) up to byte %d%s",
+            where,
+            err,
+            len(scanned.chunks),
+            scanned.valid_length,
+            f", cut there: {scanned.reason}" if scanned.reason else "",
+        )
+        return scanned
