@@ -279,6 +279,7 @@ class WalWriter:
         self._marks = 0  # mark_dirty calls so far
         self._durable_marks = 0  # marks whose data is durable (and delivered)
         self._closing = False
+        self._force = False  # flush() waits: skip the linger
         self._failed: BaseException | None = None
         self._stats = _Stats()
         self._thread = threading.Thread(target=self._run, name="wal-writer", daemon=True)
@@ -309,11 +310,15 @@ class WalWriter:
             self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until everything marked dirty before this call is durable and delivered.
-        Not from the writer's event loop (delivery runs there). TimeoutError after
-        ``timeout`` s; WalClosedError if the writer closed first."""
+        """Wait until everything marked dirty before this call is durable and delivered
+        (cutting a linger short, as Kafka's producer flush does). Not from the writer's event
+        loop (delivery runs there). TimeoutError after ``timeout`` s; WalClosedError if the
+        writer closed first."""
         with self._cond:
             target = self._marks
+            if self._durable_marks < target:
+                self._force = True  # no linger: someone waits
+                self._cond.notify_all()
             done = self._cond.wait_for(
                 lambda: self._durable_marks >= target or self._closing, timeout
             )
@@ -378,11 +383,12 @@ class WalWriter:
                 return False
             if self._linger_s > 0:
                 deadline = self._first_dirty_at + self._linger_s
-                while not self._closing and self._dirty_bytes < self._max_bytes:
+                while not self._closing and not self._force and self._dirty_bytes < self._max_bytes:
                     left = deadline - self._clock()
                     if left <= 0:
                         break
                     self._cond.wait(left)
+            self._force = False
             sources = list(self._dirty.values())
             self._dirty.clear()
             self._dirty_bytes = 0
