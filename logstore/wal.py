@@ -364,7 +364,7 @@ class WalWriter:
     def _run(self) -> None:
         try:
             if self._fence:
-                self._write_object([], 0)
+                self._write_object([], 0, fence=True)
             while self._flush_once():
                 pass
         except BaseException as err:  # a bug: fail loudly, never report anything durable
@@ -405,23 +405,20 @@ class WalWriter:
             return True
         return self._write_object(taken, marks)
 
-    def _write_object(self, taken: list[tuple[WalSource, PendingChunk]], marks: int) -> bool:
+    def _write_object(
+        self, taken: list[tuple[WalSource, PendingChunk]], marks: int, *, fence: bool = False
+    ) -> bool:
         """Encode and write one object (retrying), then deliver it. False if closed first."""
         seq = self._next_seq  # only this thread changes it
-        chunks = [
-            ChunkInput(
-                p.topic,
-                p.topic_id,
-                p.partition,
-                p.parts,
-                base_offset=p.base_offset,
-                next_offset=p.next_offset,
-            )
-            for _, p in taken
-        ]
-        data, index = encode_object(
-            chunks, seq=seq, broker_id=self.broker_id, broker_epoch=self.broker_epoch
-        )
+        taken = self._one_per_partition(taken)
+        try:
+            data, index = self._encode(taken, seq)
+        except ValueError:
+            taken = self._drop_malformed(taken, seq)
+            if not taken and not fence:
+                self._deliver((), None, marks)
+                return True
+            data, index = self._encode(taken, seq)
         path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
         attempts = self._write_with_retry(path, data)
         if attempts == 0:
@@ -439,6 +436,70 @@ class WalWriter:
         result = FlushResult(seq, path, len(data), tuple(e for _, e in pairs), attempts)
         self._deliver(pairs, result, marks)
         return True
+
+    def _encode(
+        self, taken: list[tuple[WalSource, PendingChunk]], seq: int
+    ) -> tuple[bytearray, WalObjectIndex]:
+        chunks = [
+            ChunkInput(
+                p.topic,
+                p.topic_id,
+                p.partition,
+                p.parts,
+                base_offset=p.base_offset,
+                next_offset=p.next_offset,
+            )
+            for _, p in taken
+        ]
+        return encode_object(
+            chunks, seq=seq, broker_id=self.broker_id, broker_epoch=self.broker_epoch
+        )
+
+    def _one_per_partition(
+        self, taken: list[tuple[WalSource, PendingChunk]]
+    ) -> list[tuple[WalSource, PendingChunk]]:
+        """An object holds one chunk per partition: a second source of the same partition (a
+        log replaced while its predecessor still had pending batches) waits for the next."""
+        seen: set[tuple[str, int]] = set()
+        kept = []
+        for source, pending in taken:
+            key = (pending.topic_id, pending.partition)
+            if key in seen:
+                source.wal_aborted(pending)
+                with self._cond:  # take it again in the next object
+                    if not self._dirty:
+                        self._first_dirty_at = self._clock()
+                    self._dirty[id(source)] = source
+                continue
+            seen.add(key)
+            kept.append((source, pending))
+        return kept
+
+    def _drop_malformed(
+        self, taken: list[tuple[WalSource, PendingChunk]], seq: int
+    ) -> list[tuple[WalSource, PendingChunk]]:
+        """The chunks that encode alone; the others are handed back and reported (a source
+        that gives something other than whole contiguous batches has a bug; the other
+        partitions must not stop because of it)."""
+        kept = []
+        for source, pending in taken:
+            try:
+                self._encode([(source, pending)], seq)
+            except ValueError as err:
+                log.exception(
+                    "%s: not writing %s-%d [%d, %d)",
+                    self.storage.url,
+                    pending.topic,
+                    pending.partition,
+                    pending.base_offset,
+                    pending.next_offset,
+                )
+                source.wal_aborted(pending)
+                if self._on_error is not None:
+                    self._on_error(err)
+                continue
+            kept.append((source, pending))
+        return kept
 
     def _write_with_retry(self, path: str, data: bytearray) -> int:
         """Write until it returns; the number of calls, or 0 if the writer closed first."""
@@ -489,10 +550,17 @@ class WalWriter:
         result: FlushResult | None,
         marks: int,
     ) -> None:
+        # A failing callback must not keep the others (or flush() waiters) from hearing.
         for source, extent in pairs:
-            source.wal_flushed(extent)
+            try:
+                source.wal_flushed(extent)
+            except Exception:
+                log.exception("%s: wal_flushed(%s) failed", self.storage.url, extent)
         if result is not None and self._on_flushed is not None:
-            self._on_flushed(result)
+            try:
+                self._on_flushed(result)
+            except Exception:
+                log.exception("%s: on_flushed(seq %d) failed", self.storage.url, result.seq)
         with self._cond:
             self._durable_marks = max(self._durable_marks, marks)
             self._cond.notify_all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import queue
@@ -24,6 +25,7 @@ from logstore.wal import (
     BufferedSource,
     ChunkExtent,
     FlushResult,
+    PendingChunk,
     WalClosedError,
     WalIndex,
     WalWriter,
@@ -279,6 +281,79 @@ def test_close_hands_taken_chunks_back() -> None:
         again.mark_dirty(source)
     again.flush(timeout=30)
     again.close()
+    assert all(s.durable_end_offset == 2 for s in sources)
+
+
+class BrokenSource(BufferedSource):
+    """A source with a bug: it hands over bytes that are not whole batches."""
+
+    def take_pending_for_wal(self) -> PendingChunk | None:
+        pending = super().take_pending_for_wal()
+        if pending is None:
+            return None
+        return dataclasses.replace(pending, parts=(pending.parts[0][:-5],))
+
+    def wal_flushed(self, extent: ChunkExtent) -> None:
+        raise AssertionError("a broken chunk was written")
+
+
+@pytest.mark.unit
+def test_a_broken_source_does_not_stop_the_others() -> None:
+    storage = memory_root()
+    errors: list[BaseException] = []
+    writer = WalWriter(
+        storage, broker_id=0, broker_epoch=1, fence=False, autostart=False, on_error=errors.append
+    )
+    broken = BrokenSource("t", TOPICS[0], 0, writer=writer)
+    sources = [BufferedSource("t", TOPICS[0], p, writer=writer) for p in (1, 2)]
+    for source in [broken, *sources]:
+        append(source)
+    writer.start()
+    writer.flush(timeout=30)
+    writer.close()
+    assert all(s.durable_end_offset == 2 for s in sources)
+    assert broken.durable_end_offset == 0
+    assert len(errors) == 1
+    assert isinstance(errors[0], ValueError)
+    assert "not whole record batches" in str(errors[0])
+    (obj,) = WalIndex.load(storage).objects()
+    assert [c.partition for c in obj.index.chunks] == [1, 2]
+
+
+@pytest.mark.unit
+def test_two_sources_of_one_partition_go_to_successive_objects() -> None:
+    """One chunk per partition per object: a replaced log's successor waits one flush."""
+    storage = memory_root()
+    writer = WalWriter(storage, broker_id=0, broker_epoch=1, fence=False, autostart=False)
+    old = BufferedSource("t", TOPICS[0], 0, writer=writer)
+    new = BufferedSource("t", TOPICS[0], 0, next_offset=2, writer=writer)
+    append(old)
+    append(new)
+    writer.start()
+    writer.flush(timeout=30)
+    wait_until(lambda: new.durable_end_offset == 4, message="the second source's flush")
+    writer.close()
+    assert old.durable_end_offset == 2
+    assert [e.object for e in old.extents + new.extents] == [
+        f"{WAL_PREFIX}/{object_name(s, 1)}" for s in (1, 2)
+    ]
+
+
+@pytest.mark.unit
+def test_a_failing_callback_does_not_block_the_others() -> None:
+    storage = memory_root()
+    writer = WalWriter(storage, broker_id=0, broker_epoch=1, fence=False, autostart=False)
+    sources = sources_for(writer, 3)
+
+    def fail(end: int) -> None:
+        raise RuntimeError(f"a callback bug at {end}")
+
+    sources[0].on_durable = fail
+    for source in sources:
+        append(source)
+    writer.start()
+    writer.flush(timeout=30)
+    writer.close()
     assert all(s.durable_end_offset == 2 for s in sources)
 
 
