@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import concurrent.futures
 import logging
 import threading
 import time
@@ -732,10 +733,13 @@ class WalIndex:
     # --- loading ----------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, storage: Storage, *, tail_bytes: int = DEFAULT_TAIL_BYTES) -> WalIndex:
+    def load(
+        cls, storage: Storage, *, tail_bytes: int = DEFAULT_TAIL_BYTES, parallelism: int = 8
+    ) -> WalIndex:
         """Rebuild the index of the broker root ``storage``: one LIST of ``_replog/wal/``,
         one tail read per live object (a second if its footer is longer than ``tail_bytes``),
-        a whole read and a scan for an object whose footer does not check. Temporary files
+        a whole read and a scan for an object whose footer does not check (``parallelism``
+        objects at a time). Temporary files
         of writes killed mid-way are deleted. Call it before a :class:`WalWriter` of this
         root starts. UnsupportedWalFormatError (naming the object) for a format this replog
         does not read: refusing beats serving a log with a hole.
@@ -768,11 +772,23 @@ class WalIndex:
                 storage.url,
                 path,
             )
-        objects = [
-            WalObject(path, name, _load_object(storage, path, size, name, tail_bytes, stats))
-            for path, size, name in named
-            if path not in fenced
-        ]
+        live = [(path, size, name) for path, size, name in named if path not in fenced]
+
+        def load_one(entry: tuple[str, int, WalObjectName]) -> tuple[WalObject, LoadStats]:
+            path, size, name = entry
+            own = LoadStats()
+            return WalObject(
+                path, name, _load_object(storage, path, size, name, tail_bytes, own)
+            ), own
+
+        # The footer reads are independent: on S3 each is a 10-50 ms GET, so they overlap.
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(parallelism, len(live)))) as pool:
+            loaded = list(pool.map(load_one, live))
+        objects = [obj for obj, _ in loaded]
+        for _, own in loaded:
+            stats.tail_reads += own.tail_reads
+            stats.extra_reads += own.extra_reads
+            stats.scans += own.scans
         return cls(objects, next_seq=next_seq, zombies=fenced, foreign=foreign, stats=stats)
 
     # --- queries ----------------------------------------------------------------------------
