@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -577,10 +578,13 @@ def test_references() -> None:
 class Worker:
     """tests/wal_worker.py as a subprocess, its stdout read line by line on a thread."""
 
-    def __init__(self, url: str, epoch: int, seed: int, fault: str, fault_after: int) -> None:
+    def __init__(
+        self, url: str, options: dict[str, Any], epoch: int, seed: int, fault: str, after: int
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         command = [sys.executable, "-m", "tests.wal_worker", "--url", url, "--epoch", str(epoch)]
-        command += ["--seed", str(seed), "--fault", fault, "--fault-after", str(fault_after)]
+        command += ["--seed", str(seed), "--fault", fault, "--fault-after", str(after)]
+        command += ["--storage-options", json.dumps(options)]
         self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -617,11 +621,26 @@ def test_sigkill_mid_flush(tmp_path: Path, fault: str) -> None:
     is recovered, contiguous from 0, CRC-valid, with its own value; nothing partial is
     returned. Each round restarts from what the previous one recovered, with a new epoch."""
     url = str(tmp_path / "broker-0")
-    storage = Storage.from_url(url)
+    kill_rounds(url, {}, Storage.from_url(url), fault, rounds=4)
+
+
+@pytest.mark.chaos
+@pytest.mark.s3
+@pytest.mark.parametrize("fault", ["none", "stall"])
+def test_sigkill_mid_flush_on_s3(s3_url: S3Location, fault: str) -> None:
+    """The same on moto S3 (a PUT is atomic: the object is whole or absent)."""
+    options = dict(s3_url.storage_options)
+    with Storage.from_url(s3_url.url, **options) as storage:
+        kill_rounds(s3_url.url, options, storage, fault, rounds=3)
+
+
+def kill_rounds(
+    url: str, options: dict[str, Any], storage: Storage, fault: str, *, rounds: int
+) -> None:
     rng = random.Random(f"{fault}-19")
     acked: dict[int, int] = {}
-    for epoch in range(1, 5):
-        worker = Worker(url, epoch, rng.randrange(1 << 30), fault, rng.randint(2, 12))
+    for epoch in range(1, rounds + 1):
+        worker = Worker(url, options, epoch, rng.randrange(1 << 30), fault, rng.randint(2, 12))
         try:
             line = worker.next_line()
             assert line.startswith("READY ")
