@@ -53,7 +53,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from logstore.batch import iter_batches
-from logstore.errors import CorruptRecordError, InvalidRecordError, ReplogError, StorageError
+from logstore.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    ObjectNotFoundError,
+    ReplogError,
+    StorageError,
+)
 from logstore.storage import Storage
 from logstore.wal_format import (
     DEFAULT_TAIL_BYTES,
@@ -167,18 +173,31 @@ class ChunkExtent:
 
 
 class WalSource(Protocol):
-    """What a partition log offers the writer (``Log`` and :class:`BufferedSource`)."""
+    """What a partition log offers the writer (``Log`` and :class:`BufferedSource`).
+
+    A source keeps three offsets: durable end <= taken end <= log end. Its batches stay in
+    its pending list (readable) until ``wal_flushed`` says which prefix is durable; the writer
+    never holds the only copy. With one flush in flight, ``taken end`` runs ahead of the
+    durable end by at most one chunk. A truncation past the durable end must wait until the
+    taken chunk is flushed or aborted (its bytes are in an object being written), then drop
+    pending batches past the cut (recorded with the seq that may hold them, see STORAGE.md
+    §2.7).
+    """
 
     def take_pending_for_wal(self) -> PendingChunk | None:
-        """The batches after the last taken offset (none: None), marked taken. Called on the
-        writer's I/O thread; must be quick (a list under the source's lock)."""
+        """The batches from the taken end to the log end (none: None); the taken end moves
+        to the log end. Called on the writer's I/O thread; must be quick (a list slice under
+        the source's lock, no copy)."""
 
     def wal_flushed(self, extent: ChunkExtent) -> None:
-        """The batches ``[extent.base_offset, extent.next_offset)`` are durable at ``extent``.
-        Called once per taken chunk, in take order, on the loop if the writer has one."""
+        """The batches ``[extent.base_offset, extent.next_offset)`` (exactly the taken chunk)
+        are durable at ``extent``: the durable end moves to ``extent.next_offset``, and the
+        source reads them from the object from now on. Called once per taken chunk, in take
+        order, on the loop if the writer has one."""
 
     def wal_aborted(self, pending: PendingChunk) -> None:
-        """The writer closed without writing ``pending``: it is not taken any more."""
+        """The writer closed without writing ``pending``: the taken end goes back to
+        ``pending.base_offset`` (the next writer takes the batches again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -774,17 +793,22 @@ class WalIndex:
             )
         live = [(path, size, name) for path, size, name in named if path not in fenced]
 
-        def load_one(entry: tuple[str, int, WalObjectName]) -> tuple[WalObject, LoadStats]:
+        def load_one(entry: tuple[str, int, WalObjectName]) -> tuple[WalObject | None, LoadStats]:
             path, size, name = entry
             own = LoadStats()
-            return WalObject(
-                path, name, _load_object(storage, path, size, name, tail_bytes, own)
-            ), own
+            try:
+                index = _load_object(storage, path, size, name, tail_bytes, own)
+            except ObjectNotFoundError:
+                # Deleted since the LIST: only the garbage collector deletes, and only objects
+                # whose data is elsewhere (an old incarnation's collector may still run).
+                log.info("%s: %s went away while the WAL was loaded", storage.url, path)
+                return None, own
+            return WalObject(path, name, index), own
 
         # The footer reads are independent: on S3 each is a 10-50 ms GET, so they overlap.
         with concurrent.futures.ThreadPoolExecutor(max(1, min(parallelism, len(live)))) as pool:
             loaded = list(pool.map(load_one, live))
-        objects = [obj for obj, _ in loaded]
+        objects = [obj for obj, _ in loaded if obj is not None]
         for _, own in loaded:
             stats.tail_reads += own.tail_reads
             stats.extra_reads += own.extra_reads

@@ -20,7 +20,7 @@ import pytest
 
 from logstore.batch import Record, build, iter_batches
 from logstore.errors import CorruptRecordError
-from logstore.storage import TEMP_PREFIX, Storage
+from logstore.storage import TEMP_PREFIX, ObjectInfo, Storage
 from logstore.wal import (
     WAL_PREFIX,
     BufferedSource,
@@ -530,6 +530,32 @@ def test_unknown_format_is_refused_naming_the_object() -> None:
     storage.write(path, data)
     with pytest.raises(UnsupportedWalFormatError, match=rf"{path}.*format 2.*[Uu]pgrade"):
         WalIndex.load(storage)
+
+
+class VanishingStorage(FaultyStorage):
+    """Deletes one object right after each LIST (a garbage collector racing the load)."""
+
+    victim = ""
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        found = super().list(prefix)
+        self.inner.delete(self.victim)
+        return found
+
+
+@pytest.mark.unit
+def test_object_deleted_after_the_list_is_skipped() -> None:
+    storage = VanishingStorage(memory_root())
+    writer = WalWriter(storage, broker_id=0, broker_epoch=1, autostart=False)
+    sources = sources_for(writer, 2)
+    for source in sources:
+        append(source)
+    writer.start()
+    writer.close()
+    storage.victim = f"{WAL_PREFIX}/{object_name(1, 1)}"  # the fence
+    index = WalIndex.load(storage)
+    assert [o.path for o in index.objects()] == [f"{WAL_PREFIX}/{object_name(2, 1)}"]
+    assert index.next_seq == 3
 
 
 @pytest.mark.unit
