@@ -12,11 +12,14 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
 from logstore.errors import CorruptRecordError
@@ -708,3 +711,118 @@ def _check_whole_batches_all(storage: Storage, index: WalIndex) -> None:
             assert topic_id == TOPIC_ID
             data = extent.read(storage)
             assert sum(b.size_in_bytes for b in iter_batches(data)) == extent.size
+
+
+# --- a model: appends, flushes, store failures, torn writes and crashes in any order ------------
+
+
+class WalMachine(RuleBasedStateMachine):
+    """Sources over a WalWriter on a FaultyStorage, against a model of what was appended.
+
+    After any sequence of appends, failing and torn writes and crashes (the writer dropped
+    mid-way, the index reloaded, a new broker epoch started on what it recovered), every
+    offset a source reported durable is recovered with the value appended there, and what is
+    recovered is a prefix of what was appended: never a hole, a partial batch, or a value
+    that was not written.
+    """
+
+    PARTITIONS = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.storage = FaultyStorage(memory_root())
+        self.epoch = 0
+        self.appended: dict[int, list[bytes]] = {p: [] for p in range(self.PARTITIONS)}
+        self.acked = dict.fromkeys(range(self.PARTITIONS), 0)
+        self.writer: WalWriter | None = None
+        self._start(WalIndex.load(self.storage))
+
+    def _start(self, index: WalIndex) -> None:
+        self.epoch += 1
+        self.writer = WalWriter(
+            self.storage,
+            broker_id=0,
+            broker_epoch=self.epoch,
+            next_seq=index.next_seq,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=2,
+        )
+        self.sources = [
+            BufferedSource(
+                "t",
+                TOPIC_ID,
+                p,
+                next_offset=len(self.appended[p]),
+                writer=self.writer,
+                on_durable=self._acker(p),
+            )
+            for p in range(self.PARTITIONS)
+        ]
+
+    def _acker(self, partition: int) -> Callable[[int], None]:
+        return lambda end: self._ack(partition, end)
+
+    def _ack(self, partition: int, end: int) -> None:
+        self.acked[partition] = max(self.acked[partition], end)
+
+    @rule(partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3))
+    def append(self, partition: int, count: int) -> None:
+        source = self.sources[partition]
+        base = source.log_end_offset
+        values = [f"{partition}:{o}:{self.epoch}".encode() for o in range(base, base + count)]
+        records = [Record(None, v, 1000) for v in values]
+        source.append(build(records, base_offset=base, partition_leader_epoch=self.epoch))
+        self.appended[partition].extend(values)
+
+    @rule()
+    def flush(self) -> None:
+        assert self.writer is not None
+        self.writer.flush(timeout=30)
+        for p, source in enumerate(self.sources):
+            assert source.durable_end_offset == len(self.appended[p])
+
+    @rule(times=st.integers(1, 3))
+    def fail_writes(self, times: int) -> None:
+        self.storage.fail("write", times=times, path_prefix=WAL_PREFIX)
+
+    @rule(fraction=st.floats(0, 0.99))
+    def tear_a_write(self, fraction: float) -> None:
+        self.storage.tear(fraction=fraction, path_prefix=WAL_PREFIX)
+
+    @rule(stuck=st.booleans())
+    def crash(self, stuck: bool) -> None:
+        """Drop the writer (with ``stuck``, its writes keep failing: what it took is lost),
+        reload the index, check it, and start a new epoch on what was recovered."""
+        assert self.writer is not None
+        if stuck:
+            self.storage.fail("write", times=1_000_000, path_prefix=WAL_PREFIX)
+        self.writer.close(drain=False, timeout=30)
+        self.storage.heal()
+        index = WalIndex.load(self.storage)
+        for p in range(self.PARTITIONS):
+            records = recover(self.storage, index, p)
+            assert [o for o, _ in records] == list(range(len(records)))
+            assert [v for _, v in records] == self.appended[p][: len(records)]
+            assert len(records) >= self.acked[p], f"partition {p} lost acknowledged offsets"
+            self.appended[p] = self.appended[p][: len(records)]
+            self.acked[p] = len(records)
+        self._start(index)
+
+    @invariant()
+    def durable_never_passes_appended(self) -> None:
+        for p, source in enumerate(self.sources):
+            assert source.durable_end_offset <= source.log_end_offset == len(self.appended[p])
+
+    def teardown(self) -> None:
+        if self.writer is not None:
+            self.storage.heal()
+            self.writer.close(drain=False, timeout=30)
+
+
+TestWalMachine = pytest.mark.unit(WalMachine.TestCase)
+TestWalMachine.settings = settings(
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
