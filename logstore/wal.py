@@ -236,8 +236,14 @@ class WalWriter:
     next_seq
         :attr:`WalIndex.next_seq` of the loaded index: seqs never repeat across restarts.
     loop
-        Deliver ``wal_flushed`` and ``on_flushed`` on this event loop
-        (``call_soon_threadsafe``); without one they run on the I/O thread.
+        Deliver ``on_flushed`` (and, with ``hooks_on_loop``, the sources' ``wal_flushed``) on
+        this event loop (``call_soon_threadsafe``), in seq order; without one everything runs
+        on the I/O thread.
+    hooks_on_loop
+        False: call ``wal_flushed`` on the I/O thread, then post ``on_flushed`` to the loop.
+        For thread-safe sources (``Log``): their durable end moves without waiting for the
+        loop, and a truncation waiting on the loop thread for an in-flight chunk cannot
+        deadlock.
     linger_ms, max_bytes
         Wait up to ``linger_ms`` after the first dirty mark, or until ``max_bytes`` are
         marked, before taking (0: none, for local files and memory).
@@ -263,6 +269,7 @@ class WalWriter:
         broker_epoch: int,
         next_seq: int = FIRST_SEQ,
         loop: asyncio.AbstractEventLoop | None = None,
+        hooks_on_loop: bool = True,
         linger_ms: float = 0.0,
         max_bytes: int = 16 * 1024 * 1024,
         retry_backoff_ms: float = 100.0,
@@ -283,6 +290,7 @@ class WalWriter:
         self.broker_epoch = broker_epoch
         self._next_seq = next_seq
         self._loop = loop
+        self._hooks_on_loop = hooks_on_loop
         self._linger_s = linger_ms / 1000
         self._max_bytes = max_bytes
         self._backoff_s = retry_backoff_ms / 1000
@@ -559,6 +567,9 @@ class WalWriter:
         if self._loop is None:
             self._apply(pairs, result, marks)
             return
+        if not self._hooks_on_loop:
+            self._apply(pairs, None, -1)
+            pairs = ()
         try:
             self._loop.call_soon_threadsafe(self._apply, pairs, result, marks)
         except RuntimeError:  # the loop is closed: nobody is waiting on it any more
@@ -581,6 +592,8 @@ class WalWriter:
                 self._on_flushed(result)
             except Exception:
                 log.exception("%s: on_flushed(seq %d) failed", self.storage.url, result.seq)
+        if marks < 0:
+            return
         with self._cond:
             self._durable_marks = max(self._durable_marks, marks)
             self._cond.notify_all()

@@ -212,6 +212,46 @@ def test_completions_on_the_loop_in_seq_order() -> None:
     assert len(seen) == sum(len(r.extents) for r in results)
 
 
+@pytest.mark.unit
+def test_hooks_on_the_io_thread_and_on_flushed_on_the_loop() -> None:
+    """For thread-safe sources (Log): wal_flushed runs on the writer's thread, then the
+    broker's on_flushed on the loop, which sees the durable ends already moved."""
+    hooks_on: set[int] = set()
+    seen_by_loop: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+
+        def on_flushed(result: FlushResult) -> None:
+            for extent in result.extents:
+                seen_by_loop.append(sources[extent.partition].durable_end_offset)
+            if all(s.durable_end_offset == 2 for s in sources):
+                done.set()
+
+        writer = WalWriter(
+            memory_root(),
+            broker_id=0,
+            broker_epoch=1,
+            loop=loop,
+            hooks_on_loop=False,
+            on_flushed=on_flushed,
+            autostart=False,
+        )
+        sources = [BufferedSource("t", TOPICS[0], p, writer=writer) for p in range(4)]
+        for source in sources:
+            source.on_durable = lambda end: hooks_on.add(threading.get_ident())
+            append(source)
+        writer.start()
+        await asyncio.wait_for(done.wait(), 30)
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+    assert threading.get_ident() not in hooks_on
+    assert len(hooks_on) == 1
+    assert seen_by_loop == [2, 2, 2, 2]
+
+
 # --- failures: nothing is durable unless a write returned -----------------------------------------
 
 
