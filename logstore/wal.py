@@ -77,15 +77,19 @@ from logstore.wal_format import (
 )
 
 __all__ = [
+    "FIRST_SEQ",
     "WAL_PREFIX",
     "BufferedSource",
     "ChunkExtent",
     "FlushResult",
+    "LoadStats",
     "PendingChunk",
     "WalClosedError",
     "WalIndex",
+    "WalObject",
     "WalSource",
     "WalWriter",
+    "WriterStats",
 ]
 
 log = logging.getLogger(__name__)
@@ -216,7 +220,9 @@ class FlushResult:
 
 
 @dataclass(slots=True)
-class _Stats:
+class WriterStats:
+    """What a :class:`WalWriter` did (for tests, metrics and logs)."""
+
     objects: int = 0
     write_calls: int = 0
     failures: int = 0
@@ -309,7 +315,7 @@ class WalWriter:
         self._closing = False
         self._force = False  # flush() waits: skip the linger
         self._failed: BaseException | None = None
-        self._stats = _Stats()
+        self._stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="wal-writer", daemon=True)
         self._started = False
         if autostart:
@@ -382,10 +388,10 @@ class WalWriter:
             return self._next_seq
 
     @property
-    def stats(self) -> _Stats:
+    def stats(self) -> WriterStats:
         """Objects written, write calls (retries included), failed calls, bytes written."""
         with self._cond:
-            return _Stats(**{f: getattr(self._stats, f) for f in _Stats.__slots__})
+            return WriterStats(**{f: getattr(self._stats, f) for f in WriterStats.__slots__})
 
     # --- the I/O thread ---------------------------------------------------------------------
 
@@ -523,11 +529,18 @@ class WalWriter:
                     pending.next_offset,
                 )
                 source.wal_aborted(pending)
-                if self._on_error is not None:
-                    self._on_error(err)
+                self._report(err)
                 continue
             kept.append((source, pending))
         return kept
+
+    def _report(self, err: BaseException) -> None:
+        if self._on_error is None:
+            return
+        try:
+            self._on_error(err)
+        except Exception:
+            log.exception("%s: on_error failed", self.storage.url)
 
     def _write_with_retry(self, path: str, data: bytearray) -> int:
         """Write until it returns; the number of calls, or 0 if the writer closed first."""
@@ -551,8 +564,7 @@ class WalWriter:
                     backoff * 1000,
                     err,
                 )
-                if self._on_error is not None:
-                    self._on_error(err)
+                self._report(err)
                 with self._cond:
                     if self._cond.wait_for(lambda: self._closing, backoff):
                         return 0
