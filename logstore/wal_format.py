@@ -109,8 +109,8 @@ _I32_MAX: Final = (1 << 31) - 1
 _I64_MAX: Final = (1 << 63) - 1
 
 SUFFIX: Final = ".wal"
-_L0_NAME = re.compile(r"^(\d{20})-(\d{10})\.wal$")
-_LN_NAME = re.compile(r"^(\d{20})-(\d{20})-(\d{10})\.wal$")
+_L0_NAME = re.compile(r"^(\d{20,})-(\d{10,})\.wal$")
+_LN_NAME = re.compile(r"^(\d{20,})-(\d{20,})-(\d{10,})\.wal$")
 
 
 class InvalidWalObjectError(CorruptRecordError):

@@ -154,6 +154,8 @@ def test_object_names() -> None:
     packed = object_name(9, 3, level=2, min_seq=4)
     assert packed == "L2/00000000000000000009-00000000000000000004-0000000003.wal"
     assert parse_object_name(packed) == WalObjectName(2, 4, 9, 3)
+    big = object_name(5, 12_345_678_901)  # wider than the padding: still parsed
+    assert parse_object_name(big) == WalObjectName(0, 5, 5, 12_345_678_901)
     for other in ("L0/5-3.wal", "x/00000000000000000005-0000000003.wal", "L0/a.seg"):
         assert parse_object_name(other) is None
 
