@@ -18,9 +18,10 @@ The hand-over is a small protocol (:class:`WalSource`), which ``Log`` implements
 - the owner calls :meth:`WalWriter.mark_dirty` after an append (cheap, any thread);
 - the writer's I/O thread calls ``take_pending_for_wal()``: the source returns its batches that
   are neither durable nor already taken (a :class:`PendingChunk`, no copy beyond the list);
-- once the object is written, ``wal_flushed(extent)`` (on the event loop if the writer was
-  given one, in seq order), or ``wal_aborted(pending)`` if the writer closed before it could
-  write them (they must be taken again by the next writer).
+- once the object is written, ``wal_flushed(extent)``, in seq order (on the event loop if the
+  writer was given one, or on the I/O thread with ``hooks_on_loop=False``, for thread-safe
+  sources), then the owner's ``on_flushed(result)`` (on the loop); or ``wal_aborted(pending)``
+  if the writer closed before it could write them (the next writer takes them again).
 
 Group commit without a timer: the I/O thread sleeps until a source is marked dirty, takes
 everything pending, writes one object, and meanwhile new appends gather for the next one (one
