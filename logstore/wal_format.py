@@ -74,6 +74,7 @@ __all__ = [
     "InvalidWalObjectError",
     "UnsupportedWalFormatError",
     "WalChunk",
+    "WalHeader",
     "WalObjectIndex",
     "WalObjectName",
     "encode_object",
@@ -82,6 +83,7 @@ __all__ = [
     "parse_object_name",
     "read_footer",
     "read_header",
+    "read_header_fields",
     "scan_object",
 ]
 
@@ -701,3 +703,21 @@ def read_header(data: bytes | bytearray | memoryview, *, name: str = "") -> WalO
     """The level, seq and broker epoch an object's header states (for checks and dumps)."""
     _v, level, _b, broker_epoch, seq = _parse_header(memoryview(data), name)
     return WalObjectName(level, seq, seq, broker_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class WalHeader:
+    """Every field of an object's 32-byte header (what ``replog log dump`` prints)."""
+
+    format: int
+    level: int
+    broker_id: int
+    broker_epoch: int
+    #: L0: the object's seq; Ln: the max seq of its sources
+    seq: int
+
+
+def read_header_fields(data: bytes | bytearray | memoryview, *, name: str = "") -> WalHeader:
+    """The header's fields; InvalidWalObjectError if it is unreadable, UnsupportedWalFormatError
+    for a format this replog does not read."""
+    return WalHeader(*_parse_header(memoryview(data), name))

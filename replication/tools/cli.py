@@ -246,11 +246,20 @@ err_console = Console(stderr=True)
 @log_app.command("dump")
 def log_dump(
     path: Annotated[
-        str, typer.Argument(help="a .seg object, or a partition directory (path or URL)")
+        str,
+        typer.Argument(
+            help="a .seg object, a partition directory, a .wal object, or a broker's "
+            "_replog/wal directory (path or URL)"
+        ),
     ],
     records: Annotated[bool, typer.Option("--records", help="print every record too")] = False,
 ) -> None:
-    """Print each batch of segment objects, as kafka-dump-log.sh does."""
+    """Print each batch of segment or WAL objects, as kafka-dump-log.sh does.
+
+    A WAL object shows its header, whether its footer checks, then each partition's chunk and
+    its batches; one whose footer does not check is scanned as recovery would, and the byte
+    where its valid prefix ends is printed. Exit code 2 if anything is invalid.
+    """
     from logstore.dump import dump
 
     bad = False
