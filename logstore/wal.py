@@ -884,15 +884,27 @@ class WalIndex:
     def remove_object(self, path: str) -> None:
         """Forget an object (deleted by the garbage collector)."""
         with self._lock:
-            obj = self._objects.pop(path)
-            self._refs.pop(path, None)
-            for chunk in obj.index.chunks:
-                key = (chunk.topic_id, chunk.partition)
-                kept = [e for e in self._chunks.get(key, ()) if e.object != path]
-                if kept:
-                    self._chunks[key] = kept
-                else:
-                    self._chunks.pop(key, None)
+            self._remove(path)
+
+    def retire(self, path: str) -> bool:
+        """Forget ``path`` if nothing refers to it (True), atomically with the check: the
+        garbage collector deletes it next, and nobody can acquire it in between."""
+        with self._lock:
+            if self._refs.get(path, -1) != 0:
+                return False
+            self._remove(path)
+            return True
+
+    def _remove(self, path: str) -> None:
+        obj = self._objects.pop(path)
+        self._refs.pop(path, None)
+        for chunk in obj.index.chunks:
+            key = (chunk.topic_id, chunk.partition)
+            kept = [e for e in self._chunks.get(key, ()) if e.object != path]
+            if kept:
+                self._chunks[key] = kept
+            else:
+                self._chunks.pop(key, None)
 
     # --- references -------------------------------------------------------------------------
 

@@ -1,0 +1,352 @@
+"""WAL compaction, first level: many small L0 WAL objects into one packed L1 object, and the
+garbage collection of objects nobody refers to (STORAGE.md §2.8).
+
+Why: a broker writes one L0 object per flush (:mod:`logstore.wal`), so a partition's data is
+spread over many small objects, each holding a little of every partition. Keeping them costs
+a GET per object per reader and a footer read per object at every recovery. Compaction reads
+a set of L0 objects whole (one GET each, every byte read once) and writes their live chunks as
+**one** packed object (one PUT), one chunk per partition, whatever the partition count: its
+request count depends on the bytes and the object count, never on the partitions.
+
+Data is never rewritten to be made durable, only to be made cheap, so every step leaves a
+state that recovery reads correctly (§2.6, §2.8):
+
+1. the packed object is written (``_replog/wal/L1/<max_seq>-<min_seq>-<broker_epoch>.wal``);
+   a crash before or during that write leaves the sources as they were (a write is atomic;
+   a torn one, under a faulty store only, is scanned to its valid prefix and its sources
+   cover the rest);
+2. each partition's holder (``Log.replace_extents``) swaps its chunk extents in the sources
+   for the new chunk, only if they are still its live extents (a truncation or retention
+   meanwhile wins and the new chunk is simply unreferenced). A crash after step 1 leaves two
+   copies of the same batches: the packed chunk and its sources' chunks hold identical bytes,
+   and recovery takes one and skips the other as covered (never conflicting data: the
+   compactor copies the live extents' bytes as they are);
+3. objects with no reference left are deleted, ``delete_delay_ms`` after they became
+   unreferenced (readers and Spark plans that still hold them keep working, as with
+   ``file.delete.delay.ms`` for segment objects). A crash during the deletes leaves some of
+   them: their chunks are covered duplicates.
+
+The compactor copies only the extents the holders say are live (:class:`ExtentHolder`), so
+data that a truncation voided is never carried into a packed object. Each output chunk has
+``first_seq`` = the minimum and ``last_seq`` = the maximum of the chunks it replaces (the
+truncation rule of §2.7 compares them with a truncation record's seq).
+
+**Fences are kept.** The zombie rule (:mod:`logstore.wal`) fences an older broker epoch's
+objects by the smallest L0 seq each newer epoch wrote. Deleting that object would unfence a
+paused old incarnation's late writes, so the lowest-seq L0 object of each broker epoch (usually
+the writer's empty fence object, 164 bytes per broker start) is never deleted here.
+
+Not here yet (they need ``Log`` hooks, see STORAGE.md §2.8): per-partition segment outputs
+(``<topic>/<p>/<base>.seg`` plus the partition checkpoint and producer snapshot), Ln -> Ln+1
+rounds by partition group, grouping by retention class, and deleting zombie objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from logstore.batch import iter_batches
+from logstore.errors import CorruptRecordError, StorageError
+from logstore.storage import Storage
+from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalObject
+from logstore.wal_format import ChunkInput, WalObjectIndex, encode_object, object_name
+
+__all__ = ["CompactionResult", "Compactor", "ExtentHolder", "fences"]
+
+log = logging.getLogger(__name__)
+
+
+class ExtentHolder(Protocol):
+    """What owns a partition's extents (``Log`` in the broker; a table in tests and tools)."""
+
+    def live_chunks(self, topic_id: str, partition: int) -> Sequence[ChunkExtent]:
+        """The partition's live chunk extents in offset order (none: empty). Each holds one
+        reference on its object in the :class:`~logstore.wal.WalIndex`."""
+
+    def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
+        """Swap ``old`` (adjacent live extents) for ``new`` (the same batches, elsewhere),
+        atomically, only if ``old`` are still live; False if anything changed meanwhile.
+        The compactor moves the references."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """One round: what was read, written, switched and deleted."""
+
+    #: the packed object written (None: no live chunk in the sources, nothing written)
+    output: str | None
+    index: WalObjectIndex | None
+    sources: tuple[str, ...]
+    #: per partition: the live extents replaced, and the chunk replacing them
+    switched: tuple[tuple[tuple[ChunkExtent, ...], ChunkExtent], ...]
+    #: per partition whose holder refused the swap (it changed meanwhile): the new chunk,
+    #: left unreferenced
+    refused: tuple[ChunkExtent, ...]
+    #: objects deleted by the garbage collection that ended the round
+    deleted: tuple[str, ...]
+
+
+def fences(objects: Iterable[WalObject]) -> set[str]:
+    """The lowest-seq L0 object of each broker epoch: what the zombie rule fences by."""
+    lowest: dict[int, WalObject] = {}
+    for obj in objects:
+        if obj.name.level != 0:
+            continue
+        held = lowest.get(obj.name.broker_epoch)
+        if held is None or obj.name.max_seq < held.name.max_seq:
+            lowest[obj.name.broker_epoch] = obj
+    return {obj.path for obj in lowest.values()}
+
+
+class Compactor:
+    """Compacts L0 objects of one broker root into packed L1 objects and deletes objects
+    nobody refers to (see the module doc). Run it only after every partition of the broker
+    was opened (before that, a partition not yet open makes its chunks look unreferenced).
+
+    Parameters
+    ----------
+    storage
+        The broker root.
+    index
+        The root's :class:`~logstore.wal.WalIndex`, whose reference counts the holders keep.
+    holder
+        The partitions' extents (:class:`ExtentHolder`).
+    broker_id, broker_epoch
+        Written in every output (the epoch also in its name: two incarnations never write the
+        same name).
+    delete_delay_ms
+        How long an unreferenced object stays before it is deleted (``file.delete.delay.ms``).
+    clock
+        Seconds, monotonic (tests give their own).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        index: WalIndex,
+        holder: ExtentHolder,
+        *,
+        broker_id: int,
+        broker_epoch: int,
+        delete_delay_ms: float = 60_000.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if delete_delay_ms < 0:
+            raise ValueError(f"delete_delay_ms must be >= 0, not {delete_delay_ms}")
+        self.storage = storage
+        self.index = index
+        self.holder = holder
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self._delay_s = delete_delay_ms / 1000
+        self._clock = clock
+        self._lock = threading.Lock()  # one round or collection at a time
+        self._due: dict[str, float] = {}  # unreferenced object -> when it may go
+
+    # --- choosing -------------------------------------------------------------------------------
+
+    def l0_sources(self, *, max_bytes: int | None = None) -> list[str]:
+        """L0 objects holding chunks, oldest first (up to ``max_bytes`` of them, at least
+        one): what the next round would compact. Fence objects (no chunks) are left."""
+        chosen: list[str] = []
+        total = 0
+        for obj in sorted(self.index.objects(), key=lambda o: o.name.max_seq):
+            if obj.name.level != 0 or not obj.index.chunks:
+                continue
+            if max_bytes is not None and chosen and total + obj.index.object_size > max_bytes:
+                break
+            chosen.append(obj.path)
+            total += obj.index.object_size
+        return chosen
+
+    # --- one round ------------------------------------------------------------------------------
+
+    def compact(self, sources: Sequence[str] | None = None) -> CompactionResult:
+        """Compact ``sources`` (L0 object paths; default :meth:`l0_sources`) into one packed L1
+        object, switch the holders' extents to it, then collect garbage. Storage errors
+        propagate (nothing was switched unless the output was written; run again later)."""
+        with self._lock:
+            return self._compact(list(sources) if sources is not None else self.l0_sources())
+
+    def _compact(self, sources: list[str]) -> CompactionResult:
+        objects = {obj.path: obj for obj in self.index.objects()}
+        for path in sources:
+            obj = objects.get(path)
+            if obj is None:
+                raise ValueError(f"{path} is not a live object of the WAL index")
+            if obj.name.level != 0:
+                raise ValueError(f"{path} is a level-{obj.name.level} object, not level 0")
+        chosen = sorted(set(sources), key=lambda p: objects[p].name.max_seq)
+        if not chosen:
+            return CompactionResult(None, None, (), (), (), ())
+        data = {path: self.storage.read(path) for path in chosen}  # one GET each
+        runs = self._live_runs(chosen, objects, data)
+        if not runs:
+            return CompactionResult(None, None, tuple(chosen), (), (), self._collect())
+        inputs = [self._chunk_input(run, objects, data) for run in runs]
+        min_seq = min(objects[p].index.min_seq for p in chosen)
+        max_seq = max(objects[p].index.max_seq for p in chosen)
+        body, out_index = encode_object(
+            inputs,
+            seq=max_seq,
+            min_seq=min_seq,
+            level=1,
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+        )
+        path = f"{WAL_PREFIX}/{object_name(max_seq, self.broker_epoch, level=1, min_seq=min_seq)}"
+        if path in objects:
+            raise ValueError(f"{path} exists already: these sources were compacted before")
+        self.storage.write(path, body)  # one PUT; only now may anything refer to it
+        self.index.add_object(path, out_index)
+        by_key = {(c.topic_id, c.partition): c for c in out_index.chunks}
+        switched = []
+        refused = []
+        for run in runs:
+            chunk = by_key[(run[0].topic_id, run[0].partition)]
+            new = ChunkExtent.of(path, 1, chunk)
+            # Take the reference before the swap: a reader that sees the new extent must
+            # never find the object unreferenced.
+            self.index.acquire(path)
+            if self.holder.replace_extents(run, new):
+                for old in run:
+                    self.index.release(old.object)
+                switched.append((tuple(run), new))
+            else:
+                self.index.release(path)
+                refused.append(new)
+        log.info(
+            "%s: compacted %d L0 object(s) into %s (%d chunk(s), %d bytes; %d refused)",
+            self.storage.url,
+            len(chosen),
+            path,
+            len(switched),
+            len(body),
+            len(refused),
+        )
+        return CompactionResult(
+            path, out_index, tuple(chosen), tuple(switched), tuple(refused), self._collect()
+        )
+
+    def _live_runs(
+        self, chosen: list[str], objects: dict[str, WalObject], data: dict[str, bytes]
+    ) -> list[list[ChunkExtent]]:
+        """Per partition with live chunks in ``chosen``: its first run of adjacent live
+        extents that all lie in ``chosen`` (a live extent elsewhere in between ends the run;
+        the rest waits for a later round). Extents whose bytes are not whole CRC-valid
+        batches are left where they are (reported: reading them fails too)."""
+        wanted = set(chosen)
+        keys = sorted({(c.topic_id, c.partition) for p in chosen for c in objects[p].index.chunks})
+        runs = []
+        for topic_id, partition in keys:
+            run: list[ChunkExtent] = []
+            for extent in self.holder.live_chunks(topic_id, partition):
+                if extent.object in wanted and (
+                    not run or extent.base_offset == run[-1].next_offset
+                ):
+                    if not self._whole(extent, data[extent.object]):
+                        break
+                    run.append(extent)
+                elif run:
+                    break
+            if run:
+                runs.append(run)
+        return runs
+
+    def _whole(self, extent: ChunkExtent, data: bytes) -> bool:
+        why = _damage(extent, data)
+        if why is not None:
+            log.error(
+                "%s/%s: not compacting the chunk of partition %s [%d, %d): %s",
+                self.storage.url,
+                extent.object,
+                extent.partition,
+                extent.base_offset,
+                extent.next_offset,
+                why,
+            )
+        return why is None
+
+    def _chunk_input(
+        self, run: list[ChunkExtent], objects: dict[str, WalObject], data: dict[str, bytes]
+    ) -> ChunkInput:
+        first = run[0]
+        # the footer's topic name (a scanned object knows only the id)
+        topic = next(
+            (
+                c.topic
+                for e in run
+                for c in objects[e.object].index.chunks
+                if c.topic and c.topic_id == first.topic_id and c.partition == first.partition
+            ),
+            "",
+        )
+        return ChunkInput(
+            topic,
+            first.topic_id,
+            first.partition,
+            [
+                memoryview(data[e.object])[e.position : e.position + e.size]
+                for e in run  # the live bytes, as they are
+            ],
+            first_seq=min(e.first_seq for e in run),
+            last_seq=max(e.last_seq for e in run),
+            base_offset=first.base_offset,
+            next_offset=run[-1].next_offset,
+        )
+
+    # --- garbage collection -----------------------------------------------------------------
+
+    def collect_garbage(self) -> list[str]:
+        """Delete the objects unreferenced for ``delete_delay_ms`` (fences excepted); the
+        paths deleted. Call it periodically; :meth:`compact` calls it after each round."""
+        with self._lock:
+            return list(self._collect())
+
+    def _collect(self) -> tuple[str, ...]:
+        now = self._clock()
+        objects = self.index.objects()
+        keep = fences(objects)
+        unreferenced = set(self.index.unreferenced()) - keep
+        for path in list(self._due):
+            if path not in unreferenced:
+                del self._due[path]  # referenced again (or gone): start over if it returns
+        for path in unreferenced:
+            self._due.setdefault(path, now + self._delay_s)
+        deleted = []
+        for path in sorted(p for p, due in self._due.items() if due <= now):
+            del self._due[path]
+            # Out of the index first, atomically with the check: nobody can acquire it after.
+            if not self.index.retire(path):
+                continue  # acquired since the snapshot above
+            try:
+                self.storage.delete(path)
+            except StorageError as err:  # it stays on storage; the next load finds it again
+                log.warning("%s: deleting %s failed: %s", self.storage.url, path, err)
+                continue
+            deleted.append(path)
+        if deleted:
+            log.info("%s: deleted %d unreferenced WAL object(s)", self.storage.url, len(deleted))
+        return tuple(deleted)
+
+
+def _damage(extent: ChunkExtent, data: bytes) -> str | None:
+    """Why the extent's bytes are not whole CRC-valid batches with its offsets (None: they
+    are)."""
+    piece = memoryview(data)[extent.position : extent.position + extent.size]
+    end = extent.base_offset
+    try:
+        for batch in iter_batches(piece, validate=True):
+            if batch.base_offset != end:
+                return f"batch at offset {batch.base_offset} where {end} was expected"
+            end = batch.next_offset
+    except CorruptRecordError as err:
+        return str(err)
+    if len(piece) != extent.size or end != extent.next_offset:
+        return f"{len(piece)} of {extent.size} bytes, batches ending at offset {end}"
+    return None

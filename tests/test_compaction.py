@@ -1,0 +1,355 @@
+"""WAL compaction, L0 -> L1 (logstore.compaction): reads unchanged, one PUT per round whatever
+the partition count, references and delayed deletes, and SIGKILL mid-compaction."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logstore.batch import Record, build, iter_batches
+from logstore.compaction import Compactor, fences
+from logstore.storage import Storage
+from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
+from logstore.wal_format import object_name
+from tests.compaction_worker import ExtentTable
+from tests.conftest import S3Location
+from tests.faulty_fs import FaultyStorage
+
+REPO = Path(__file__).resolve().parent.parent
+TOPICS = (uuid.UUID(int=1).hex, uuid.UUID(int=2).hex)
+
+Key = tuple[str, int]
+
+
+def memory_root() -> Storage:
+    return Storage.from_url(f"memory://test-compaction-{uuid.uuid4().hex}/broker-0")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory", marks=pytest.mark.unit),
+        pytest.param("local", marks=pytest.mark.unit),
+        pytest.param("s3", marks=pytest.mark.s3),
+    ]
+)
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """A broker root on memory, local files, or moto S3."""
+    if request.param == "memory":
+        yield memory_root()
+    elif request.param == "local":
+        yield Storage.from_url(str(tmp_path / "broker-0"))
+    else:
+        s3: S3Location = request.getfixturevalue("s3_url")
+        with Storage.from_url(s3.url, **s3.storage_options) as storage:
+            yield storage
+
+
+def write_l0(
+    storage: Storage,
+    keys: Sequence[Key],
+    *,
+    flushes: int,
+    batches_per_flush: int,
+    epoch: int = 1,
+    next_seq: int = 1,
+    seed: int = 0,
+) -> dict[Key, list[tuple[int, bytes]]]:
+    """``flushes`` L0 objects (after a fence object) of ``batches_per_flush`` one-record
+    batches spread over ``keys``; what each partition holds, as (offset, value)."""
+    rng = random.Random(seed)
+    written: dict[Key, list[tuple[int, bytes]]] = {key: [] for key in keys}
+    sources = {key: BufferedSource(f"topic-{key[0][-1]}", key[0], key[1]) for key in keys}
+    seq = next_seq
+    for flush in range(flushes):
+        writer = WalWriter(
+            storage,
+            broker_id=1,
+            broker_epoch=epoch,
+            next_seq=seq,
+            fence=flush == 0,
+            autostart=False,
+        )
+        for i in range(batches_per_flush):
+            key = keys[(flush * batches_per_flush + i) % len(keys)]
+            source = sources[key]
+            source.writer = writer
+            end = source.log_end_offset
+            value = f"{key[1]}:{end}:{rng.randrange(1 << 30)}".encode()
+            source.append(build([Record(None, value, 1000 + end)], base_offset=end))
+            written[key].append((end, value))
+        writer.start()
+        writer.close()
+        seq = writer.next_seq
+    return written
+
+
+def open_table(storage: Storage) -> tuple[WalIndex, ExtentTable]:
+    index = WalIndex.load(storage)
+    return index, ExtentTable(storage, index)
+
+
+def keys_of(partitions: int) -> list[Key]:
+    return [(topic_id, p) for topic_id in TOPICS for p in range(partitions)]
+
+
+def wal_paths(storage: Storage) -> list[str]:
+    return [info.path for info in storage.list(WAL_PREFIX)]
+
+
+# --- a round ----------------------------------------------------------------------------------
+
+
+def test_reads_identical_before_and_after(root: Storage) -> None:
+    written = write_l0(root, keys_of(5), flushes=6, batches_per_flush=25)
+    index, table = open_table(root)
+    before = {key: table.read(*key) for key in written}
+    assert before == written
+    sources = [o.path for o in index.objects() if o.index.chunks]
+    assert len(sources) == 6
+
+    compactor = Compactor(root, index, table, broker_id=1, broker_epoch=1, delete_delay_ms=0)
+    result = compactor.compact()
+    assert result.sources == tuple(sources)
+    assert result.output == f"{WAL_PREFIX}/{object_name(7, 1, level=1, min_seq=2)}"
+    assert result.index is not None
+    assert len(result.index.chunks) == len(written)  # one chunk per partition
+    for chunk in result.index.chunks:
+        assert (chunk.first_seq, chunk.last_seq) == (2, 7)
+    assert sorted(result.deleted) == sources
+    assert {key: table.read(*key) for key in written} == written
+    # the fence stays; everything else is in the packed object
+    assert wal_paths(root) == [f"{WAL_PREFIX}/{object_name(1, 1)}", result.output]
+
+    index, table = open_table(root)  # recovery over the new layout
+    assert index.stats.scans == 0
+    assert {key: table.read(*key) for key in written} == written
+    assert all(e.level == 1 for key in written for e in table.live_chunks(*key))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("partitions", [1, 100])
+def test_request_count_does_not_depend_on_partitions(partitions: int) -> None:
+    """The same bytes (200 batches in 10 flushes) into 1 or 100 partitions: one GET per
+    source, one PUT, one DELETE per source, and no other request."""
+    storage = FaultyStorage(memory_root())
+    keys = [(TOPICS[0], p) for p in range(partitions)]
+    write_l0(storage, keys, flushes=10, batches_per_flush=20)
+    index, table = open_table(storage)
+    before = storage.calls
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, delete_delay_ms=0)
+    result = compactor.compact()
+    calls = storage.calls - before
+    assert result.index is not None
+    assert len(result.index.chunks) == partitions
+    assert dict(calls) == {"read": 10, "write": 1, "delete": 10}
+
+
+@pytest.mark.unit
+def test_deletes_wait_for_the_delay_and_for_references() -> None:
+    storage = memory_root()
+    written = write_l0(storage, keys_of(3), flushes=3, batches_per_flush=6)
+    index, table = open_table(storage)
+    now = [100.0]
+    compactor = Compactor(
+        storage,
+        index,
+        table,
+        broker_id=1,
+        broker_epoch=1,
+        delete_delay_ms=5000,
+        clock=lambda: now[0],
+    )
+    result = compactor.compact()
+    assert result.deleted == ()
+    assert len(wal_paths(storage)) == 5  # fence, 3 sources, the packed object
+    # a reader (a Spark plan, say) takes a reference on one source meanwhile
+    held = result.sources[0]
+    index.acquire(held)
+    now[0] += 4.9
+    assert compactor.collect_garbage() == []
+    now[0] += 0.2
+    assert compactor.collect_garbage() == list(result.sources[1:])
+    index.release(held)
+    assert compactor.collect_garbage() == []  # its delay starts now
+    now[0] += 5
+    assert compactor.collect_garbage() == [held]
+    assert {key: table.read(*key) for key in written} == written
+    assert wal_paths(storage) == [f"{WAL_PREFIX}/{object_name(1, 1)}", result.output]
+
+
+class RefusingTable(ExtentTable):
+    """A holder whose partition ``refuse`` changed meanwhile (a truncation, say)."""
+
+    refuse: Key = ("", -1)
+
+    def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
+        if (new.topic_id, new.partition) == self.refuse:
+            return False
+        return super().replace_extents(old, new)
+
+
+@pytest.mark.unit
+def test_a_holder_that_changed_keeps_its_extents() -> None:
+    storage = memory_root()
+    written = write_l0(storage, keys_of(2), flushes=2, batches_per_flush=4)
+    index = WalIndex.load(storage)
+    table = RefusingTable(storage, index)
+    table.refuse = (TOPICS[1], 1)
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, delete_delay_ms=0)
+    result = compactor.compact()
+    assert [(e.topic_id, e.partition) for e in result.refused] == [table.refuse]
+    assert len(result.switched) == 3
+    assert result.deleted == ()  # every source still holds the refusing partition's chunks
+    assert result.output is not None
+    assert index.references(result.output) == 3
+    assert {key: table.read(*key) for key in written} == written
+    _, reopened = open_table(storage)
+    assert {key: reopened.read(*key) for key in written} == written
+
+
+@pytest.mark.unit
+def test_only_live_bytes_are_copied() -> None:
+    """A truncation cut a live extent short (its object keeps the bytes): the packed chunk
+    holds only what the holder says is live."""
+    storage = memory_root()
+    key = (TOPICS[0], 0)
+    written = write_l0(storage, [key], flushes=2, batches_per_flush=3)
+    index, table = open_table(storage)
+    first, second = table.extents[key]
+    sizes = [b.size_in_bytes for b in iter_batches(second.read(storage))]
+    cut = dataclasses.replace(second, size=sizes[0], next_offset=second.base_offset + 1)
+    table.extents[key] = [first, cut]
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, delete_delay_ms=0)
+    result = compactor.compact()
+    assert result.index is not None
+    (chunk,) = result.index.chunks
+    assert (chunk.base_offset, chunk.next_offset) == (0, 4)
+    assert table.read(*key) == written[key][:4]
+
+
+@pytest.mark.unit
+def test_fences_are_never_deleted() -> None:
+    """The lowest L0 seq of each broker epoch fences older epochs (zombie rule): kept."""
+    storage = memory_root()
+    keys = keys_of(2)
+    write_l0(storage, keys, flushes=2, batches_per_flush=4, epoch=1)
+    index = WalIndex.load(storage)
+    write_l0(storage, keys[:1], flushes=2, batches_per_flush=2, epoch=2, next_seq=index.next_seq)
+    index, table = open_table(storage)
+    expected_fences = {f"{WAL_PREFIX}/{object_name(1, 1)}", f"{WAL_PREFIX}/{object_name(4, 2)}"}
+    assert fences(index.objects()) == expected_fences
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=3, delete_delay_ms=0)
+    result = compactor.compact()
+    assert len(result.deleted) == 4
+    assert set(wal_paths(storage)) == expected_fences | {result.output}
+    assert WalIndex.load(storage).zombies == []
+
+
+# --- SIGKILL mid-compaction -------------------------------------------------------------------
+
+
+class Worker:
+    """tests/compaction_worker.py as a subprocess, its stdout read line by line on a thread."""
+
+    def __init__(self, url: str, options: dict[str, Any], epoch: int, fault: str, n: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", "tests.compaction_worker", "--url", url]
+        command += ["--epoch", str(epoch), "--seed", str(epoch), "--fault", fault]
+        command += ["--deletes-before-stall", str(n), "--storage-options", json.dumps(options)]
+        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("EOF")
+
+    def wait_for(self, prefix: str, timeout: float = 120) -> str:
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"the worker printed no {prefix} for {timeout} s") from None
+            assert line != "EOF", f"the worker exited with {self.proc.wait()}"
+            if line.startswith(prefix):
+                return line
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(60)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def check_recovered(storage: Storage, written: dict[Key, list[tuple[int, bytes]]]) -> WalIndex:
+    """Recovery returns every partition's data exactly once per offset, and every copy of a
+    batch in any live object (covered chunks included) has the same bytes."""
+    index, table = open_table(storage)
+    for key, records in written.items():
+        assert table.read(*key) == records, f"partition {key}"
+    copies: dict[tuple[Key, int], bytes] = {}
+    for key in index.partitions():
+        for extent in index.chunks_for(*key):
+            data = extent.read(storage)  # whole CRC-valid batches (a torn object: its prefix)
+            position = 0
+            for batch in iter_batches(data, validate=True):
+                raw = data[position : position + batch.size_in_bytes]
+                assert copies.setdefault((key, batch.base_offset), raw) == raw
+                position += batch.size_in_bytes
+    return index
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize(
+    ("fault", "signal"),
+    [
+        ("stall-put", "WRITING "),
+        ("tear-put", "FAILED "),
+        ("stall-delete", "DELETING "),
+    ],
+)
+def test_sigkill_mid_compaction(tmp_path: Path, fault: str, signal: str) -> None:
+    """A compactor process is SIGKILLed while its L1 write is stalled, after its L1 write was
+    torn, or in the middle of its deletes (after 0-5 went through). Recovery then reads every
+    partition whole, each offset once, and every duplicate copy is byte-identical; a second
+    compactor (new epoch) finishes the job and recovery still reads the same."""
+    url = str(tmp_path / "broker-0")
+    storage = Storage.from_url(url)
+    written = write_l0(storage, keys_of(10), flushes=12, batches_per_flush=30, seed=19)
+    rng = random.Random(fault)
+    worker = Worker(url, {}, 2, fault, rng.randint(0, 5))
+    try:
+        assert worker.wait_for("READY ") == "READY 12"
+        worker.wait_for(signal)
+    finally:
+        worker.kill()
+    index = check_recovered(storage, written)
+    if fault == "tear-put":
+        assert index.stats.scans == 1
+    if fault == "stall-delete":
+        assert any(o.name.level == 1 for o in index.objects())
+
+    worker = Worker(url, {}, 3, "none", 0)
+    try:
+        done = json.loads(worker.wait_for("DONE ")[5:])
+    finally:
+        worker.kill()
+    index = check_recovered(storage, written)
+    levels = sorted(o.name.level for o in index.objects() if o.index.chunks)
+    assert levels[0] == 1, f"L0 data left after a full round: {done}"
