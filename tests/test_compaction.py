@@ -330,10 +330,27 @@ def test_sigkill_mid_compaction(tmp_path: Path, fault: str, signal: str) -> None
     partition whole, each offset once, and every duplicate copy is byte-identical; a second
     compactor (new epoch) finishes the job and recovery still reads the same."""
     url = str(tmp_path / "broker-0")
-    storage = Storage.from_url(url)
+    kill_and_finish(url, {}, Storage.from_url(url), fault, signal)
+
+
+@pytest.mark.chaos
+@pytest.mark.s3
+@pytest.mark.parametrize(
+    ("fault", "signal"), [("stall-put", "WRITING "), ("stall-delete", "DELETING ")]
+)
+def test_sigkill_mid_compaction_on_s3(s3_url: S3Location, fault: str, signal: str) -> None:
+    """The same on moto S3 (a PUT is atomic: the packed object is whole or absent)."""
+    options = dict(s3_url.storage_options)
+    with Storage.from_url(s3_url.url, **options) as storage:
+        kill_and_finish(s3_url.url, options, storage, fault, signal)
+
+
+def kill_and_finish(
+    url: str, options: dict[str, Any], storage: Storage, fault: str, signal: str
+) -> None:
     written = write_l0(storage, keys_of(10), flushes=12, batches_per_flush=30, seed=19)
     rng = random.Random(fault)
-    worker = Worker(url, {}, 2, fault, rng.randint(0, 5))
+    worker = Worker(url, options, 2, fault, rng.randint(0, 5))
     try:
         assert worker.wait_for("READY ") == "READY 12"
         worker.wait_for(signal)
@@ -345,7 +362,7 @@ def test_sigkill_mid_compaction(tmp_path: Path, fault: str, signal: str) -> None
     if fault == "stall-delete":
         assert any(o.name.level == 1 for o in index.objects())
 
-    worker = Worker(url, {}, 3, "none", 0)
+    worker = Worker(url, options, 3, "none", 0)
     try:
         done = json.loads(worker.wait_for("DONE ")[5:])
     finally:
