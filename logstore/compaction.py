@@ -39,6 +39,12 @@ the writer's empty fence object, 164 bytes per broker start) is never deleted he
 Not here yet (they need ``Log`` hooks, see STORAGE.md §2.8): per-partition segment outputs
 (``<topic>/<p>/<base>.seg`` plus the partition checkpoint and producer snapshot), Ln -> Ln+1
 rounds by partition group, grouping by retention class, and deleting zombie objects.
+
+**A superseded compactor deletes nothing.** Before deleting, one LIST of the L0 level checks
+that no newer broker epoch has written to the root; if one has, this incarnation is a zombie
+whose deletes could remove objects its successor's index relies on (the successor listed the
+root before this round's output existed). This narrows the window; closing it would need a
+lease (or conditional deletes) on the store.
 """
 
 from __future__ import annotations
@@ -54,7 +60,13 @@ from logstore.batch import iter_batches
 from logstore.errors import CorruptRecordError, StorageError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalObject
-from logstore.wal_format import ChunkInput, WalObjectIndex, encode_object, object_name
+from logstore.wal_format import (
+    ChunkInput,
+    WalObjectIndex,
+    encode_object,
+    object_name,
+    parse_object_name,
+)
 
 __all__ = ["CompactionResult", "Compactor", "ExtentHolder", "fences"]
 
@@ -147,6 +159,8 @@ class Compactor:
         self._clock = clock
         self._lock = threading.Lock()  # one round or collection at a time
         self._due: dict[str, float] = {}  # unreferenced object -> when it may go
+        #: a newer broker epoch wrote to the root: this compactor no longer deletes
+        self.superseded = False
 
     # --- choosing -------------------------------------------------------------------------------
 
@@ -302,6 +316,29 @@ class Compactor:
 
     # --- garbage collection -----------------------------------------------------------------
 
+    def _superseded(self) -> bool:
+        """True if a newer broker epoch has written to this root (one LIST of the L0 level):
+        this incarnation is a zombie (paused, then resumed after its successor started) and
+        must not delete anything, since the successor's index, loaded before this round's
+        output existed, may rely on the objects it would delete. Narrows the window to the
+        time between this LIST and the deletes; it does not close it (that needs a lease)."""
+        newer = [
+            info.path
+            for info in self.storage.list(f"{WAL_PREFIX}/L0")
+            if (name := parse_object_name(info.path[len(WAL_PREFIX) + 1 :])) is not None
+            and name.broker_epoch > self.broker_epoch
+        ]
+        if newer:
+            log.error(
+                "%s: broker epoch %d is superseded (%s was written by a newer one): this "
+                "compactor deletes nothing",
+                self.storage.url,
+                self.broker_epoch,
+                newer[0],
+            )
+            self.superseded = True
+        return bool(newer)
+
     def collect_garbage(self) -> list[str]:
         """Delete the objects unreferenced for ``delete_delay_ms`` (fences excepted); the
         paths deleted. Call it periodically; :meth:`compact` calls it after each round."""
@@ -318,8 +355,11 @@ class Compactor:
                 del self._due[path]  # referenced again (or gone): start over if it returns
         for path in unreferenced:
             self._due.setdefault(path, now + self._delay_s)
+        due = sorted(p for p, when in self._due.items() if when <= now)
+        if due and self._superseded():
+            return ()
         deleted = []
-        for path in sorted(p for p, due in self._due.items() if due <= now):
+        for path in due:
             del self._due[path]
             # Out of the index first, atomically with the check: nobody can acquire it after.
             if not self.index.retire(path):
