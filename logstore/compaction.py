@@ -197,7 +197,7 @@ class Compactor:
                 raise ValueError(f"{path} is a level-{obj.name.level} object, not level 0")
         chosen = sorted(set(sources), key=lambda p: objects[p].name.max_seq)
         if not chosen:
-            return CompactionResult(None, None, (), (), (), ())
+            return CompactionResult(None, None, (), (), (), self._collect())
         data = {path: self.storage.read(path) for path in chosen}  # one GET each
         runs = self._live_runs(chosen, objects, data)
         if not runs:
