@@ -165,12 +165,15 @@ class Compactor:
     # --- choosing -------------------------------------------------------------------------------
 
     def l0_sources(self, *, max_bytes: int | None = None) -> list[str]:
-        """L0 objects holding chunks, oldest first (up to ``max_bytes`` of them, at least
-        one): what the next round would compact. Fence objects (no chunks) are left."""
+        """L0 objects holding live chunks, oldest first (up to ``max_bytes`` of them, at least
+        one): what the next round would compact. Fence objects (no chunks) and objects no
+        holder refers to (compacted already, waiting for their delete) are left."""
         chosen: list[str] = []
         total = 0
         for obj in sorted(self.index.objects(), key=lambda o: o.name.max_seq):
             if obj.name.level != 0 or not obj.index.chunks:
+                continue
+            if self.index.references(obj.path) == 0:
                 continue
             if max_bytes is not None and chosen and total + obj.index.object_size > max_bytes:
                 break

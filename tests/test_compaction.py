@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
 from logstore.compaction import Compactor, fences
+from logstore.errors import StorageError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
 from logstore.wal_format import object_name
@@ -427,3 +431,112 @@ def kill_and_finish(
     index = check_recovered(storage, written)
     levels = sorted(o.name.level for o in index.objects() if o.index.chunks)
     assert levels[0] == 1, f"L0 data left after a full round: {done}"
+
+
+# --- a model: flushes, compaction rounds, torn packed writes, delayed deletes, crashes ----------
+
+
+class CompactionMachine(RuleBasedStateMachine):
+    """L0 flushes, compaction rounds of the oldest objects (some with a torn L1 write),
+    garbage collections as time passes, and crashes (the index reloaded, a new broker epoch)
+    in any order, against a model of what was written: every partition always reads exactly
+    what was written, and every copy of a batch anywhere in the WAL is byte-identical."""
+
+    KEYS = keys_of(3)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.storage = FaultyStorage(memory_root())
+        self.written: dict[Key, list[tuple[int, bytes]]] = {key: [] for key in self.KEYS}
+        self.now = 0.0
+        self.epoch = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.epoch += 1
+        self.index, self.table = open_table(self.storage)
+        fence = WalWriter(
+            self.storage,
+            broker_id=1,
+            broker_epoch=self.epoch,
+            next_seq=self.index.next_seq,
+            index=self.index,
+        )
+        fence.close()
+        self.compactor = Compactor(
+            self.storage,
+            self.index,
+            self.table,
+            broker_id=1,
+            broker_epoch=self.epoch,
+            delete_delay_ms=500,
+            clock=lambda: self.now,
+        )
+
+    @rule(appends=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 3)), min_size=1, max_size=6))
+    def flush(self, appends: list[tuple[int, int]]) -> None:
+        writer = WalWriter(
+            self.storage,
+            broker_id=1,
+            broker_epoch=self.epoch,
+            next_seq=self.index.next_seq,
+            index=self.index,
+            fence=False,
+            autostart=False,
+        )
+        sources: dict[Key, BufferedSource] = {}
+        for which, count in appends:
+            key = self.KEYS[which]
+            source = sources.get(key)
+            if source is None:
+                end = len(self.written[key])
+                source = BufferedSource("t", key[0], key[1], next_offset=end, writer=writer)
+                sources[key] = source
+            base = source.log_end_offset
+            values = [f"{key[1]}:{o}:{self.epoch}".encode() for o in range(base, base + count)]
+            source.append(build([Record(None, v, 1) for v in values], base_offset=base))
+            self.written[key].extend(zip(range(base, base + count), values, strict=True))
+        writer.start()
+        writer.close()
+        for key, source in sources.items():
+            self.table.extents.setdefault(key, []).extend(source.extents)
+
+    @rule(count=st.integers(1, 6), tear=st.floats(0, 0.99) | st.none())
+    def compact(self, count: int, tear: float | None) -> None:
+        sources = self.compactor.l0_sources()[:count]
+        if tear is not None:
+            self.storage.tear(fraction=tear, path_prefix=f"{WAL_PREFIX}/L1/")
+        try:
+            result = self.compactor.compact(sources)
+        except StorageError:
+            assert tear is not None
+            event("compaction: torn L1 write")
+        else:
+            event(f"compaction: {'an' if result.output else 'no'} output")
+            event(f"compaction: {'some' if result.deleted else 'no'} deletes")
+        self.storage.heal()
+
+    @rule(seconds=st.floats(0, 2))
+    def collect(self, seconds: float) -> None:
+        self.now += seconds
+        event(f"collect: {'some' if self.compactor.collect_garbage() else 'no'} deletes")
+
+    @rule()
+    def crash(self) -> None:
+        index = check_recovered(self.storage, self.written)
+        event(f"crash: {'with' if index.stats.scans else 'no'} scans")
+        self._start()
+
+    @invariant()
+    def reads_what_was_written(self) -> None:
+        for key, records in self.written.items():
+            assert self.table.read(*key) == records, f"partition {key}"
+
+
+TestCompactionMachine = pytest.mark.unit(CompactionMachine.TestCase)
+TestCompactionMachine.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
