@@ -181,6 +181,32 @@ class Compactor:
             total += obj.index.object_size
         return chosen
 
+    def due_sources(
+        self,
+        *,
+        window_bytes: int = 256 * 1024 * 1024,
+        max_age_ms: float = 60_000.0,
+        now_ms: float | None = None,
+    ) -> list[str]:
+        """The L0 objects to compact now (empty: wait): the oldest ones holding up to
+        ``window_bytes`` (``wal.compaction.window.bytes``) once the live L0 objects hold at
+        least that much, or once the oldest of them is ``max_age_ms`` old
+        (``wal.compaction.l0.max.age.ms``; its age from the footer's ``created_ms``, so a
+        scanned object, which has none, counts as old). Two triggers: the bytes bound the
+        memory of a round and make busy brokers write big packed objects; the age bounds how
+        many small objects an idle or slow broker keeps (each costs a GET per reader and a
+        footer read per recovery)."""
+        candidates = self.l0_sources()
+        if not candidates:
+            return []
+        objects = {obj.path: obj for obj in self.index.objects()}
+        total = sum(objects[p].index.object_size for p in candidates)
+        now = time.time() * 1000 if now_ms is None else now_ms
+        oldest = min(objects[p].index.created_ms for p in candidates)
+        if total < window_bytes and now - oldest < max_age_ms:
+            return []
+        return self.l0_sources(max_bytes=window_bytes)
+
     # --- one round ------------------------------------------------------------------------------
 
     def compact(self, sources: Sequence[str] | None = None) -> CompactionResult:

@@ -162,6 +162,28 @@ def test_request_count_does_not_depend_on_partitions(partitions: int) -> None:
 
 
 @pytest.mark.unit
+def test_due_sources_by_bytes_and_by_age() -> None:
+    storage = memory_root()
+    write_l0(storage, keys_of(2), flushes=6, batches_per_flush=4)
+    index, table = open_table(storage)
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1)
+    sources = compactor.l0_sources()
+    objects = {o.path: o.index for o in index.objects()}
+    sizes = [objects[p].object_size for p in sources]
+    created = min(objects[p].created_ms for p in sources)
+    young = created + 1000
+    assert compactor.due_sources(window_bytes=sum(sizes) + 1, now_ms=young) == []
+    # enough bytes: the oldest objects up to the window
+    window = sum(sizes[:4])
+    assert compactor.due_sources(window_bytes=window, now_ms=young) == sources[:4]
+    # old enough: everything the window holds
+    old = created + 60_000
+    assert compactor.due_sources(window_bytes=10 * sum(sizes), now_ms=old) == sources
+    # a window smaller than one object still makes progress
+    assert compactor.due_sources(window_bytes=1, now_ms=young) == sources[:1]
+
+
+@pytest.mark.unit
 def test_deletes_wait_for_the_delay_and_for_references() -> None:
     storage = memory_root()
     written = write_l0(storage, keys_of(3), flushes=3, batches_per_flush=6)
