@@ -637,6 +637,10 @@ def test_references() -> None:
         for extent in reloaded.chunks_for(source.topic_id, source.partition):
             reloaded.acquire(extent.object)
     assert reloaded.unreferenced() == [fence]
+    # retire: forgets only an unreferenced object, atomically with the check
+    assert not reloaded.retire(data)
+    assert reloaded.retire(fence)
+    assert [o.path for o in reloaded.objects()] == [data]
     reloaded.remove_object(data)
     assert reloaded.partitions() == set()
 
