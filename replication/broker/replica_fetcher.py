@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -77,6 +78,16 @@ class ReplicaFetcher:
         #: grew with the fetcher's age), for tests and metrics
         self.requests_sent = 0
         self.request_bytes = 0
+        #: times this fetcher paused replica.fetch.backoff.ms (after errors only), for tests
+        #: and metrics
+        self.backoffs = 0
+        #: partitions whose last fetch failed with a partition error, and when (monotonic s)
+        #: they may be fetched again (Kafka's delayed partitions): an error of one partition
+        #: neither stalls the others nor makes the fetcher spin on it
+        self._delayed: dict[TopicPartition, float] = {}
+        #: session errors in a row: the first fetches again (full) at once, as Kafka; a
+        #: repeated one backs off
+        self._session_errors = 0
         #: per partition, how far this replica was behind the leader's high watermark after
         #: the last fetch (Kafka's FetcherLagMetrics; their max is ReplicaFetcherManager.MaxLag)
         self.lags: dict[TopicPartition, int] = {}
@@ -108,11 +119,13 @@ class ReplicaFetcher:
     def add(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
         self._fresh.add(partition.key)
+        self._delayed.pop(partition.key, None)  # a new leader or epoch: fetch it at once
         self._wake.set()
 
     def remove(self, key: TopicPartition) -> None:
         self.partitions.pop(key, None)
         self._fresh.discard(key)
+        self._delayed.pop(key, None)
         self.lags.pop(key, None)
 
     def _connection(self) -> AsyncConnection | None:
@@ -130,23 +143,29 @@ class ReplicaFetcher:
         return self._conn
 
     async def _run(self) -> None:
-        backoff = self.config.replica_fetch_backoff_ms / 1000
         while not self._stopping:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             try:
-                progressed = await self._fetch_once()
+                ok = await self._fetch_once()
             except ReplogError as err:
                 log.warning(
                     "%r: %s; backing off %d ms", self, err, self.config.replica_fetch_backoff_ms
                 )
-                progressed = False
-            if not progressed:
-                await asyncio.sleep(backoff)
+                ok = False
+            if not ok:
+                await self._back_off()
         if self._conn is not None:
             await self._conn.close()
+
+    async def _back_off(self) -> None:
+        """Pause ``replica.fetch.backoff.ms`` after an error (Kafka's fetchBackOffMs): only
+        then. A response without records is no error: the leader's long poll already paced it,
+        and sleeping after it would make the next produce wait for this timer."""
+        self.backoffs += 1
+        await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
 
     async def _prepare(self) -> None:
         """Former leaders flush what they appended before following (their fetch offset is
@@ -176,13 +195,26 @@ class ReplicaFetcher:
             return 0
         return state.throttled_rate or self.config.follower_replication_throttled_rate
 
+    def _ready(self) -> dict[TopicPartition, Partition]:
+        """The partitions to fetch now: all but those delayed after a partition error."""
+        if self._delayed:
+            now = time.monotonic()
+            self._delayed = {k: t for k, t in self._delayed.items() if t > now}
+        return {k: v for k, v in self.partitions.items() if k not in self._delayed}
+
     async def _fetch_once(self) -> bool:
+        """One fetch and its handling; False when it failed and the fetcher should back off
+        (no leader to fetch from, a repeated session error, an unusable response, or every
+        partition delayed by an error). A response that carries no records is a success."""
         await self._prepare()
         conn = self._connection()
         if conn is None:
             return False
-        states = {k: self._fetch_state(v) for k, v in self.partitions.items()}
-        rates = {k: r for k, v in self.partitions.items() if (r := self.throttled_rate(v)) > 0}
+        ready = self._ready()
+        if not ready:
+            return False
+        states = {k: self._fetch_state(v) for k, v in ready.items()}
+        rates = {k: r for k, v in ready.items() if (r := self.throttled_rate(v)) > 0}
         if rates:
             self.throttle.set_rate(min(rates.values()))
             allowance = self.throttle.available()
@@ -242,26 +274,32 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             response.session_id, response.error_code, [tp for tp, _ in responded]
         ):
-            return bool(response.error_code)  # a session error: fetch again (full) at once
-        progressed = False
+            # A session error: fetch again (full) at once, as Kafka; back off if it repeats.
+            # An unusable response (no error code) backs off.
+            self._session_errors = self._session_errors + 1 if response.error_code else 2
+            return self._session_errors < 2
+        self._session_errors = 0
         for key, part in responded:
             if key in rates and part.records is not None:
                 self.throttle.consume(len(part.records))
             partition = self.partitions.get(key)
             if partition is None or partition.state.leader != self.leader_id:
                 continue
-            progressed = await self._process(partition, part) or progressed
-        return progressed or not responded
+            await self._process(partition, part)
+        return True
 
-    async def _process(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
+    async def _process(self, partition: Partition, part: p.FetchResponsePartition) -> None:
         plog = partition.log
         if part.error_code:
             error = for_code(part.error_code)
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
-                return True
+                return
             log.info("%r: fetch error %s", partition, error.__name__ if error else part.error_code)
-            return False
+            self._delayed[partition.key] = (
+                time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+            )
+            return
         if part.diverging_epoch.epoch != UNDEFINED_EPOCH or part.diverging_epoch.end_offset >= 0:
             await asyncio.to_thread(
                 self._truncate_on_divergence,
@@ -269,7 +307,7 @@ class ReplicaFetcher:
                 part.diverging_epoch.epoch,
                 part.diverging_epoch.end_offset,
             )
-            return True
+            return
         records = part.records
         if records is not None and len(records):
             await asyncio.to_thread(self._append, partition, bytes(records))
@@ -279,8 +317,6 @@ class ReplicaFetcher:
             await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)
         if records is not None and len(records):
             self.replica_manager.follower_appended(partition)
-            return True
-        return False
 
     @staticmethod
     def _append(partition: Partition, records: bytes) -> None:
