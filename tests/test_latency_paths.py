@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 
 from logstore.batch import Record, build
+from logstore.storage import Storage
 from replication import protocol as p
 from replication.broker.partition import Partition
-from replication.broker.replica_manager import ReplicaManager
+from replication.broker.replica_manager import ReplicaManager, flush_interval_ms
 from replication.common import TopicPartition
 from replication.config import broker_config_from
 from replication.protocol.rpc import AsyncConnection
 from replication.server.node import Node
 from tests.cluster import FAST_FAILOVER
-
-pytestmark = pytest.mark.cluster
+from tests.conftest import S3Location
 
 TOPIC = "lat"
 DEADLINE_S = 30.0
@@ -175,6 +175,7 @@ async def steady(cluster: InProcessCluster, topic: str, index: int = 0) -> int:
     return cluster.leader(topic, index)
 
 
+@pytest.mark.cluster
 def test_idle_long_poll_does_not_put_the_follower_to_sleep(tmp_path: Path) -> None:
     """L6a: after the producer goes quiet, the followers' long polls come back without
     records (only HW news). That is no error, so no replica.fetch.backoff.ms: a produce that
@@ -200,6 +201,140 @@ def test_idle_long_poll_does_not_put_the_follower_to_sleep(tmp_path: Path) -> No
             assert len(replicas[leader].state.isr) == 3, "the ack needed every follower"
             for i in followers:
                 assert replicas[i].log.durable_end_offset >= base + 1
+            assert [f.backoffs for f in fetchers] == backoffs
+
+    asyncio.run(scenario())
+
+
+async def idle_window(cluster: InProcessCluster, leader: int) -> None:
+    """Let the cluster idle for two whole follower long polls (counted, not slept)."""
+    fetchers = [f for i in cluster.brokers if i != leader for f in fetchers_of(cluster, i)]
+    sent = [f.requests_sent for f in fetchers]
+    await wait_for(
+        lambda: all(f.requests_sent >= n + 2 for f, n in zip(fetchers, sent, strict=True)),
+        "two idle follower long polls",
+    )
+
+
+@pytest.mark.cluster
+def test_idle_broker_flush_loop_never_wakes_and_an_append_is_flushed_at_once(
+    tmp_path: Path,
+) -> None:
+    """L2/L13: with the default log.flush.interval.ms (-1: 0 on local files) an idle broker's
+    flush loop sleeps on its event (0 wake-ups over an idle window), and one acks=all append
+    wakes it exactly once: one flush, no timer tick before or after it."""
+
+    async def scenario() -> None:
+        async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
+            assert {cluster.rm(i).flush_interval_ms for i in cluster.brokers} == {0}
+            await cluster.create_topic(TOPIC)
+            await cluster.produce(TOPIC, 0, [b"first"])
+            leader = await steady(cluster, TOPIC)
+            rms = [cluster.rm(i) for i in cluster.brokers]
+            wakeups = [rm.flush_wakeups for rm in rms]
+            await idle_window(cluster, leader)
+            assert [rm.flush_wakeups for rm in rms] == wakeups, "an idle broker woke to flush"
+            rm = cluster.rm(leader)
+            before = rm.flush_wakeups, rm.flushes
+            await cluster.produce(TOPIC, 0, [b"second"])
+            assert (rm.flush_wakeups, rm.flushes) == (before[0] + 1, before[1] + 1)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.cluster
+def test_flush_interval_is_the_least_spacing_between_flush_starts(tmp_path: Path) -> None:
+    """An explicit log.flush.interval.ms wins over the per-storage default. The first append
+    is flushed at once (nothing flushed in the last interval); the next one, appended right
+    after, waits for the interval: the followers have it (replication overlaps the leader's
+    flush) while the leader's durable end has not moved."""
+
+    async def scenario() -> None:
+        async with running(
+            tmp_path, **{"replica.fetch.wait.max.ms": 50, "log.flush.interval.ms": 600_000}
+        ) as cluster:
+            assert {cluster.rm(i).flush_interval_ms for i in cluster.brokers} == {600_000}
+            await cluster.create_topic(TOPIC)
+            await cluster.produce(TOPIC, 0, [b"first"])  # acks=all: flushed without the timer
+            leader = await steady(cluster, TOPIC)
+            rm = cluster.rm(leader)
+            flushes = rm.flushes
+            records = build([Record(None, b"second", 0)])
+            result = await rm.append_records(1, 30_000, [(TOPIC, 0, records)])
+            assert result[TopicPartition(TOPIC, 0)].error is None
+            replicas = cluster.replicas(TOPIC)
+            end = replicas[leader].log.log_end_offset
+            await wait_for(
+                lambda: all(
+                    r.log.durable_end_offset == end for i, r in replicas.items() if i != leader
+                ),
+                "the followers to store the second record",
+            )
+            assert replicas[leader].log.durable_end_offset == end - 1
+            assert rm.flushes == flushes
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.unit
+def test_flush_interval_default_follows_the_storage_kind(tmp_path: Path) -> None:
+    """-1 (the default) resolves to 0 for local files and memory, 250 ms for object stores;
+    any explicit value is kept."""
+    default = broker_config_from({})
+    assert default.log_flush_interval_ms == -1
+    local = Storage.from_url(tmp_path.as_uri())
+    memory = Storage.from_url("memory://lat-flush-default/x")
+    assert flush_interval_ms(default, local) == 0
+    assert flush_interval_ms(default, memory) == 0
+    explicit = broker_config_from({"log.flush.interval.ms": 200})
+    assert flush_interval_ms(explicit, local) == 200
+
+
+@pytest.mark.s3
+def test_flush_interval_default_on_s3(s3_url: S3Location) -> None:
+    storage = Storage.from_url(s3_url.url, **s3_url.storage_options)
+    assert flush_interval_ms(broker_config_from({}), storage) == 250
+    assert flush_interval_ms(broker_config_from({"log.flush.interval.ms": 0}), storage) == 0
+
+
+@pytest.mark.cluster
+def test_a_fetch_response_of_many_partitions_is_stored_whole(tmp_path: Path) -> None:
+    """L5: one acks=all produce to 20 partitions reaches each follower in one or a few fetch
+    responses, appended in one hop and flushed concurrently; the produce completes only when
+    every follower has every partition durable (its next fetch offset), one object each."""
+    partitions = 20
+
+    async def scenario() -> None:
+        async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
+            await cluster.create_topic(TOPIC, partitions)
+            by_leader: dict[int, list[tuple[str, int, bytes | None]]] = {}
+            for index in range(partitions):
+                await steady(cluster, TOPIC, index)
+                records = build([Record(None, f"v{index}".encode(), 0)])
+                by_leader.setdefault(cluster.leader(TOPIC, index), []).append(
+                    (TOPIC, index, records)
+                )
+            fetchers = [f for i in cluster.brokers for f in fetchers_of(cluster, i)]
+            backoffs = [f.backoffs for f in fetchers]
+            objects_before = {
+                (i, index): len(replica.log.segments())
+                for index in range(partitions)
+                for i, replica in cluster.replicas(TOPIC, index).items()
+            }
+            results = await asyncio.gather(
+                *(
+                    cluster.rm(leader).append_records(-1, 30_000, e)
+                    for leader, e in by_leader.items()
+                )
+            )
+            assert all(r.error is None for result in results for r in result.values())
+            for index in range(partitions):
+                replicas = cluster.replicas(TOPIC, index)
+                leader = cluster.leader(TOPIC, index)
+                assert len(replicas[leader].state.isr) == 3
+                for i, replica in replicas.items():
+                    assert replica.log.durable_end_offset == 1, (i, index)
+                    assert len(replica.log.segments()) == objects_before[(i, index)] + 1
             assert [f.backoffs for f in fetchers] == backoffs
 
     asyncio.run(scenario())

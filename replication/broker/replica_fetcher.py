@@ -6,6 +6,11 @@ name hashes to. Each fetcher serves all its partitions through one incremental f
 (KIP-227). Fetched batches are appended to this broker's own store and flushed as a segment
 object before the next fetch, so the fetch offset a follower reports is its durable LEO: the
 leader's HW (min LEO over the ISR) then counts only data that is on every ISR member's storage.
+All partitions of one response are appended in one thread hop and flushed concurrently.
+
+The next fetch follows at once: the leader's long poll paces an idle follower, so only errors
+pause it (``replica.fetch.backoff.ms``, as Kafka's fetchBackOffMs): a failed request or a
+repeated session error pauses the fetcher, a partition error delays that partition alone.
 
 Divergence is settled by leader epoch (KIP-101/279, Fetch v12's DivergingEpoch): the fetch
 carries the epoch of the follower's last batch; if the leader's log ends that epoch earlier,
@@ -279,27 +284,36 @@ class ReplicaFetcher:
             self._session_errors = self._session_errors + 1 if response.error_code else 2
             return self._session_errors < 2
         self._session_errors = 0
+        ready_parts: list[tuple[Partition, p.FetchResponsePartition]] = []
         for key, part in responded:
             if key in rates and part.records is not None:
                 self.throttle.consume(len(part.records))
             partition = self.partitions.get(key)
             if partition is None or partition.state.leader != self.leader_id:
                 continue
-            await self._process(partition, part)
+            if await self._settle(partition, part):
+                ready_parts.append((partition, part))
+        stored = await self._append_all(
+            [(pt, bytes(part.records)) for pt, part in ready_parts if part.records]
+        )
+        for partition, part in ready_parts:
+            await self._advance(partition, part, partition.key in stored)
         return True
 
-    async def _process(self, partition: Partition, part: p.FetchResponsePartition) -> None:
-        plog = partition.log
+    def _delay(self, key: TopicPartition) -> None:
+        """Leave ``key`` out of fetches for replica.fetch.backoff.ms (after its error)."""
+        self._delayed[key] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+
+    async def _settle(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
+        """Handle a partition's error or divergence; True if its data can be taken in."""
         if part.error_code:
             error = for_code(part.error_code)
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
-                return
+                return False
             log.info("%r: fetch error %s", partition, error.__name__ if error else part.error_code)
-            self._delayed[partition.key] = (
-                time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
-            )
-            return
+            self._delay(partition.key)
+            return False
         if part.diverging_epoch.epoch != UNDEFINED_EPOCH or part.diverging_epoch.end_offset >= 0:
             await asyncio.to_thread(
                 self._truncate_on_divergence,
@@ -307,24 +321,64 @@ class ReplicaFetcher:
                 part.diverging_epoch.epoch,
                 part.diverging_epoch.end_offset,
             )
-            return
-        records = part.records
-        if records is not None and len(records):
-            await asyncio.to_thread(self._append, partition, bytes(records))
+            return False
+        return True
+
+    async def _append_all(self, work: list[tuple[Partition, bytes]]) -> set[TopicPartition]:
+        """Append every partition's fetched batches in one thread hop (CRC checks and copies,
+        no I/O but a former leader's tail), then flush the appended logs concurrently, each
+        as one object: a response naming N partitions costs two hops and N writes in
+        parallel, not N sequential hops and writes. The partitions now durable to their new
+        LEO (their next fetch offset, which is what the leader's HW and acks=all rest on);
+        one that failed is delayed and fetched again from its durable end."""
+        if not work:
+            return set()
+        appended, failed = await asyncio.to_thread(self._append_in_memory, work)
+        for partition, err in failed:
+            log.warning("%r: could not append fetched batches: %s", partition, err)
+            self._delay(partition.key)
+        outcomes = await asyncio.gather(
+            *(asyncio.to_thread(pt.log.flush) for pt in appended), return_exceptions=True
+        )
+        stored: set[TopicPartition] = set()
+        for partition, outcome in zip(appended, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("%r: flush of fetched batches failed: %s", partition, outcome)
+                self._delay(partition.key)
+            else:
+                stored.add(partition.key)
+        return stored
+
+    @staticmethod
+    def _append_in_memory(
+        work: list[tuple[Partition, bytes]],
+    ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]]]:
+        appended: list[Partition] = []
+        failed: list[tuple[Partition, ReplogError]] = []
+        for partition, records in work:
+            plog = partition.log
+            try:
+                if plog.log_end_offset != plog.durable_end_offset:
+                    plog.flush()  # a tail from a failed flush: the fetch came from its start
+                partition.append_as_follower(records)
+            except ReplogError as err:
+                failed.append((partition, err))
+            else:
+                appended.append(partition)
+        return appended, failed
+
+    async def _advance(
+        self, partition: Partition, part: p.FetchResponsePartition, stored: bool
+    ) -> None:
+        """After a fetch: the HW (never past what this replica holds durably), the lag, the
+        log start offset (DeleteRecords / retention on the leader)."""
+        plog = partition.log
         plog.update_high_watermark(min(part.high_watermark, plog.durable_end_offset))
         self.lags[partition.key] = max(0, part.high_watermark - plog.log_end_offset)
         if part.log_start_offset > plog.log_start_offset:
             await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)
-        if records is not None and len(records):
+        if stored:
             self.replica_manager.follower_appended(partition)
-
-    @staticmethod
-    def _append(partition: Partition, records: bytes) -> None:
-        plog = partition.log
-        if plog.log_end_offset != plog.durable_end_offset:
-            plog.flush()
-        partition.append_as_follower(records)
-        plog.flush()
 
     @staticmethod
     def _truncate_on_divergence(partition: Partition, epoch: int, end_offset: int) -> None:
