@@ -112,7 +112,17 @@ class Log:
         self.config = config
         self._time_ms = time_ms
         self._lock = threading.RLock()
-        self._flush_lock = threading.Lock()
+        # Reentrant: checkpoint() takes it and is also called by truncation, which holds it.
+        self._flush_lock = threading.RLock()
+        #: orders checkpoint writes: a checkpoint built earlier is never written after a later
+        #: one (lock order: _maintenance_lock, _flush_lock, _checkpoint_write_lock, _lock)
+        self._checkpoint_write_lock = threading.Lock()
+        #: bumped whenever the list of live objects or an object's checkpointed fields change
+        self._shape_version = 0
+        #: checkpoints built so far, and of the one last written: its number and state key
+        self._checkpoint_seq = 0
+        self._written_seq = 0
+        self._written_key: tuple[object, ...] | None = None
         self._maintenance_lock = threading.Lock()
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -460,6 +470,7 @@ class Log:
                     index,
                 )
                 self._segments.append(segment)
+                self._shape_version += 1
                 self._bases.append(base)
                 del self._pending[: len(pending)]
                 self._durable_end = segment.next_offset
@@ -676,6 +687,7 @@ class Log:
                     doomed = self._segments[keep:]
                     straddling = self._segments[keep - 1]
                     del self._segments[keep:]
+                    self._shape_version += 1
                     del self._bases[keep:]
             for segment in reversed(doomed):
                 self.storage.delete(segment.name)
@@ -723,6 +735,7 @@ class Log:
             with self._lock:
                 i = self._segments.index(segment)
                 del self._segments[i]
+                self._shape_version += 1
                 del self._bases[i]
             return
         data = (self._cache_get(segment.name) or self.storage.read(segment.name))[:cut_position]
@@ -737,6 +750,7 @@ class Log:
             segment.next_offset = index.base_offsets[slot]
             segment.size = len(data)
             segment.max_timestamp = max(segment.index.max_timestamps)
+            self._shape_version += 1
             self._cache_drop(segment.name)
             self._cache_put(segment.name, data)
 
@@ -751,6 +765,7 @@ class Log:
             self.storage.delete(segment.name)
             self._cache_drop(segment.name)
         self._segments.clear()
+        self._shape_version += 1
         self._bases.clear()
         self._pending.clear()
         self._log_start_offset = offset
@@ -797,6 +812,7 @@ class Log:
                 if not retire:
                     return 0
                 del self._segments[: len(retire)]
+                self._shape_version += 1
                 del self._bases[: len(retire)]
                 if self._segments:
                     self._segments[0].rolled = True
@@ -824,9 +840,11 @@ class Log:
                 retire = []
                 while self._segments and self._segments[0].next_offset <= offset:
                     retire.append(self._segments.pop(0))
+                    self._shape_version += 1
                     self._bases.pop(0)
                 if self._segments:
                     self._segments[0].rolled = True
+                    self._shape_version += 1
                 self.leader_epoch_cache.truncate_from_start(offset)
             self.checkpoint()
             self._schedule_deletes(s.name for s in retire)
@@ -887,6 +905,7 @@ class Log:
                 merged_index,
             )
             self._segments[i : i + len(run)] = [replacement]
+            self._shape_version += 1
             self._bases[i : i + len(run)] = [head.base_offset]
             for segment in run:
                 self._cache_drop(segment.name)
@@ -917,18 +936,48 @@ class Log:
 
     # --- checkpoint and close ---------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Write checkpoint.json describing the durable log (atomic whole-object write).
+    def _checkpoint_key_locked(self) -> tuple[object, ...]:
+        """What a checkpoint written now would say, in O(epochs): equal keys, equal docs."""
+        return (
+            self._shape_version,
+            self._log_start_offset,
+            self._high_watermark,
+            self._durable_end,
+            tuple(self.leader_epoch_cache.entries()),
+        )
 
-        A closed log writes none: after :meth:`delete` nothing of it may come back."""
+    def checkpoint_needed(self) -> bool:
+        """Whether the log changed since its last checkpoint (cheap: the periodic checkpoint
+        asks this on the event loop and skips a log that did not change)."""
         with self._lock:
-            if self._closed:
-                return
+            return not self._closed and self._checkpoint_key_locked() != self._written_key
+
+    def checkpoint(self) -> bool:
+        """Write checkpoint.json describing the durable log (atomic whole-object write), unless
+        the last one written already says the same. True if one was written.
+
+        The object list is built outside the state lock (appends on the event loop take it),
+        from a snapshot: the list is copied under the lock, and its entries' fields, which
+        only truncation changes in place, are read under the flush lock truncation holds.
+        Checkpoint writes are ordered: one built earlier is never written after a later one.
+        A closed log writes none: after :meth:`delete` nothing of it may come back."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return False
+                key = self._checkpoint_key_locked()
+                if key == self._written_key:
+                    return False
+                segments = list(self._segments)
+                state = (self._log_start_offset, self._high_watermark, self._durable_end)
+                epochs = self.leader_epoch_cache.entries()
+                self._checkpoint_seq += 1
+                seq = self._checkpoint_seq
             doc = Checkpoint(
-                log_start_offset=self._log_start_offset,
-                high_watermark=self._high_watermark,
-                recovery_point=self._durable_end,
-                epochs=tuple((e.epoch, e.start_offset) for e in self.leader_epoch_cache.entries()),
+                log_start_offset=state[0],
+                high_watermark=state[1],
+                recovery_point=state[2],
+                epochs=tuple((e.epoch, e.start_offset) for e in epochs),
                 segments=tuple(
                     SegmentEntry(
                         s.name,
@@ -939,10 +988,19 @@ class Log:
                         s.rolled,
                         s.created_ms,
                     )
-                    for s in self._segments
+                    for s in segments
                 ),
             )
-        self.storage.write(CHECKPOINT_NAME, doc.to_bytes())
+            self._checkpoint_write_lock.acquire()
+        try:
+            if seq < self._written_seq:
+                return False  # a later checkpoint is already on storage
+            self.storage.write(CHECKPOINT_NAME, doc.to_bytes())
+            self._written_seq = seq
+            self._written_key = key
+            return True
+        finally:
+            self._checkpoint_write_lock.release()
 
     def close(self) -> None:
         """Flush and checkpoint. Retired objects not yet deleted are found again on open."""

@@ -307,7 +307,7 @@ def test_a_fetch_response_of_many_partitions_is_stored_whole(tmp_path: Path) -> 
     async def scenario() -> None:
         async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
             await cluster.create_topic(TOPIC, partitions)
-            by_leader: dict[int, list[tuple[str, int, bytes | None]]] = {}
+            by_leader: dict[int, list[tuple[str, int, bytes | bytearray | memoryview | None]]] = {}
             for index in range(partitions):
                 await steady(cluster, TOPIC, index)
                 records = build([Record(None, f"v{index}".encode(), 0)])
@@ -338,3 +338,82 @@ def test_a_fetch_response_of_many_partitions_is_stored_whole(tmp_path: Path) -> 
             assert [f.backoffs for f in fetchers] == backoffs
 
     asyncio.run(scenario())
+
+
+class StorageRequests:
+    """A storage observer counting every operation (as the metrics endpoint's does)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, op: str, seconds: float, err: BaseException | None) -> None:
+        self.count += 1
+
+
+@pytest.mark.cluster
+def test_an_idle_broker_makes_no_storage_request(tmp_path: Path) -> None:
+    """L10/L13: the periodic checkpoint writes only logs that changed since their last
+    checkpoint. After traffic, once the checkpoints caught up, idle checkpoint rounds make no
+    storage request at all (no checkpoint, no flush) on any broker."""
+
+    async def scenario() -> None:
+        async with running(
+            tmp_path, **{"replica.fetch.wait.max.ms": 50, "log.checkpoint.interval.ms": 100}
+        ) as cluster:
+            await cluster.create_topic(TOPIC, 2)
+            for index in range(2):
+                await cluster.produce(TOPIC, index, [b"a", b"b"])
+                await steady(cluster, TOPIC, index)
+            requests = StorageRequests()
+            rms = [cluster.rm(i) for i in cluster.brokers]
+            for rm in rms:
+                rm.storage.observer = requests
+                for part in rm.partitions.values():
+                    part.log.storage.observer = requests
+
+            def settled() -> bool:
+                return all(
+                    not part.log.checkpoint_needed()
+                    and part.log.high_watermark == part.log.log_end_offset
+                    for rm in rms
+                    for part in rm.partitions.values()
+                )
+
+            await wait_for(settled, "every replica's HW at its end, checkpointed")
+            before = requests.count, [rm.checkpoints for rm in rms]
+            rounds = [rm.checkpoint_rounds for rm in rms]
+            await wait_for(
+                lambda: all(
+                    rm.checkpoint_rounds >= n + 3 for rm, n in zip(rms, rounds, strict=True)
+                ),
+                "three idle checkpoint rounds on every broker",
+            )
+            assert (requests.count, [rm.checkpoints for rm in rms]) == before
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.unit
+def test_checkpoint_is_written_only_when_the_log_changed() -> None:
+    """Log.checkpoint skips a write that would repeat the last one; any change to what the
+    checkpoint records (objects, HW, log start, epochs) makes the next one write."""
+    from logstore.log import Log
+
+    storage = Storage.from_url("memory://lat-checkpoint-on-change/t/0")
+    requests = StorageRequests()
+    storage.observer = requests
+    plog = Log.open(storage)
+    assert plog.checkpoint() is True
+    assert plog.checkpoint() is False
+    assert not plog.checkpoint_needed()
+    plog.append(build([Record(None, b"v", 0)]), leader_epoch=0)
+    plog.flush()
+    assert plog.checkpoint_needed()
+    assert plog.checkpoint() is True
+    plog.update_high_watermark(1)
+    assert plog.checkpoint() is True
+    count = requests.count
+    assert plog.checkpoint() is False
+    assert requests.count == count
+    plog.close()
+    assert requests.count == count  # close: nothing to flush, the checkpoint is current
