@@ -134,6 +134,10 @@ class Log:
         self.leader_epoch_cache = epochs
         self._roll_requested = False
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        #: cached objects whose every batch is known CRC-valid (written from appended batches,
+        #: which were checked on append, or merged from checked ones): read_from_memory
+        #: serves them as they are; other cached bytes (read from storage) are checked on read
+        self._cache_checked: set[str] = set()
         self._cache_bytes = 0
         self._delayed_deletes: list[tuple[int, str]] = []
         self._closed = False
@@ -475,7 +479,7 @@ class Log:
                 del self._pending[: len(pending)]
                 self._durable_end = segment.next_offset
                 self._delayed_deletes = [(t, n) for t, n in self._delayed_deletes if n != name]
-                self._cache_put(name, data)
+                self._cache_put(name, data, checked=True)
                 return self._durable_end
 
     def _roll_decision(self, size: int, now: int) -> tuple[bool, int]:
@@ -535,11 +539,7 @@ class Log:
             upper = self._leo if max_offset is None else min(max_offset, self._leo)
             if offset >= upper:
                 return b""
-            segments = (
-                self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
-                if (self._segments and offset < self._durable_end)
-                else []
-            )
+            segments = self._segments_from_locked(offset)
             pending = list(self._pending)
         chunks: list[bytes] = []
         budget = max_bytes
@@ -548,48 +548,66 @@ class Log:
         for segment in segments:
             if position_offset >= upper or (budget <= 0 and not first):
                 break
-            data, budget, first, position_offset = self._read_segment(
-                segment, position_offset, upper, budget, first
+            index = self._index_of(segment)
+            start, end, budget, first, next_offset = _plan_range(
+                index, segment, position_offset, upper, budget, first
             )
-            if data:
-                chunks.append(data)
+            if end > start:
+                chunks.append(self._read_range(segment, start, end))
+                position_offset = next_offset
             if position_offset < segment.next_offset:
                 break  # budget ran out inside this object
-        for p in pending:
-            if p.next_offset <= position_offset:
-                continue
-            if p.base_offset >= upper:
-                break
-            if len(p.data) > budget and not first:
-                break
-            chunks.append(p.data)
-            budget -= len(p.data)
-            first = False
-            position_offset = p.next_offset
+        _take_pending(pending, chunks, position_offset, upper, budget, first)
         return b"".join(chunks)
 
-    def _read_segment(
-        self, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
-    ) -> tuple[bytes, int, bool, int]:
-        index = self._index_of(segment)
-        slot = index.slot_for(offset)
-        start = index.positions[slot]
-        end = start
-        next_offset = offset
-        n = len(index.base_offsets)
-        while slot < n and index.base_offsets[slot] < upper:
-            size = index.sizes[slot]
-            if size > budget and not first:
-                break
-            end += size
-            budget -= size
-            first = False
-            slot += 1
-            next_offset = index.base_offsets[slot] if slot < n else segment.next_offset
-        if end == start:
-            return b"", budget, first, offset
-        data = self._read_range(segment, start, end)
-        return data, budget, first, next_offset
+    def read_from_memory(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes | None:
+        """What :meth:`read` returns, if every byte of it is in memory: the appended batches
+        not yet flushed, or objects in the tail cache whose batches are known CRC-valid (they
+        were checked on append); else None, and the caller reads with :meth:`read` in a
+        worker thread. The common case of a follower or a tailing consumer: no thread hop, no
+        I/O, no second CRC pass. Out-of-range offsets answer None too (:meth:`read` raises
+        the error)."""
+        with self._lock:
+            if offset < self._log_start_offset or offset > self._leo:
+                return None
+            upper = self._leo if max_offset is None else min(max_offset, self._leo)
+            if offset >= upper:
+                return b""
+            chunks: list[bytes] = []
+            budget = max_bytes
+            first = min_one_batch
+            position_offset = offset
+            for segment in self._segments_from_locked(offset):
+                if position_offset >= upper or (budget <= 0 and not first):
+                    break
+                index = segment.index
+                data = self._cache.get(segment.name)
+                if index is None or data is None or segment.name not in self._cache_checked:
+                    return None
+                start, end, budget, first, next_offset = _plan_range(
+                    index, segment, position_offset, upper, budget, first
+                )
+                if end > start:
+                    chunks.append(data[start:end])
+                    position_offset = next_offset
+                if position_offset < segment.next_offset:
+                    break
+            _take_pending(self._pending, chunks, position_offset, upper, budget, first)
+        return b"".join(chunks)
+
+    def _segments_from_locked(self, offset: int) -> list[LogSegment]:
+        """The objects from the one holding ``offset`` on (none if it is past the durable
+        end)."""
+        if not self._segments or offset >= self._durable_end:
+            return []
+        return self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
 
     def _read_range(self, segment: LogSegment, start: int, end: int) -> bytes:
         cached = self._cache_get(segment.name)
@@ -909,7 +927,7 @@ class Log:
             self._bases[i : i + len(run)] = [head.base_offset]
             for segment in run:
                 self._cache_drop(segment.name)
-            self._cache_put(head.name, merged)
+            self._cache_put(head.name, merged, checked=True)
         self._schedule_deletes(s.name for s in run[1:])
         log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
 
@@ -1012,7 +1030,7 @@ class Log:
 
     # --- tail cache -------------------------------------------------------------------------
 
-    def _cache_put(self, name: str, data: bytes) -> None:
+    def _cache_put(self, name: str, data: bytes, *, checked: bool = False) -> None:
         limit = self.config.tail_cache_bytes
         if len(data) > limit:
             return
@@ -1020,9 +1038,12 @@ class Log:
             self._cache_drop(name)
             self._cache[name] = data
             self._cache_bytes += len(data)
+            if checked:
+                self._cache_checked.add(name)
             while self._cache_bytes > limit:
-                _, old = self._cache.popitem(last=False)
+                evicted, old = self._cache.popitem(last=False)
                 self._cache_bytes -= len(old)
+                self._cache_checked.discard(evicted)
 
     def _cache_get(self, name: str) -> bytes | None:
         with self._lock:
@@ -1034,8 +1055,53 @@ class Log:
     def _cache_drop(self, name: str) -> None:
         with self._lock:
             old = self._cache.pop(name, None)
+            self._cache_checked.discard(name)
             if old is not None:
                 self._cache_bytes -= len(old)
+
+
+def _plan_range(
+    index: BatchIndex, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
+) -> tuple[int, int, int, bool, int]:
+    """Which bytes of ``segment`` a read from ``offset`` takes: whole batches below
+    ``upper`` within ``budget`` (the first one regardless, if ``first``). Returns (start,
+    end, budget left, first, the offset after the last batch taken)."""
+    slot = index.slot_for(offset)
+    start = index.positions[slot]
+    end = start
+    next_offset = offset
+    n = len(index.base_offsets)
+    while slot < n and index.base_offsets[slot] < upper:
+        size = index.sizes[slot]
+        if size > budget and not first:
+            break
+        end += size
+        budget -= size
+        first = False
+        slot += 1
+        next_offset = index.base_offsets[slot] if slot < n else segment.next_offset
+    return start, end, budget, first, next_offset
+
+
+def _take_pending(
+    pending: list[_PendingBatch],
+    chunks: list[bytes],
+    offset: int,
+    upper: int,
+    budget: int,
+    first: bool,
+) -> None:
+    """Append to ``chunks`` the unflushed batches a read from ``offset`` takes."""
+    for p in pending:
+        if p.next_offset <= offset:
+            continue
+        if p.base_offset >= upper:
+            break
+        if len(p.data) > budget and not first:
+            break
+        chunks.append(p.data)
+        budget -= len(p.data)
+        first = False
 
 
 def _first_at_or_after(data: bytes, timestamp: int) -> tuple[int, int] | None:

@@ -417,3 +417,59 @@ def test_checkpoint_is_written_only_when_the_log_changed() -> None:
     assert requests.count == count
     plog.close()
     assert requests.count == count  # close: nothing to flush, the checkpoint is current
+
+
+@pytest.mark.unit
+def test_read_from_memory_returns_what_read_returns_or_none() -> None:
+    """L4: Log.read_from_memory answers exactly what Log.read would (same batches, same
+    budget rules) when every byte is unflushed or in the tail cache as written by this
+    process; bytes it would have to read from storage, or cached from a storage read (not
+    CRC-checked yet), make it answer None so that the caller takes the checked path."""
+    from logstore.log import Log
+
+    url = "memory://lat-read-from-memory/t/0"
+    plog = Log.open(Storage.from_url(url))
+    for n in range(12):
+        plog.append(build([Record(None, f"v{n}".encode() * (n + 1), 0)]), leader_epoch=0)
+        if n % 3 == 2:
+            plog.flush()  # objects [0,3), [3,6), [6,9), [9,12) ...
+    plog.append(build([Record(None, b"tail", 0)]), leader_epoch=0)  # unflushed: 12
+    cases = [
+        (offset, max_bytes, max_offset, first)
+        for offset in (0, 2, 3, 7, 11, 12, 13)
+        for max_bytes in (1, 150, 1 << 20)
+        for max_offset in (None, 5, 12)
+        for first in (True, False)
+    ]
+    for offset, max_bytes, max_offset, first in cases:
+        expected = plog.read(offset, max_bytes, max_offset=max_offset, min_one_batch=first)
+        got = plog.read_from_memory(offset, max_bytes, max_offset=max_offset, min_one_batch=first)
+        assert got == expected, (offset, max_bytes, max_offset, first)
+    assert plog.read_from_memory(14, 100) is None  # out of range: read raises the error
+    plog.close()
+
+    reopened = Log.open(Storage.from_url(url))
+    assert reopened.read_from_memory(0, 1 << 20) is None  # on storage only
+    assert reopened.read(0, 1 << 20)  # loads the first object's index into the cache
+    assert reopened.read_from_memory(0, 100) is None  # cached from storage: not checked yet
+    reopened.close()
+
+
+@pytest.mark.cluster
+def test_leader_serves_follower_fetches_from_memory(tmp_path: Path) -> None:
+    """L4: the followers of a steady partition fetch what the leader just appended (or just
+    flushed): the leader serves those reads from memory, without a worker-thread read."""
+
+    async def scenario() -> None:
+        async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
+            await cluster.create_topic(TOPIC)
+            await cluster.produce(TOPIC, 0, [b"first"])
+            leader = await steady(cluster, TOPIC)
+            rm = cluster.rm(leader)
+            before = rm.memory_reads, rm.storage_reads
+            for n in range(5):
+                await cluster.produce(TOPIC, 0, [f"v{n}".encode()])
+            assert rm.storage_reads == before[1]
+            assert rm.memory_reads > before[0]
+
+    asyncio.run(scenario())
