@@ -339,8 +339,13 @@ class Log:
 
     # --- append -----------------------------------------------------------------------------
 
-    def _validated(self, data: bytes | bytearray | memoryview) -> list[RecordBatch]:
-        batches = list(iter_batches(data, validate=True))
+    def _validated(
+        self, data: bytes | bytearray | memoryview, batches: list[RecordBatch] | None = None
+    ) -> list[RecordBatch]:
+        """``data``'s batches, CRC-checked (unless the caller passes them, parsed from these
+        very bytes and checked already), within max.message.bytes."""
+        if batches is None:
+            batches = list(iter_batches(data, validate=True))
         if not batches:
             raise InvalidRecordError("an append carried no record batch")
         for batch in batches:
@@ -352,12 +357,20 @@ class Log:
                 )
         return batches
 
-    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        batches: list[RecordBatch] | None = None,
+    ) -> AppendInfo:
         """Append as leader: assign offsets from the LEO and stamp ``leader_epoch``.
 
-        Only header fields outside the CRC are rewritten, so the CRC stays valid.
+        Only header fields outside the CRC are rewritten, so the CRC stays valid. A caller
+        that has parsed and CRC-checked ``data`` already (the partition, for its producer
+        state checks) passes those ``batches`` and the CRCs are not computed a second time.
         """
-        batches = self._validated(data)
+        batches = self._validated(data, batches)
         buf = bytearray(data)
         with self._lock:
             self._check_open()

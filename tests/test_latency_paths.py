@@ -473,3 +473,36 @@ def test_leader_serves_follower_fetches_from_memory(tmp_path: Path) -> None:
             assert rm.memory_reads > before[0]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.unit
+def test_leader_append_checks_each_crc_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """L9: a caller that parsed and CRC-checked the batches (the partition, for its producer
+    state) hands them to Log.append, which does not check them again; without them the log
+    checks every batch itself, and a corrupt batch is still refused."""
+    from logstore.batch import RecordBatch, iter_batches
+    from logstore.errors import CorruptRecordError
+    from logstore.log import Log
+
+    checks = 0
+    real = RecordBatch.ensure_valid
+
+    def counted(self: RecordBatch) -> None:
+        nonlocal checks
+        checks += 1
+        real(self)
+
+    monkeypatch.setattr(RecordBatch, "ensure_valid", counted)
+    plog = Log.open(Storage.from_url("memory://lat-crc-once/t/0"))
+    data = build([Record(None, b"a", 0)]) + build([Record(None, b"b", 0)])
+    batches = list(iter_batches(data, validate=True))
+    assert checks == 2
+    plog.append(data, leader_epoch=0, batches=batches)
+    assert checks == 2
+    plog.append(data, leader_epoch=0)
+    assert checks == 4
+    corrupt = bytearray(build([Record(None, b"c", 0)]))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        plog.append(bytes(corrupt), leader_epoch=0)
+    assert plog.log_end_offset == 4
