@@ -177,8 +177,8 @@ class ReplicaFetcher:
         their durable LEO)."""
         fresh = [self.partitions[k] for k in list(self._fresh) if k in self.partitions]
         self._fresh.clear()
-        for partition in fresh:
-            await asyncio.to_thread(partition.log.flush)
+        if fresh:  # concurrently: after a leader moves, many partitions may come at once
+            await asyncio.gather(*(asyncio.to_thread(p.log.flush) for p in fresh))
 
     def _fetch_state(self, partition: Partition) -> PartitionFetchState:
         plog = partition.log
