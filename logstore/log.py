@@ -19,7 +19,12 @@ and no rename, so this log works differently while keeping Kafka's contracts:
   last valid batch. Objects wholly covered by an earlier one (left by a crash mid-merge) or
   below the log start offset (left by a crash mid-retention) are deleted.
 * Every batch served from storage is CRC-checked on the way out; a corrupt batch raises
-  :class:`CorruptRecordError` naming the object and offset and is never returned.
+  :class:`CorruptRecordError` naming the object and offset and is never returned. Batches
+  still in memory (unflushed, or in the tail cache as this process wrote them) were checked
+  on append and are served by :meth:`Log.read_from_memory` without a second check or a
+  thread hop.
+* ``checkpoint.json`` is rewritten only when what it records changed, and built outside the
+  state lock that appends take.
 """
 
 from __future__ import annotations
