@@ -326,19 +326,24 @@ class ReplicaFetcher:
 
     async def _append_all(self, work: list[tuple[Partition, bytes]]) -> set[TopicPartition]:
         """Append every partition's fetched batches in one thread hop (CRC checks and copies,
-        no I/O but a former leader's tail), then flush the appended logs concurrently, each
-        as one object: a response naming N partitions costs two hops and N writes in
-        parallel, not N sequential hops and writes. The partitions now durable to their new
-        LEO (their next fetch offset, which is what the leader's HW and acks=all rest on);
-        one that failed is delayed and fetched again from its durable end."""
+        no I/O but a former leader's tail), then flush the appended logs, each as one object:
+        in that same hop when there is one, else concurrently. A response naming N partitions
+        costs at most N + 1 hops and N writes in parallel, not N sequential hops and writes.
+        Returns the partitions now durable to their new LEO (their next fetch offset, which is
+        what the leader's HW and acks=all rest on); one that failed is delayed and fetched
+        again from its durable end."""
         if not work:
             return set()
-        appended, failed = await asyncio.to_thread(self._append_in_memory, work)
+        appended, failed, flushed = await asyncio.to_thread(self._append_in_memory, work)
         for partition, err in failed:
             log.warning("%r: could not append fetched batches: %s", partition, err)
             self._delay(partition.key)
-        outcomes = await asyncio.gather(
-            *(asyncio.to_thread(pt.log.flush) for pt in appended), return_exceptions=True
+        outcomes: list[BaseException | int | None] = (
+            [flushed]
+            if len(appended) == 1
+            else await asyncio.gather(
+                *(asyncio.to_thread(pt.log.flush) for pt in appended), return_exceptions=True
+            )
         )
         stored: set[TopicPartition] = set()
         for partition, outcome in zip(appended, outcomes, strict=True):
@@ -352,7 +357,10 @@ class ReplicaFetcher:
     @staticmethod
     def _append_in_memory(
         work: list[tuple[Partition, bytes]],
-    ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]]]:
+    ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]], BaseException | int | None]:
+        """Append each partition's batches; the partitions appended, those that failed, and
+        if only one was appended, the outcome of flushing it here too (one hop in all: the
+        common case of one busy partition pays no second hop)."""
         appended: list[Partition] = []
         failed: list[tuple[Partition, ReplogError]] = []
         for partition, records in work:
@@ -365,7 +373,13 @@ class ReplicaFetcher:
                 failed.append((partition, err))
             else:
                 appended.append(partition)
-        return appended, failed
+        flushed: BaseException | int | None = None
+        if len(appended) == 1:
+            try:
+                flushed = appended[0].log.flush()
+            except Exception as err:  # noqa: BLE001 - reported by the caller, as gather's
+                flushed = err
+        return appended, failed, flushed
 
     async def _advance(
         self, partition: Partition, part: p.FetchResponsePartition, stored: bool
