@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from logstore.batch import (
     RecordBatch,
@@ -117,10 +117,9 @@ class Log:
         self.config = config
         self._time_ms = time_ms
         self._lock = threading.RLock()
-        # Reentrant: checkpoint() takes it and is also called by truncation, which holds it.
-        self._flush_lock = threading.RLock()
+        self._flush_lock = threading.Lock()
         #: orders checkpoint writes: a checkpoint built earlier is never written after a later
-        #: one (lock order: _maintenance_lock, _flush_lock, _checkpoint_write_lock, _lock)
+        #: one (taken last, after any other lock; nothing is taken while holding it)
         self._checkpoint_write_lock = threading.Lock()
         #: bumped whenever the list of live objects or an object's checkpointed fields change
         self._shape_version = 0
@@ -776,16 +775,23 @@ class Log:
             return
         data = (self._cache_get(segment.name) or self.storage.read(segment.name))[:cut_position]
         self.storage.write(segment.name, data)
+        kept = BatchIndex(
+            index.base_offsets[:slot],
+            index.positions[:slot],
+            index.sizes[:slot],
+            index.max_timestamps[:slot],
+        )
+        # A new LogSegment, not an update in place: a checkpoint being built from a snapshot
+        # of the list (outside the lock) sees the old entry or the new one, never a mix.
+        cut = replace(
+            segment,
+            next_offset=index.base_offsets[slot],
+            size=len(data),
+            max_timestamp=max(kept.max_timestamps),
+            index=kept,
+        )
         with self._lock:
-            segment.index = BatchIndex(
-                index.base_offsets[:slot],
-                index.positions[:slot],
-                index.sizes[:slot],
-                index.max_timestamps[:slot],
-            )
-            segment.next_offset = index.base_offsets[slot]
-            segment.size = len(data)
-            segment.max_timestamp = max(segment.index.max_timestamps)
+            self._segments[self._segments.index(segment)] = cut
             self._shape_version += 1
             self._cache_drop(segment.name)
             self._cache_put(segment.name, data)
@@ -992,51 +998,49 @@ class Log:
         """Write checkpoint.json describing the durable log (atomic whole-object write), unless
         the last one written already says the same. True if one was written.
 
-        The object list is built outside the state lock (appends on the event loop take it),
-        from a snapshot: the list is copied under the lock, and its entries' fields, which
-        only truncation changes in place, are read under the flush lock truncation holds.
-        Checkpoint writes are ordered: one built earlier is never written after a later one.
+        The object list is built outside the state lock (appends on the event loop take it)
+        and outside the flush lock, from a snapshot taken under the state lock: the entries of
+        the list are not changed in place (truncation replaces a cut object's entry; only
+        the ``rolled`` flag flips in place, and whoever flips it checkpoints after). Writes
+        are ordered: a checkpoint snapshotted earlier is never written after a later one.
         A closed log writes none: after :meth:`delete` nothing of it may come back."""
-        with self._flush_lock:
-            with self._lock:
-                if self._closed:
-                    return False
-                key = self._checkpoint_key_locked()
-                if key == self._written_key:
-                    return False
-                segments = list(self._segments)
-                state = (self._log_start_offset, self._high_watermark, self._durable_end)
-                epochs = self.leader_epoch_cache.entries()
-                self._checkpoint_seq += 1
-                seq = self._checkpoint_seq
-            doc = Checkpoint(
-                log_start_offset=state[0],
-                high_watermark=state[1],
-                recovery_point=state[2],
-                epochs=tuple((e.epoch, e.start_offset) for e in epochs),
-                segments=tuple(
-                    SegmentEntry(
-                        s.name,
-                        s.base_offset,
-                        s.next_offset,
-                        s.size,
-                        s.max_timestamp,
-                        s.rolled,
-                        s.created_ms,
-                    )
-                    for s in segments
-                ),
-            )
-            self._checkpoint_write_lock.acquire()
-        try:
+        with self._lock:
+            if self._closed:
+                return False
+            key = self._checkpoint_key_locked()
+            if key == self._written_key:
+                return False
+            segments = list(self._segments)
+            state = (self._log_start_offset, self._high_watermark, self._durable_end)
+            epochs = self.leader_epoch_cache.entries()
+            self._checkpoint_seq += 1
+            seq = self._checkpoint_seq
+        doc = Checkpoint(
+            log_start_offset=state[0],
+            high_watermark=state[1],
+            recovery_point=state[2],
+            epochs=tuple((e.epoch, e.start_offset) for e in epochs),
+            segments=tuple(
+                SegmentEntry(
+                    s.name,
+                    s.base_offset,
+                    s.next_offset,
+                    s.size,
+                    s.max_timestamp,
+                    s.rolled,
+                    s.created_ms,
+                )
+                for s in segments
+            ),
+        )
+        data = doc.to_bytes()
+        with self._checkpoint_write_lock:
             if seq < self._written_seq:
-                return False  # a later checkpoint is already on storage
-            self.storage.write(CHECKPOINT_NAME, doc.to_bytes())
+                return False  # a checkpoint of a later state is on storage already
+            self.storage.write(CHECKPOINT_NAME, data)
             self._written_seq = seq
             self._written_key = key
             return True
-        finally:
-            self._checkpoint_write_lock.release()
 
     def close(self) -> None:
         """Flush and checkpoint. Retired objects not yet deleted are found again on open."""

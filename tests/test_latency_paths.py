@@ -506,3 +506,25 @@ def test_leader_append_checks_each_crc_once(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(CorruptRecordError):
         plog.append(bytes(corrupt), leader_epoch=0)
     assert plog.log_end_offset == 4
+
+
+@pytest.mark.unit
+def test_checkpoint_does_not_wait_for_a_flush_in_progress() -> None:
+    """L10: a checkpoint takes neither the flush lock (a partition's flush, on the acks=all
+    path, never waits for a checkpoint being built) nor the state lock beyond its snapshot.
+    With the flush lock held elsewhere, a checkpoint still completes and is written."""
+    import threading
+
+    from logstore.log import Log
+
+    plog = Log.open(Storage.from_url("memory://lat-checkpoint-no-flush-lock/t/0"))
+    plog.append(build([Record(None, b"v", 0)]), leader_epoch=0)
+    plog.flush()
+    written: list[bool] = []
+    with plog._flush_lock:  # a flush in progress in another thread
+        worker = threading.Thread(target=lambda: written.append(plog.checkpoint()))
+        worker.start()
+        worker.join(DEADLINE_S)
+        assert not worker.is_alive(), "the checkpoint waited for the flush lock"
+    assert written == [True]
+    plog.close()
