@@ -19,7 +19,12 @@ and no rename, so this log works differently while keeping Kafka's contracts:
   last valid batch. Objects wholly covered by an earlier one (left by a crash mid-merge) or
   below the log start offset (left by a crash mid-retention) are deleted.
 * Every batch served from storage is CRC-checked on the way out; a corrupt batch raises
-  :class:`CorruptRecordError` naming the object and offset and is never returned.
+  :class:`CorruptRecordError` naming the object and offset and is never returned. Batches
+  still in memory (unflushed, or in the tail cache as this process wrote them) were checked
+  on append and are served by :meth:`Log.read_from_memory` without a second check or a
+  thread hop.
+* ``checkpoint.json`` is rewritten only when what it records changed, and built outside the
+  state lock that appends take.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from logstore.batch import (
     RecordBatch,
@@ -113,6 +118,15 @@ class Log:
         self._time_ms = time_ms
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
+        #: orders checkpoint writes: a checkpoint built earlier is never written after a later
+        #: one (taken last, after any other lock; nothing is taken while holding it)
+        self._checkpoint_write_lock = threading.Lock()
+        #: bumped whenever the list of live objects or an object's checkpointed fields change
+        self._shape_version = 0
+        #: checkpoints built so far, and of the one last written: its number and state key
+        self._checkpoint_seq = 0
+        self._written_seq = 0
+        self._written_key: tuple[object, ...] | None = None
         self._maintenance_lock = threading.Lock()
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -124,6 +138,10 @@ class Log:
         self.leader_epoch_cache = epochs
         self._roll_requested = False
         self._cache: OrderedDict[str, bytes] = OrderedDict()
+        #: cached objects whose every batch is known CRC-valid (written from appended batches,
+        #: which were checked on append, or merged from checked ones): read_from_memory
+        #: serves them as they are; other cached bytes (read from storage) are checked on read
+        self._cache_checked: set[str] = set()
         self._cache_bytes = 0
         self._delayed_deletes: list[tuple[int, str]] = []
         self._closed = False
@@ -325,8 +343,13 @@ class Log:
 
     # --- append -----------------------------------------------------------------------------
 
-    def _validated(self, data: bytes | bytearray | memoryview) -> list[RecordBatch]:
-        batches = list(iter_batches(data, validate=True))
+    def _validated(
+        self, data: bytes | bytearray | memoryview, batches: list[RecordBatch] | None = None
+    ) -> list[RecordBatch]:
+        """``data``'s batches, CRC-checked (unless the caller passes them, parsed from these
+        very bytes and checked already), within max.message.bytes."""
+        if batches is None:
+            batches = list(iter_batches(data, validate=True))
         if not batches:
             raise InvalidRecordError("an append carried no record batch")
         for batch in batches:
@@ -338,12 +361,20 @@ class Log:
                 )
         return batches
 
-    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int) -> AppendInfo:
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        batches: list[RecordBatch] | None = None,
+    ) -> AppendInfo:
         """Append as leader: assign offsets from the LEO and stamp ``leader_epoch``.
 
-        Only header fields outside the CRC are rewritten, so the CRC stays valid.
+        Only header fields outside the CRC are rewritten, so the CRC stays valid. A caller
+        that has parsed and CRC-checked ``data`` already (the partition, for its producer
+        state checks) passes those ``batches`` and the CRCs are not computed a second time.
         """
-        batches = self._validated(data)
+        batches = self._validated(data, batches)
         buf = bytearray(data)
         with self._lock:
             self._check_open()
@@ -460,11 +491,12 @@ class Log:
                     index,
                 )
                 self._segments.append(segment)
+                self._shape_version += 1
                 self._bases.append(base)
                 del self._pending[: len(pending)]
                 self._durable_end = segment.next_offset
                 self._delayed_deletes = [(t, n) for t, n in self._delayed_deletes if n != name]
-                self._cache_put(name, data)
+                self._cache_put(name, data, checked=True)
                 return self._durable_end
 
     def _roll_decision(self, size: int, now: int) -> tuple[bool, int]:
@@ -524,11 +556,7 @@ class Log:
             upper = self._leo if max_offset is None else min(max_offset, self._leo)
             if offset >= upper:
                 return b""
-            segments = (
-                self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
-                if (self._segments and offset < self._durable_end)
-                else []
-            )
+            segments = self._segments_from_locked(offset)
             pending = list(self._pending)
         chunks: list[bytes] = []
         budget = max_bytes
@@ -537,48 +565,66 @@ class Log:
         for segment in segments:
             if position_offset >= upper or (budget <= 0 and not first):
                 break
-            data, budget, first, position_offset = self._read_segment(
-                segment, position_offset, upper, budget, first
+            index = self._index_of(segment)
+            start, end, budget, first, next_offset = _plan_range(
+                index, segment, position_offset, upper, budget, first
             )
-            if data:
-                chunks.append(data)
+            if end > start:
+                chunks.append(self._read_range(segment, start, end))
+                position_offset = next_offset
             if position_offset < segment.next_offset:
                 break  # budget ran out inside this object
-        for p in pending:
-            if p.next_offset <= position_offset:
-                continue
-            if p.base_offset >= upper:
-                break
-            if len(p.data) > budget and not first:
-                break
-            chunks.append(p.data)
-            budget -= len(p.data)
-            first = False
-            position_offset = p.next_offset
+        _take_pending(pending, chunks, position_offset, upper, budget, first)
         return b"".join(chunks)
 
-    def _read_segment(
-        self, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
-    ) -> tuple[bytes, int, bool, int]:
-        index = self._index_of(segment)
-        slot = index.slot_for(offset)
-        start = index.positions[slot]
-        end = start
-        next_offset = offset
-        n = len(index.base_offsets)
-        while slot < n and index.base_offsets[slot] < upper:
-            size = index.sizes[slot]
-            if size > budget and not first:
-                break
-            end += size
-            budget -= size
-            first = False
-            slot += 1
-            next_offset = index.base_offsets[slot] if slot < n else segment.next_offset
-        if end == start:
-            return b"", budget, first, offset
-        data = self._read_range(segment, start, end)
-        return data, budget, first, next_offset
+    def read_from_memory(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes | None:
+        """What :meth:`read` returns, if every byte of it is in memory: the appended batches
+        not yet flushed, or objects in the tail cache whose batches are known CRC-valid (they
+        were checked on append); else None, and the caller reads with :meth:`read` in a
+        worker thread. The common case of a follower or a tailing consumer: no thread hop, no
+        I/O, no second CRC pass. Out-of-range offsets answer None too (:meth:`read` raises
+        the error)."""
+        with self._lock:
+            if offset < self._log_start_offset or offset > self._leo:
+                return None
+            upper = self._leo if max_offset is None else min(max_offset, self._leo)
+            if offset >= upper:
+                return b""
+            chunks: list[bytes] = []
+            budget = max_bytes
+            first = min_one_batch
+            position_offset = offset
+            for segment in self._segments_from_locked(offset):
+                if position_offset >= upper or (budget <= 0 and not first):
+                    break
+                index = segment.index
+                data = self._cache.get(segment.name)
+                if index is None or data is None or segment.name not in self._cache_checked:
+                    return None
+                start, end, budget, first, next_offset = _plan_range(
+                    index, segment, position_offset, upper, budget, first
+                )
+                if end > start:
+                    chunks.append(data[start:end])
+                    position_offset = next_offset
+                if position_offset < segment.next_offset:
+                    break
+            _take_pending(self._pending, chunks, position_offset, upper, budget, first)
+        return b"".join(chunks)
+
+    def _segments_from_locked(self, offset: int) -> list[LogSegment]:
+        """The objects from the one holding ``offset`` on (none if it is past the durable
+        end)."""
+        if not self._segments or offset >= self._durable_end:
+            return []
+        return self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
 
     def _read_range(self, segment: LogSegment, start: int, end: int) -> bytes:
         cached = self._cache_get(segment.name)
@@ -676,6 +722,7 @@ class Log:
                     doomed = self._segments[keep:]
                     straddling = self._segments[keep - 1]
                     del self._segments[keep:]
+                    self._shape_version += 1
                     del self._bases[keep:]
             for segment in reversed(doomed):
                 self.storage.delete(segment.name)
@@ -723,20 +770,29 @@ class Log:
             with self._lock:
                 i = self._segments.index(segment)
                 del self._segments[i]
+                self._shape_version += 1
                 del self._bases[i]
             return
         data = (self._cache_get(segment.name) or self.storage.read(segment.name))[:cut_position]
         self.storage.write(segment.name, data)
+        kept = BatchIndex(
+            index.base_offsets[:slot],
+            index.positions[:slot],
+            index.sizes[:slot],
+            index.max_timestamps[:slot],
+        )
+        # A new LogSegment, not an update in place: a checkpoint being built from a snapshot
+        # of the list (outside the lock) sees the old entry or the new one, never a mix.
+        cut = replace(
+            segment,
+            next_offset=index.base_offsets[slot],
+            size=len(data),
+            max_timestamp=max(kept.max_timestamps),
+            index=kept,
+        )
         with self._lock:
-            segment.index = BatchIndex(
-                index.base_offsets[:slot],
-                index.positions[:slot],
-                index.sizes[:slot],
-                index.max_timestamps[:slot],
-            )
-            segment.next_offset = index.base_offsets[slot]
-            segment.size = len(data)
-            segment.max_timestamp = max(segment.index.max_timestamps)
+            self._segments[self._segments.index(segment)] = cut
+            self._shape_version += 1
             self._cache_drop(segment.name)
             self._cache_put(segment.name, data)
 
@@ -751,6 +807,7 @@ class Log:
             self.storage.delete(segment.name)
             self._cache_drop(segment.name)
         self._segments.clear()
+        self._shape_version += 1
         self._bases.clear()
         self._pending.clear()
         self._log_start_offset = offset
@@ -797,6 +854,7 @@ class Log:
                 if not retire:
                     return 0
                 del self._segments[: len(retire)]
+                self._shape_version += 1
                 del self._bases[: len(retire)]
                 if self._segments:
                     self._segments[0].rolled = True
@@ -824,9 +882,11 @@ class Log:
                 retire = []
                 while self._segments and self._segments[0].next_offset <= offset:
                     retire.append(self._segments.pop(0))
+                    self._shape_version += 1
                     self._bases.pop(0)
                 if self._segments:
                     self._segments[0].rolled = True
+                    self._shape_version += 1
                 self.leader_epoch_cache.truncate_from_start(offset)
             self.checkpoint()
             self._schedule_deletes(s.name for s in retire)
@@ -887,10 +947,11 @@ class Log:
                 merged_index,
             )
             self._segments[i : i + len(run)] = [replacement]
+            self._shape_version += 1
             self._bases[i : i + len(run)] = [head.base_offset]
             for segment in run:
                 self._cache_drop(segment.name)
-            self._cache_put(head.name, merged)
+            self._cache_put(head.name, merged, checked=True)
         self._schedule_deletes(s.name for s in run[1:])
         log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
 
@@ -917,32 +978,69 @@ class Log:
 
     # --- checkpoint and close ---------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Write checkpoint.json describing the durable log (atomic whole-object write).
+    def _checkpoint_key_locked(self) -> tuple[object, ...]:
+        """What a checkpoint written now would say, in O(epochs): equal keys, equal docs."""
+        return (
+            self._shape_version,
+            self._log_start_offset,
+            self._high_watermark,
+            self._durable_end,
+            tuple(self.leader_epoch_cache.entries()),
+        )
 
+    def checkpoint_needed(self) -> bool:
+        """Whether the log changed since its last checkpoint (cheap: the periodic checkpoint
+        asks this on the event loop and skips a log that did not change)."""
+        with self._lock:
+            return not self._closed and self._checkpoint_key_locked() != self._written_key
+
+    def checkpoint(self) -> bool:
+        """Write checkpoint.json describing the durable log (atomic whole-object write), unless
+        the last one written already says the same. True if one was written.
+
+        The object list is built outside the state lock (appends on the event loop take it)
+        and outside the flush lock, from a snapshot taken under the state lock: the entries of
+        the list are not changed in place (truncation replaces a cut object's entry; only
+        the ``rolled`` flag flips in place, and whoever flips it checkpoints after). Writes
+        are ordered: a checkpoint snapshotted earlier is never written after a later one.
         A closed log writes none: after :meth:`delete` nothing of it may come back."""
         with self._lock:
             if self._closed:
-                return
-            doc = Checkpoint(
-                log_start_offset=self._log_start_offset,
-                high_watermark=self._high_watermark,
-                recovery_point=self._durable_end,
-                epochs=tuple((e.epoch, e.start_offset) for e in self.leader_epoch_cache.entries()),
-                segments=tuple(
-                    SegmentEntry(
-                        s.name,
-                        s.base_offset,
-                        s.next_offset,
-                        s.size,
-                        s.max_timestamp,
-                        s.rolled,
-                        s.created_ms,
-                    )
-                    for s in self._segments
-                ),
-            )
-        self.storage.write(CHECKPOINT_NAME, doc.to_bytes())
+                return False
+            key = self._checkpoint_key_locked()
+            if key == self._written_key:
+                return False
+            segments = list(self._segments)
+            state = (self._log_start_offset, self._high_watermark, self._durable_end)
+            epochs = self.leader_epoch_cache.entries()
+            self._checkpoint_seq += 1
+            seq = self._checkpoint_seq
+        doc = Checkpoint(
+            log_start_offset=state[0],
+            high_watermark=state[1],
+            recovery_point=state[2],
+            epochs=tuple((e.epoch, e.start_offset) for e in epochs),
+            segments=tuple(
+                SegmentEntry(
+                    s.name,
+                    s.base_offset,
+                    s.next_offset,
+                    s.size,
+                    s.max_timestamp,
+                    s.rolled,
+                    s.created_ms,
+                )
+                for s in segments
+            ),
+        )
+        data = doc.to_bytes()
+        with self._checkpoint_write_lock:
+            if seq < self._written_seq:
+                return False  # a checkpoint of a later state is on storage already
+            self.storage.write(CHECKPOINT_NAME, data)
+            self._written_seq = seq
+            self._written_key = key
+            return True
 
     def close(self) -> None:
         """Flush and checkpoint. Retired objects not yet deleted are found again on open."""
@@ -954,7 +1052,7 @@ class Log:
 
     # --- tail cache -------------------------------------------------------------------------
 
-    def _cache_put(self, name: str, data: bytes) -> None:
+    def _cache_put(self, name: str, data: bytes, *, checked: bool = False) -> None:
         limit = self.config.tail_cache_bytes
         if len(data) > limit:
             return
@@ -962,9 +1060,12 @@ class Log:
             self._cache_drop(name)
             self._cache[name] = data
             self._cache_bytes += len(data)
+            if checked:
+                self._cache_checked.add(name)
             while self._cache_bytes > limit:
-                _, old = self._cache.popitem(last=False)
+                evicted, old = self._cache.popitem(last=False)
                 self._cache_bytes -= len(old)
+                self._cache_checked.discard(evicted)
 
     def _cache_get(self, name: str) -> bytes | None:
         with self._lock:
@@ -976,8 +1077,53 @@ class Log:
     def _cache_drop(self, name: str) -> None:
         with self._lock:
             old = self._cache.pop(name, None)
+            self._cache_checked.discard(name)
             if old is not None:
                 self._cache_bytes -= len(old)
+
+
+def _plan_range(
+    index: BatchIndex, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
+) -> tuple[int, int, int, bool, int]:
+    """Which bytes of ``segment`` a read from ``offset`` takes: whole batches below
+    ``upper`` within ``budget`` (the first one regardless, if ``first``). Returns (start,
+    end, budget left, first, the offset after the last batch taken)."""
+    slot = index.slot_for(offset)
+    start = index.positions[slot]
+    end = start
+    next_offset = offset
+    n = len(index.base_offsets)
+    while slot < n and index.base_offsets[slot] < upper:
+        size = index.sizes[slot]
+        if size > budget and not first:
+            break
+        end += size
+        budget -= size
+        first = False
+        slot += 1
+        next_offset = index.base_offsets[slot] if slot < n else segment.next_offset
+    return start, end, budget, first, next_offset
+
+
+def _take_pending(
+    pending: list[_PendingBatch],
+    chunks: list[bytes],
+    offset: int,
+    upper: int,
+    budget: int,
+    first: bool,
+) -> None:
+    """Append to ``chunks`` the unflushed batches a read from ``offset`` takes."""
+    for p in pending:
+        if p.next_offset <= offset:
+            continue
+        if p.base_offset >= upper:
+            break
+        if len(p.data) > budget and not first:
+            break
+        chunks.append(p.data)
+        budget -= len(p.data)
+        first = False
 
 
 def _first_at_or_after(data: bytes, timestamp: int) -> tuple[int, int] | None:

@@ -89,11 +89,13 @@ class BrokerConfig:
         metadata=k("request.timeout.ms", "longest an acks=all produce waits", minimum=1),
     )
     log_flush_interval_ms: int = field(
-        default=5,
+        default=-1,
         metadata=k(
             "log.flush.interval.ms",
-            "group-commit interval: buffered appends become objects",
-            minimum=0,
+            "group commit: least time between two flush starts (an append to an idle log is "
+            "flushed at once; appends during a flush join the next); -1: per storage kind, 0 "
+            "for local files and memory, 250 for object stores",
+            minimum=-1,
         ),
     )
     log_retention_check_interval_ms: int = field(

@@ -277,7 +277,8 @@ class Partition:
                     self.log.log_start_offset,
                     duplicate=True,
                 )
-        info = self.log.append(records, leader_epoch=self.state.leader_epoch)
+        # checked once: the log takes the batches parsed and CRC-checked above
+        info = self.log.append(records, leader_epoch=self.state.leader_epoch, batches=batches)
         offset = info.first_offset
         now = _now_ms()
         for batch in batches:

@@ -6,6 +6,11 @@ name hashes to. Each fetcher serves all its partitions through one incremental f
 (KIP-227). Fetched batches are appended to this broker's own store and flushed as a segment
 object before the next fetch, so the fetch offset a follower reports is its durable LEO: the
 leader's HW (min LEO over the ISR) then counts only data that is on every ISR member's storage.
+All partitions of one response are appended in one thread hop and flushed concurrently.
+
+The next fetch follows at once: the leader's long poll paces an idle follower, so only errors
+pause it (``replica.fetch.backoff.ms``, as Kafka's fetchBackOffMs): a failed request or a
+repeated session error pauses the fetcher, a partition error delays that partition alone.
 
 Divergence is settled by leader epoch (KIP-101/279, Fetch v12's DivergingEpoch): the fetch
 carries the epoch of the follower's last batch; if the leader's log ends that epoch earlier,
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -77,6 +83,16 @@ class ReplicaFetcher:
         #: grew with the fetcher's age), for tests and metrics
         self.requests_sent = 0
         self.request_bytes = 0
+        #: times this fetcher paused replica.fetch.backoff.ms (after errors only), for tests
+        #: and metrics
+        self.backoffs = 0
+        #: partitions whose last fetch failed with a partition error, and when (monotonic s)
+        #: they may be fetched again (Kafka's delayed partitions): an error of one partition
+        #: neither stalls the others nor makes the fetcher spin on it
+        self._delayed: dict[TopicPartition, float] = {}
+        #: session errors in a row: the first fetches again (full) at once, as Kafka; a
+        #: repeated one backs off
+        self._session_errors = 0
         #: per partition, how far this replica was behind the leader's high watermark after
         #: the last fetch (Kafka's FetcherLagMetrics; their max is ReplicaFetcherManager.MaxLag)
         self.lags: dict[TopicPartition, int] = {}
@@ -108,11 +124,13 @@ class ReplicaFetcher:
     def add(self, partition: Partition) -> None:
         self.partitions[partition.key] = partition
         self._fresh.add(partition.key)
+        self._delayed.pop(partition.key, None)  # a new leader or epoch: fetch it at once
         self._wake.set()
 
     def remove(self, key: TopicPartition) -> None:
         self.partitions.pop(key, None)
         self._fresh.discard(key)
+        self._delayed.pop(key, None)
         self.lags.pop(key, None)
 
     def _connection(self) -> AsyncConnection | None:
@@ -130,31 +148,37 @@ class ReplicaFetcher:
         return self._conn
 
     async def _run(self) -> None:
-        backoff = self.config.replica_fetch_backoff_ms / 1000
         while not self._stopping:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             try:
-                progressed = await self._fetch_once()
+                ok = await self._fetch_once()
             except ReplogError as err:
                 log.warning(
                     "%r: %s; backing off %d ms", self, err, self.config.replica_fetch_backoff_ms
                 )
-                progressed = False
-            if not progressed:
-                await asyncio.sleep(backoff)
+                ok = False
+            if not ok:
+                await self._back_off()
         if self._conn is not None:
             await self._conn.close()
+
+    async def _back_off(self) -> None:
+        """Pause ``replica.fetch.backoff.ms`` after an error (Kafka's fetchBackOffMs): only
+        then. A response without records is no error: the leader's long poll already paced it,
+        and sleeping after it would make the next produce wait for this timer."""
+        self.backoffs += 1
+        await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
 
     async def _prepare(self) -> None:
         """Former leaders flush what they appended before following (their fetch offset is
         their durable LEO)."""
         fresh = [self.partitions[k] for k in list(self._fresh) if k in self.partitions]
         self._fresh.clear()
-        for partition in fresh:
-            await asyncio.to_thread(partition.log.flush)
+        if fresh:  # concurrently: after a leader moves, many partitions may come at once
+            await asyncio.gather(*(asyncio.to_thread(p.log.flush) for p in fresh))
 
     def _fetch_state(self, partition: Partition) -> PartitionFetchState:
         plog = partition.log
@@ -176,13 +200,26 @@ class ReplicaFetcher:
             return 0
         return state.throttled_rate or self.config.follower_replication_throttled_rate
 
+    def _ready(self) -> dict[TopicPartition, Partition]:
+        """The partitions to fetch now: all but those delayed after a partition error."""
+        if self._delayed:
+            now = time.monotonic()
+            self._delayed = {k: t for k, t in self._delayed.items() if t > now}
+        return {k: v for k, v in self.partitions.items() if k not in self._delayed}
+
     async def _fetch_once(self) -> bool:
+        """One fetch and its handling; False when it failed and the fetcher should back off
+        (no leader to fetch from, a repeated session error, an unusable response, or every
+        partition delayed by an error). A response that carries no records is a success."""
         await self._prepare()
         conn = self._connection()
         if conn is None:
             return False
-        states = {k: self._fetch_state(v) for k, v in self.partitions.items()}
-        rates = {k: r for k, v in self.partitions.items() if (r := self.throttled_rate(v)) > 0}
+        ready = self._ready()
+        if not ready:
+            return False
+        states = {k: self._fetch_state(v) for k, v in ready.items()}
+        rates = {k: r for k, v in ready.items() if (r := self.throttled_rate(v)) > 0}
         if rates:
             self.throttle.set_rate(min(rates.values()))
             allowance = self.throttle.available()
@@ -242,25 +279,40 @@ class ReplicaFetcher:
         if not self.session.handle_response(
             response.session_id, response.error_code, [tp for tp, _ in responded]
         ):
-            return bool(response.error_code)  # a session error: fetch again (full) at once
-        progressed = False
+            # A session error: fetch again (full) at once, as Kafka; back off if it repeats.
+            # An unusable response (no error code) backs off.
+            self._session_errors = self._session_errors + 1 if response.error_code else 2
+            return self._session_errors < 2
+        self._session_errors = 0
+        ready_parts: list[tuple[Partition, p.FetchResponsePartition]] = []
         for key, part in responded:
             if key in rates and part.records is not None:
                 self.throttle.consume(len(part.records))
             partition = self.partitions.get(key)
             if partition is None or partition.state.leader != self.leader_id:
                 continue
-            progressed = await self._process(partition, part) or progressed
-        return progressed or not responded
+            if await self._settle(partition, part):
+                ready_parts.append((partition, part))
+        stored = await self._append_all(
+            [(pt, bytes(part.records)) for pt, part in ready_parts if part.records]
+        )
+        for partition, part in ready_parts:
+            await self._advance(partition, part, partition.key in stored)
+        return True
 
-    async def _process(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
-        plog = partition.log
+    def _delay(self, key: TopicPartition) -> None:
+        """Leave ``key`` out of fetches for replica.fetch.backoff.ms (after its error)."""
+        self._delayed[key] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+
+    async def _settle(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
+        """Handle a partition's error or divergence; True if its data can be taken in."""
         if part.error_code:
             error = for_code(part.error_code)
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
-                return True
+                return False
             log.info("%r: fetch error %s", partition, error.__name__ if error else part.error_code)
+            self._delay(partition.key)
             return False
         if part.diverging_epoch.epoch != UNDEFINED_EPOCH or part.diverging_epoch.end_offset >= 0:
             await asyncio.to_thread(
@@ -269,26 +321,78 @@ class ReplicaFetcher:
                 part.diverging_epoch.epoch,
                 part.diverging_epoch.end_offset,
             )
-            return True
-        records = part.records
-        if records is not None and len(records):
-            await asyncio.to_thread(self._append, partition, bytes(records))
+            return False
+        return True
+
+    async def _append_all(self, work: list[tuple[Partition, bytes]]) -> set[TopicPartition]:
+        """Append every partition's fetched batches in one thread hop (CRC checks and copies,
+        no I/O but a former leader's tail), then flush the appended logs, each as one object:
+        in that same hop when there is one, else concurrently. A response naming N partitions
+        costs at most N + 1 hops and N writes in parallel, not N sequential hops and writes.
+        Returns the partitions now durable to their new LEO (their next fetch offset, which is
+        what the leader's HW and acks=all rest on); one that failed is delayed and fetched
+        again from its durable end."""
+        if not work:
+            return set()
+        appended, failed, flushed = await asyncio.to_thread(self._append_in_memory, work)
+        for partition, err in failed:
+            log.warning("%r: could not append fetched batches: %s", partition, err)
+            self._delay(partition.key)
+        outcomes: list[BaseException | int | None] = (
+            [flushed]
+            if len(appended) == 1
+            else await asyncio.gather(
+                *(asyncio.to_thread(pt.log.flush) for pt in appended), return_exceptions=True
+            )
+        )
+        stored: set[TopicPartition] = set()
+        for partition, outcome in zip(appended, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("%r: flush of fetched batches failed: %s", partition, outcome)
+                self._delay(partition.key)
+            else:
+                stored.add(partition.key)
+        return stored
+
+    @staticmethod
+    def _append_in_memory(
+        work: list[tuple[Partition, bytes]],
+    ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]], BaseException | int | None]:
+        """Append each partition's batches; the partitions appended, those that failed, and
+        if only one was appended, the outcome of flushing it here too (one hop in all: the
+        common case of one busy partition pays no second hop)."""
+        appended: list[Partition] = []
+        failed: list[tuple[Partition, ReplogError]] = []
+        for partition, records in work:
+            plog = partition.log
+            try:
+                if plog.log_end_offset != plog.durable_end_offset:
+                    plog.flush()  # a tail from a failed flush: the fetch came from its start
+                partition.append_as_follower(records)
+            except ReplogError as err:
+                failed.append((partition, err))
+            else:
+                appended.append(partition)
+        flushed: BaseException | int | None = None
+        if len(appended) == 1:
+            try:
+                flushed = appended[0].log.flush()
+            except Exception as err:  # noqa: BLE001 - reported by the caller, as gather's
+                flushed = err
+        return appended, failed, flushed
+
+    async def _advance(
+        self, partition: Partition, part: p.FetchResponsePartition, stored: bool
+    ) -> None:
+        """After a fetch: the HW (never past what this replica holds durably), the lag, the
+        log start offset (DeleteRecords / retention on the leader)."""
+        plog = partition.log
         plog.update_high_watermark(min(part.high_watermark, plog.durable_end_offset))
         self.lags[partition.key] = max(0, part.high_watermark - plog.log_end_offset)
         if part.log_start_offset > plog.log_start_offset:
             await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)
-        if records is not None and len(records):
+        if stored:
             self.replica_manager.follower_appended(partition)
-            return True
-        return False
-
-    @staticmethod
-    def _append(partition: Partition, records: bytes) -> None:
-        plog = partition.log
-        if plog.log_end_offset != plog.durable_end_offset:
-            plog.flush()
-        partition.append_as_follower(records)
-        plog.flush()
 
     @staticmethod
     def _truncate_on_divergence(partition: Partition, epoch: int, end_offset: int) -> None:
