@@ -27,8 +27,8 @@ with an ``endpoint_url``.
 Two ways to read the counts: in-process, :meth:`CountingMotoServer.counts` /
 :meth:`CountingMotoServer.reset`; over HTTP, ``GET /_counter`` (JSON) and
 ``POST /_counter/reset``, answered by the middleware itself (see :func:`fetch_counts`,
-:func:`reset_counts`). The benchmarks run the server in its own process so that moto does not
-share a GIL with the clients being measured::
+:func:`reset_counts`); both give the totals and the counts per bucket. The benchmarks run
+the server in its own process so that moto does not share a GIL with the clients measured::
 
     python benchmarks/s3_counter.py [--port 0]     # prints "s3-counter ready on http://..."
 """
@@ -106,32 +106,53 @@ def classify(method: str, path: str, query: str) -> str | None:
 
 
 class RequestCounter:
-    """Requests and bytes per class; safe to update from werkzeug's request threads."""
+    """Requests and bytes per class, in total and per bucket; safe to update from werkzeug's
+    request threads. (Per bucket, because the benchmarks give each broker its own bucket: the
+    per-broker figure is the per-replica-store cost.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = self._zero()
+        self._buckets: dict[str, dict[str, dict[str, int]]] = {}
 
     @staticmethod
     def _zero() -> dict[str, dict[str, int]]:
         return {c: {"requests": 0, "bytes_in": 0, "bytes_out": 0} for c in CLASSES}
 
-    def add(self, cls: str, *, requests: int = 0, bytes_in: int = 0, bytes_out: int = 0) -> None:
+    def add(
+        self,
+        cls: str,
+        *,
+        bucket: str = "",
+        requests: int = 0,
+        bytes_in: int = 0,
+        bytes_out: int = 0,
+    ) -> None:
         with self._lock:
-            entry = self._counts[cls]
-            entry["requests"] += requests
-            entry["bytes_in"] += bytes_in
-            entry["bytes_out"] += bytes_out
+            per_bucket = self._buckets.get(bucket)
+            if per_bucket is None:
+                per_bucket = self._buckets[bucket] = self._zero()
+            for entry in (self._counts[cls], per_bucket[cls]):
+                entry["requests"] += requests
+                entry["bytes_in"] += bytes_in
+                entry["bytes_out"] += bytes_out
 
     def snapshot(self) -> dict[str, dict[str, int]]:
         """A copy: ``{"PUT": {"requests": n, "bytes_in": n, "bytes_out": n}, ...}``."""
         with self._lock:
             return {c: dict(v) for c, v in self._counts.items()}
 
-    def reset(self) -> dict[str, dict[str, int]]:
-        """Zero the counts; returns what they were (one atomic step)."""
+    def by_bucket(self) -> dict[str, dict[str, dict[str, int]]]:
+        """A copy per bucket (``""``: requests naming no bucket, e.g. ListBuckets)."""
         with self._lock:
-            old, self._counts = self._counts, self._zero()
+            return {b: {c: dict(v) for c, v in x.items()} for b, x in self._buckets.items()}
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counts; returns what they were, ``{"total": ..., "buckets": ...}``, taken
+        in the same step."""
+        with self._lock:
+            old = {"total": self._counts, "buckets": self._buckets}
+            self._counts, self._buckets = self._zero(), {}
             return old
 
 
@@ -165,17 +186,18 @@ class CountingMiddleware:
         cls = classify(method, path, environ.get("QUERY_STRING", ""))
         if cls is None:
             return self.app(environ, start_response)
-        self.counter.add(cls, requests=1, bytes_in=_request_bytes(environ))
-        return self._counted(self.app(environ, start_response), cls)
+        bucket = path.lstrip("/").partition("/")[0]
+        self.counter.add(cls, bucket=bucket, requests=1, bytes_in=_request_bytes(environ))
+        return self._counted(self.app(environ, start_response), cls, bucket)
 
-    def _counted(self, body: Iterable[bytes], cls: str) -> Iterator[bytes]:
-        total = 0
+    def _counted(self, body: Iterable[bytes], cls: str, bucket: str) -> Iterator[bytes]:
+        """Pass the response on, counting each chunk before it is sent (so a client that has
+        read the whole answer also sees it counted)."""
         try:
             for chunk in body:
-                total += len(chunk)
+                self.counter.add(cls, bucket=bucket, bytes_out=len(chunk))
                 yield chunk
         finally:
-            self.counter.add(cls, bytes_out=total)
             close = getattr(body, "close", None)
             if close is not None:
                 close()
@@ -187,9 +209,9 @@ class CountingMiddleware:
             if method != "POST":
                 start_response("405 Method Not Allowed", [("Allow", "POST")])
                 return [b"POST /_counter/reset zeroes the counts\n"]
-            counts = self.counter.reset()
+            counts: dict[str, Any] = self.counter.reset()
         else:
-            counts = self.counter.snapshot()
+            counts = {"total": self.counter.snapshot(), "buckets": self.counter.by_bucket()}
         body = json.dumps(counts).encode()
         start_response(
             "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
@@ -227,9 +249,14 @@ class CountingMotoServer:
         return f"http://{self.host}:{self.port}"
 
     def counts(self) -> dict[str, dict[str, int]]:
+        """The totals per class (see :meth:`RequestCounter.snapshot`)."""
         return self.counter.snapshot()
 
-    def reset(self) -> dict[str, dict[str, int]]:
+    def counts_by_bucket(self) -> dict[str, dict[str, dict[str, int]]]:
+        return self.counter.by_bucket()
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counts; ``{"total": ..., "buckets": ...}`` as they were."""
         return self.counter.reset()
 
     def stop(self) -> None:
@@ -246,18 +273,20 @@ class CountingMotoServer:
         self.stop()
 
 
-def fetch_counts(endpoint: str) -> dict[str, dict[str, int]]:
-    """The counts of a counting server at ``endpoint`` (``http://host:port``), over HTTP."""
+def fetch_counts(endpoint: str) -> dict[str, Any]:
+    """The counts of a counting server at ``endpoint`` (``http://host:port``), over HTTP:
+    ``{"total": {class: {...}}, "buckets": {bucket: {class: {...}}}}``."""
     with urllib.request.urlopen(endpoint + COUNTER_PATH, timeout=30) as response:
-        counts: dict[str, dict[str, int]] = json.loads(response.read())
+        counts: dict[str, Any] = json.loads(response.read())
         return counts
 
 
-def reset_counts(endpoint: str) -> dict[str, dict[str, int]]:
-    """Zero the counts of the server at ``endpoint``; returns what they were."""
+def reset_counts(endpoint: str) -> dict[str, Any]:
+    """Zero the counts of the server at ``endpoint``; returns what they were (as
+    :func:`fetch_counts`)."""
     request = urllib.request.Request(endpoint + COUNTER_PATH + "/reset", method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
-        counts: dict[str, dict[str, int]] = json.loads(response.read())
+        counts: dict[str, Any] = json.loads(response.read())
         return counts
 
 
