@@ -61,7 +61,12 @@ from benchmarks.s3_counter import (
 from replication.client import Admin, Producer
 from replication.client.describe import describe_topic_waiting
 from replication.client.types import RecordMetadata
-from replication.errors import InvalidReplicationFactorError
+from replication.errors import (
+    InvalidReplicationFactorError,
+    ReplogError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from tests.cluster import Cluster, wait_until
 
 GOALS = {"put_ratio_largest_to_one_partition_max": 1.2, "usd_per_tb_at_50MBps_max": 1.0}
@@ -292,22 +297,30 @@ def run_partitions(
             admin.create_topic(topic, partitions, 3, {"min.insync.replicas": "2"})
         except InvalidReplicationFactorError:
             return False  # a broker busy with the previous topic's deletion missed heartbeats
+        except TopicAlreadyExistsError:
+            return True  # an attempt that timed out on the client went through
         return True
 
+    out: dict[str, Any] = {"partitions": partitions}
     wait_until(created, timeout=120, interval=1, message=f"{topic} created on 3 live brokers")
-    wait_until(
-        lambda: all(
-            x.leader >= 0 and len(x.isr) == 3
-            for x in describe_topic_waiting(admin, topic, 60_000).partitions
-        ),
-        timeout=600,
-        interval=0.5,
-        message=f"every partition of {topic} has a leader and a full ISR",
-    )
-    out: dict[str, Any] = {
-        "partitions": partitions,
-        "create_s": round(time.perf_counter() - started, 1),
-    }
+
+    def healthy() -> bool:
+        try:
+            parts = describe_topic_waiting(admin, topic, 60_000).partitions
+        except ReplogError:
+            return False
+        return all(x.leader >= 0 and len(x.isr) == 3 for x in parts)
+
+    try:
+        wait_until(healthy, timeout=args.create_timeout, interval=1, message="a full ISR")
+    except AssertionError:
+        # Today's layout at this size may never settle (brokers fenced while they open and
+        # checkpoint every log on S3): say so and measure what the cluster does anyway.
+        out["not_settled"] = (
+            f"not every partition had a leader and a full ISR {args.create_timeout} s after"
+            " creation; measured anyway"
+        )
+    out["create_s"] = round(time.perf_counter() - started, 1)
     capped = partitions >= args.cap_from_partitions
     seconds = min(args.seconds, args.capped_seconds) if capped else args.seconds
     if capped:
@@ -349,14 +362,17 @@ def run_partitions(
         "brokers_cpu_per_s": round((cpu_seconds_of(pids) - cpu0) / elapsed, 3),
     }
     out["fit"] = fit(windows)
-    admin.delete_topic(topic)
+    print(f"storage_cost: {json.dumps(out)}", file=sys.stderr, flush=True)
+    try:
+        admin.delete_topic(topic)
+    except UnknownTopicOrPartitionError:
+        pass  # an attempt that timed out on the client went through
     wait_until(
         lambda: topic not in admin.list_topics(),
-        timeout=120,
-        interval=0.5,
+        timeout=300,
+        interval=1,
         message=f"{topic} deleted",
     )
-    print(f"storage_cost: {json.dumps(out)}", file=sys.stderr, flush=True)
     return out
 
 
@@ -396,6 +412,9 @@ def main() -> None:
     parser.add_argument("--cap-from-partitions", type=int, default=1000)
     parser.add_argument("--settle", type=float, default=3, help="seconds before the idle window")
     parser.add_argument("--idle-seconds", type=float, default=12)
+    parser.add_argument(
+        "--create-timeout", type=float, default=300, help="seconds for a full ISR after creation"
+    )
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
     try:
@@ -441,9 +460,11 @@ def main() -> None:
             broker_log_dirs={i: f"s3://{b}/log" for i, b in enumerate(buckets)},
             overrides={
                 "storage.endpoint.url": counter.endpoint,
-                # Kafka's defaults: a broker busy deleting 1,000 S3 logs must not be fenced.
+                # Long enough that a broker whose event loop is busy opening, checkpointing or
+                # deleting 1,000 S3 logs is not fenced (this benchmark measures cost, not
+                # failover; with 9 s, today's code lost its brokers at 1,000 partitions).
                 "broker.heartbeat.interval.ms": "2000",
-                "broker.session.timeout.ms": "9000",
+                "broker.session.timeout.ms": "30000",
             },
         )
         cluster.start()
