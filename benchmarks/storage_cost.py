@@ -23,6 +23,12 @@ class (a: time-driven flushes and checkpoints; b: size-driven) extrapolated to $
 50 MB/s. Goal checks (issue 19): ``independent_of_partitions`` (PUT/s per broker at the largest
 partition count <= 1.2 x at one partition, same target rate) and ``usd_per_tb_at_50MBps <= 1``.
 
+Beside moto's HTTP count, each window carries the brokers' own count of logical storage
+operations (``replog_storage_requests_total{kind}`` scraped from each broker's /metrics) and
+the mean duration of a put: the two counts agree up to s3fs's extras (a multipart upload, the
+HEAD/LIST of an ``info``), and the put duration is what bounds a flush loop that waits for its
+PUTs.
+
 Today's layout writes one object per partition per flush on every replica, so at 1,000
 partitions the brokers try to issue thousands of PUT/s: moto saturates (its CPU is printed) and
 the windows at >= 1,000 partitions are capped (``--capped-seconds``; the JSON says so). The
@@ -44,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -167,6 +174,46 @@ class Load:
         self.producer.close()
 
 
+def scrape(cluster: Cluster) -> list[dict[str, float]]:
+    """Each broker's ``replog_storage_*`` series from its /metrics: logical storage operations
+    by kind (``put``, ``get_range``, ``list``, ...) and the summed seconds per kind."""
+    out = []
+    for broker in cluster.brokers.values():
+        with urllib.request.urlopen(broker.metrics_url, timeout=30) as response:
+            text = response.read().decode()
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            for prefix, tag in (
+                ("replog_storage_requests_total{", "n"),
+                ("replog_storage_request_duration_seconds_sum{", "s"),
+            ):
+                if line.startswith(prefix):
+                    labels, _, value = line[len(prefix) :].partition("} ")
+                    kind = labels.split('kind="', 1)[1].split('"', 1)[0]
+                    values[f"{tag}:{kind}"] = float(value)
+        out.append(values)
+    return out
+
+
+def logical_rates(
+    before: list[dict[str, float]], after: list[dict[str, float]], seconds: float
+) -> dict[str, Any]:
+    """Mean over the brokers of the logical operations/s by kind (the brokers' own count, to
+    set beside the HTTP count) and the mean seconds of a put (what bounds the flush rate)."""
+    kinds = sorted({k[2:] for k in after[0] if k.startswith("n:")})
+    pairs = list(zip(after, before, strict=True))
+
+    def delta(key: str) -> float:
+        return sum(a.get(key, 0) - b.get(key, 0) for a, b in pairs)
+
+    ops = {kind: delta(f"n:{kind}") / len(pairs) / seconds for kind in kinds}
+    puts, put_s = delta("n:put"), delta("s:put")
+    return {
+        "ops_per_s_per_broker": {k: round(v, 1) for k, v in ops.items() if v},
+        "mean_put_ms": round(put_s / puts * 1000, 1) if puts else None,
+    }
+
+
 def per_broker(counts: dict[str, Any], buckets: list[str], seconds: float) -> dict[str, Any]:
     """Requests/s by class for each broker's bucket, and the mean over the brokers."""
     rows = []
@@ -187,12 +234,14 @@ def usd_per_s(rates: dict[str, float]) -> float:
 
 def measure_window(
     counter: CounterProcess,
+    cluster: Cluster,
     load: Load,
     buckets: list[str],
     seconds: float,
     value_bytes: int,
-    pids: list[int],
 ) -> dict[str, Any]:
+    pids = [b.pid for b in cluster.brokers.values()]
+    logical0 = scrape(cluster)
     reset_counts(counter.endpoint)
     acked0, t0 = load.acked_now(), time.perf_counter()
     cpu0 = {"brokers": cpu_seconds_of(pids), "moto": cpu_seconds(counter.pid)}
@@ -200,6 +249,7 @@ def measure_window(
     counts = reset_counts(counter.endpoint)
     elapsed = time.perf_counter() - t0
     acked = load.acked_now() - acked0
+    logical = logical_rates(logical0, scrape(cluster), elapsed)
     cpu = {
         "brokers_cpu_per_s": round((cpu_seconds_of(pids) - cpu0["brokers"]) / elapsed, 2),
         "moto_cpu_per_s": round((cpu_seconds(counter.pid) - cpu0["moto"]) / elapsed, 2),
@@ -233,6 +283,7 @@ def measure_window(
             round(usd_per_s(mean) / (mb_per_s / 1e6), 2) if mb_per_s else None
         ),
         "usd_total_window": round(cost_usd(counts["total"]), 6),
+        "brokers_own_storage_metrics": logical,
         **cpu,
     }
 
@@ -339,7 +390,7 @@ def run_partitions(
         ).start()
         try:
             time.sleep(args.warmup)
-            window = measure_window(counter, load, buckets, seconds, args.value_bytes, pids)
+            window = measure_window(counter, cluster, load, buckets, seconds, args.value_bytes)
             window["load_average"] = load_average()
         finally:
             load.stop()
@@ -458,6 +509,7 @@ def main() -> None:
             work / "cluster",
             brokers=3,
             broker_log_dirs={i: f"s3://{b}/log" for i, b in enumerate(buckets)},
+            metrics=True,  # replog_storage_requests_total: the brokers' own count, beside moto's
             overrides={
                 "storage.endpoint.url": counter.endpoint,
                 # Long enough that a broker whose event loop is busy opening, checkpointing or
