@@ -150,10 +150,15 @@ class Load:
         interval = 1 / self.rate
         start = time.perf_counter()
         while not self._stop.is_set():
-            future = self.producer.send(
-                self.topic, self.value, partition=self.sent % self.partitions
-            )
-            future.add_done_callback(self._on_ack)
+            try:
+                future = self.producer.send(
+                    self.topic, self.value, partition=self.sent % self.partitions
+                )
+            except ReplogError:  # buffer.memory full for max.block.ms: the cluster is behind
+                with self._lock:
+                    self.failed += 1
+            else:
+                future.add_done_callback(self._on_ack)
             self.sent += 1
             ahead = start + self.sent * interval - time.perf_counter()
             if ahead > 0:
@@ -193,6 +198,13 @@ def scrape(cluster: Cluster) -> list[dict[str, float]]:
                     values[f"{tag}:{kind}"] = float(value)
         out.append(values)
     return out
+
+
+def scrape_or_none(cluster: Cluster) -> list[dict[str, float]] | None:
+    try:
+        return scrape(cluster)
+    except OSError:
+        return None  # a stalled broker: the HTTP count still stands
 
 
 def logical_rates(
@@ -241,7 +253,7 @@ def measure_window(
     value_bytes: int,
 ) -> dict[str, Any]:
     pids = [b.pid for b in cluster.brokers.values()]
-    logical0 = scrape(cluster)
+    logical0 = scrape_or_none(cluster)
     reset_counts(counter.endpoint)
     acked0, t0 = load.acked_now(), time.perf_counter()
     cpu0 = {"brokers": cpu_seconds_of(pids), "moto": cpu_seconds(counter.pid)}
@@ -249,7 +261,10 @@ def measure_window(
     counts = reset_counts(counter.endpoint)
     elapsed = time.perf_counter() - t0
     acked = load.acked_now() - acked0
-    logical = logical_rates(logical0, scrape(cluster), elapsed)
+    logical1 = scrape_or_none(cluster)
+    logical: Any = "a broker's /metrics did not answer in 30 s"
+    if logical0 is not None and logical1 is not None:
+        logical = logical_rates(logical0, logical1, elapsed)
     cpu = {
         "brokers_cpu_per_s": round((cpu_seconds_of(pids) - cpu0["brokers"]) / elapsed, 2),
         "moto_cpu_per_s": round((cpu_seconds(counter.pid) - cpu0["moto"]) / elapsed, 2),
@@ -350,10 +365,15 @@ def run_partitions(
             return False  # a broker busy with the previous topic's deletion missed heartbeats
         except TopicAlreadyExistsError:
             return True  # an attempt that timed out on the client went through
+        except ReplogError as e:
+            # Today's brokers stall for tens of seconds while they open 1,000 S3 logs: the
+            # request times out on the client; try again (it may have gone through: above).
+            print(f"storage_cost: creating {topic}: {e}; retrying", file=sys.stderr, flush=True)
+            return False
         return True
 
     out: dict[str, Any] = {"partitions": partitions}
-    wait_until(created, timeout=120, interval=1, message=f"{topic} created on 3 live brokers")
+    wait_until(created, timeout=600, interval=1, message=f"{topic} created on 3 live brokers")
 
     def healthy() -> bool:
         try:
@@ -414,15 +434,23 @@ def run_partitions(
     }
     out["fit"] = fit(windows)
     print(f"storage_cost: {json.dumps(out)}", file=sys.stderr, flush=True)
-    try:
-        admin.delete_topic(topic)
-    except UnknownTopicOrPartitionError:
-        pass  # an attempt that timed out on the client went through
+
+    def deleted() -> bool:
+        try:
+            admin.delete_topic(topic)
+        except UnknownTopicOrPartitionError:
+            return True  # gone (an attempt that timed out on the client went through)
+        except ReplogError as e:
+            print(f"storage_cost: deleting {topic}: {e}; retrying", file=sys.stderr, flush=True)
+            return False
+        return True
+
+    wait_until(deleted, timeout=600, interval=1, message=f"{topic} deleted")
     wait_until(
         lambda: topic not in admin.list_topics(),
         timeout=300,
         interval=1,
-        message=f"{topic} deleted",
+        message=f"{topic} gone from the metadata",
     )
     return out
 
