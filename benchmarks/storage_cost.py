@@ -25,9 +25,10 @@ partition count <= 1.2 x at one partition, same target rate) and ``usd_per_tb_at
 
 Beside moto's HTTP count, each window carries the brokers' own count of logical storage
 operations (``replog_storage_requests_total{kind}`` scraped from each broker's /metrics) and
-the mean duration of a put: the two counts agree up to s3fs's extras (a multipart upload, the
-HEAD/LIST of an ``info``), and the put duration is what bounds a flush loop that waits for its
-PUTs.
+the mean duration of a put: the PUT counts agree up to s3fs's extras (a multipart upload, the
+HEAD/LIST of an ``info``); the brokers' count also covers their metadata store (local files
+here: its ~1 get + 1 list per second never reach moto); and the put duration is what bounds a
+flush loop that waits for its PUTs.
 
 Today's layout writes one object per partition per flush on every replica, so at 1,000
 partitions the brokers try to issue thousands of PUT/s: moto saturates (its CPU is printed) and
