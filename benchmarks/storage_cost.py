@@ -360,6 +360,8 @@ def run_partitions(
     buckets: list[str],
     partitions: int,
     args: argparse.Namespace,
+    *,
+    last: bool,
 ) -> dict[str, Any]:
     topic = f"cost-{partitions}"
     pids = [b.pid for b in cluster.brokers.values()]
@@ -441,6 +443,8 @@ def run_partitions(
     }
     out["fit"] = fit(windows)
     print(f"storage_cost: {json.dumps(out)}", file=sys.stderr, flush=True)
+    if last:
+        return out  # the cluster stops next: no need to wait for a deletion
 
     def deleted() -> bool:
         try:
@@ -575,8 +579,11 @@ def main() -> None:
         cluster.start()
         results = []
         with Admin(bootstrap_servers=cluster.bootstrap) as admin:
-            for partitions in partition_counts:
-                results.append(run_partitions(cluster, admin, counter, buckets, partitions, args))
+            for i, partitions in enumerate(partition_counts):
+                last = i == len(partition_counts) - 1
+                results.append(
+                    run_partitions(cluster, admin, counter, buckets, partitions, args, last=last)
+                )
         out["results"] = results
     except BaseException:
         print(f"storage_cost: failed; brokers' stderr kept in {work}", file=sys.stderr)
