@@ -1,0 +1,566 @@
+"""Log over the broker WAL: many logs, one WalWriter, one object per flush; recovery of the
+logs from segment objects plus WAL chunks (STORAGE.md §2.6); truncation records (§2.7);
+compaction with the logs as extent holders (§2.8)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from logstore.batch import Record, build, iter_batches
+from logstore.checkpoint import CHECKPOINT_NAME
+from logstore.compaction import Compactor, HolderTable
+from logstore.config import LogConfig
+from logstore.log import Log
+from logstore.segment import ChunkSegment, LogSegment
+from logstore.storage import Data, Storage
+from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalWriter
+from logstore.wal_format import ChunkInput, encode_object, object_name
+from tests.conftest import S3Location
+from tests.faulty_fs import OPERATIONS, FaultyStorage
+
+TOPICS = {"orders": uuid.UUID(int=1).hex, "events": uuid.UUID(int=2).hex}
+
+
+def values(log: Log, start: int | None = None, end: int | None = None) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in [start, end), read through Log.read."""
+    out: list[tuple[int, bytes]] = []
+    offset = log.log_start_offset if start is None else start
+    end = log.log_end_offset if end is None else end
+    while offset < end:
+        data = log.read(offset, 64 * 1024, max_offset=end)
+        batches = list(iter_batches(data))
+        assert batches, f"no progress at {offset}"
+        for batch in batches:
+            for record in batch.records():
+                if record.offset >= offset:
+                    assert record.value is not None
+                    out.append((record.offset, record.value))
+            offset = batch.next_offset
+    return out
+
+
+def batch_of(*vals: bytes, ts: int = 1000) -> bytes:
+    return build([Record(None, v, ts + i) for i, v in enumerate(vals)])
+
+
+class Node:
+    """A broker root with one WalWriter, its WalIndex and a Log per partition (the wiring the
+    broker will do): ``start`` loads the index and opens every log, ``crash`` kills the
+    incarnation (every storage call of it fails from then on, as if the process were gone,
+    and its writer stops without writing what it had), ``stop`` closes cleanly."""
+
+    def __init__(self, root: Storage, partitions: list[tuple[str, int]]) -> None:
+        self.base = root
+        #: this incarnation's view of the root (killed by ``crash``)
+        self.root: FaultyStorage = FaultyStorage(root)
+        self.partitions = partitions
+        self.epoch = 0
+        self.config = LogConfig(file_delete_delay_ms=0, retention_ms=-1)
+        self.logs: dict[tuple[str, int], Log] = {}
+        self.holders = HolderTable()
+        self.index: WalIndex | None = None
+        self.writer: WalWriter | None = None
+
+    def start(self, *, autostart: bool = True, linger_ms: float = 3_600_000) -> None:
+        """A new incarnation. The default linger outlasts any test, so objects are written
+        when ``flush()`` asks (deterministic chunk boundaries); ``linger_ms=0`` is the
+        local-files policy (write as soon as the previous write is done)."""
+        self.epoch += 1
+        self.root = FaultyStorage(self.base)
+        self.index = WalIndex.load(self.root)
+        self.writer = WalWriter(
+            self.root,
+            broker_id=0,
+            broker_epoch=self.epoch,
+            next_seq=self.index.next_seq,
+            index=self.index,
+            autostart=autostart,
+            linger_ms=linger_ms,
+        )
+        self.holders = HolderTable()
+        self.logs = {key: self.open(*key) for key in self.partitions}
+
+    def open(self, topic: str, partition: int) -> Log:
+        assert self.writer is not None
+        assert self.index is not None
+        log = Log.open(
+            self.root.child(f"{topic}/{partition}"),
+            self.config,
+            topic_id=TOPICS[topic],
+            topic=topic,
+            partition=partition,
+            wal_writer=self.writer,
+            wal_index=self.index,
+        )
+        self.holders.register(TOPICS[topic], partition, log)
+        return log
+
+    def compactor(self) -> Compactor:
+        assert self.index is not None
+        return Compactor(
+            self.root,
+            self.index,
+            self.holders,
+            broker_id=0,
+            broker_epoch=self.epoch,
+            delete_delay_ms=0,
+        )
+
+    def flush(self) -> None:
+        assert self.writer is not None
+        self.writer.flush(timeout=30)
+
+    def crash(self) -> None:
+        assert self.writer is not None
+        for op in OPERATIONS:
+            self.root.fail(op, 1 << 30)
+        self.writer.close(drain=False, timeout=30)
+
+    def stop(self) -> None:
+        for log in self.logs.values():
+            log.close()
+        assert self.writer is not None
+        self.writer.close(timeout=30)
+
+
+def wal_objects(root: Storage) -> list[str]:
+    return sorted(info.path for info in root.list(WAL_PREFIX))
+
+
+def memory_root() -> Storage:
+    return Storage.from_url(f"memory://test-wal-log-{uuid.uuid4().hex}/broker-0")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory", marks=pytest.mark.unit),
+        pytest.param("local", marks=pytest.mark.unit),
+        pytest.param("s3", marks=pytest.mark.s3),
+    ]
+)
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    """A broker root on memory, local files, or moto S3."""
+    if request.param == "memory":
+        yield memory_root()
+    elif request.param == "local":
+        yield Storage.from_url(str(tmp_path / "broker-0"))
+    else:
+        s3: S3Location = request.getfixturevalue("s3_url")
+        with Storage.from_url(s3.url, **s3.storage_options) as storage:
+            yield storage
+
+
+def fill(log: Log, key: tuple[str, int], count: int, epoch: int = 0) -> list[tuple[int, bytes]]:
+    """Append ``count`` one-record batches; the (offset, value) pairs appended."""
+    out = []
+    for _ in range(count):
+        offset = log.log_end_offset
+        value = f"{key[0]}-{key[1]}:{offset}:e{epoch}".encode()
+        assert log.append(batch_of(value), leader_epoch=epoch).first_offset == offset
+        out.append((offset, value))
+    return out
+
+
+# --- one object per flush, reads, recovery ------------------------------------------------------
+
+
+def test_many_logs_one_object_per_flush_and_reopen(root: Storage) -> None:
+    storage = FaultyStorage(root)
+    partitions = [(t, p) for t in TOPICS for p in range(15)]
+    node = Node(storage, partitions)
+    node.start(autostart=False)
+    written = {key: fill(log, key, 3) for key, log in node.logs.items()}
+    assert wal_objects(storage) == []
+    for key, log in node.logs.items():
+        assert (log.durable_end_offset, log.log_end_offset) == (0, 3)
+        assert values(log) == written[key]  # from memory, before any write
+    wal_writes = storage.calls["write"]
+    assert node.writer is not None
+    node.writer.start()
+    node.flush()
+    # one fence object, then one object for all 30 partitions
+    assert wal_objects(storage) == [
+        f"{WAL_PREFIX}/{object_name(1, 1)}",
+        f"{WAL_PREFIX}/{object_name(2, 1)}",
+    ]
+    assert storage.calls["write"] - wal_writes == 2
+    for key, log in node.logs.items():
+        assert log.durable_end_offset == 3
+        (extent,) = log.extents()
+        assert isinstance(extent, ChunkSegment)
+        assert values(log) == written[key]
+        assert log.read_from_memory(0, 1 << 20) == log.read(0, 1 << 20)
+    # a second round: each log gets a second chunk, again one object
+    for key, log in node.logs.items():
+        written[key] += fill(log, key, 2, epoch=1)
+    node.flush()
+    assert len(wal_objects(storage)) == 3
+    checkpoints_before = storage.calls["write"]
+    for log in node.logs.values():
+        log.checkpoint()  # only the HW / epochs changed: format 2, no chunk list
+    assert storage.calls["write"] - checkpoints_before == len(partitions)
+    for log in node.logs.values():
+        assert not log.checkpoint_needed()  # a flush alone never needs a checkpoint
+    node.stop()
+
+    node.start()
+    assert node.index is not None
+    assert node.index.stats.scans == 0
+    for key, log in node.logs.items():
+        assert log.log_end_offset == log.durable_end_offset == 5
+        assert values(log) == written[key]  # read from the WAL objects, CRC-checked
+        assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
+            (0, 0),
+            (1, 3),
+        ]
+        assert log.size_in_bytes == sum(e.size for e in log.extents())
+        assert log.offset_for_timestamp(1000) == (0, 1000)
+        doc = json.loads(log.storage.read(CHECKPOINT_NAME))
+        assert (doc["format_version"], doc["topic_id"]) == (2, TOPICS[key[0]])
+    for path in wal_objects(storage)[1:3]:
+        assert node.index.references(path) == len(partitions)
+    node.stop()
+
+
+class GatedStorage(FaultyStorage):
+    """WAL writes wait at a gate while it is closed (a slow store, under the test's control)."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+
+    def write(self, path: str, data: Data) -> None:
+        if path.startswith(WAL_PREFIX + "/") and not self.gate.is_set():
+            self.waiting.set()
+            self.gate.wait()
+        super().write(path, data)
+
+
+@pytest.mark.unit
+def test_durable_end_moves_only_when_the_object_is_written() -> None:
+    storage = GatedStorage(memory_root())
+    node = Node(storage, [("orders", 0)])
+    node.start(linger_ms=0)
+    node.flush()  # the fence
+    log = node.logs[("orders", 0)]
+    storage.gate.clear()
+    written = fill(log, ("orders", 0), 4)
+    assert storage.waiting.wait(30)  # the object with them is being written
+    assert (log.durable_end_offset, log.log_end_offset) == (0, 4)
+    assert values(log) == written
+    assert log.read_from_memory(0, 1 << 20) == log.read(0, 1 << 20)
+    storage.gate.set()
+    node.flush()
+    assert log.durable_end_offset == 4
+    assert values(log) == written
+    node.stop()
+
+
+@pytest.mark.unit
+def test_crash_recovers_every_durable_offset_and_nothing_else() -> None:
+    root = memory_root()
+    keys = [("orders", p) for p in range(4)]
+    node = Node(root, keys)
+    node.start()
+    durable = {key: fill(log, key, 5) for key, log in node.logs.items()}
+    node.flush()
+    for key, log in node.logs.items():
+        fill(log, key, 2)  # never flushed
+    node.crash()
+    node.start()
+    for key, log in node.logs.items():
+        assert log.log_end_offset == 5
+        assert values(log) == durable[key]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_appends_racing_the_writer() -> None:
+    """No linger (local files): the writer writes while appends go on from several threads;
+    every appended record is durable after flush, and recovered."""
+    root = memory_root()
+    keys = [("events", p) for p in range(6)]
+    node = Node(root, keys)
+    node.start(linger_ms=0)
+    written: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+
+    def appender(key: tuple[str, int]) -> None:
+        written[key] = fill(node.logs[key], key, 60)
+
+    threads = [threading.Thread(target=appender, args=(key,)) for key in keys]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    node.flush()
+    for key, log in node.logs.items():
+        assert log.durable_end_offset == 60
+        assert values(log) == written[key]
+    node.crash()
+    node.start()
+    for key, log in node.logs.items():
+        assert values(log) == written[key]
+    node.stop()
+
+
+# --- truncation ----------------------------------------------------------------------------------
+
+
+def three_chunks(node: Node, key: tuple[str, int]) -> list[tuple[int, bytes]]:
+    """Three flushes of [0, 4), [4, 8), [8, 12): one chunk each."""
+    log = node.logs[key]
+    written = []
+    for _ in range(3):
+        written += fill(log, key, 4)
+        node.flush()
+    return written
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("cut", [2, 4, 6, 11])
+def test_truncate_then_reopen_does_not_resurrect(cut: int) -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+    assert log.truncate_to(cut) == cut
+    assert values(log) == written[:cut]
+    doc = json.loads(log.storage.read(CHECKPOINT_NAME))
+    assert [x for _, x in doc["truncations"]] == [cut]  # written before truncate returned
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert log.log_end_offset == cut
+    assert values(log) == written[:cut]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_truncate_append_reopen_serves_the_new_history() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+    log.truncate_to(6)
+    again = fill(log, key, 5, epoch=3)  # offsets 6..10 again, different bytes
+    node.flush()
+    expected = written[:6] + again
+    assert values(log) == expected
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert values(log) == expected
+    assert log.end_offset_for_epoch(0) == (0, 6)
+    # and a second truncation over the new chunks plus the old voided ones
+    log.truncate_to(8)
+    node.crash()
+    node.start()
+    assert values(node.logs[key]) == expected[:8]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_truncate_fully_voids_every_older_chunk() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    three_chunks(node, key)
+    log = node.logs[key]
+    log.truncate_fully_and_start_at(20)
+    new = fill(log, key, 3, epoch=2)
+    node.flush()
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert (log.log_start_offset, log.log_end_offset) == (20, 23)
+    assert values(log) == new
+    node.stop()
+
+
+@pytest.mark.unit
+def test_a_new_partition_ignores_chunks_of_an_earlier_incarnation() -> None:
+    """A replica moved away (its directory deleted) and back: the chunks it left in the
+    WAL objects are not its data any more."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    three_chunks(node, key)
+    node.logs[key].delete()
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    node.stop()
+
+
+@pytest.mark.unit
+def test_a_missing_object_ends_the_log_and_stays_ended() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    node.stop()
+    middle = wal_objects(root)[2]  # [fence, [0,4), [4,8), [8,12)]
+    root.delete(middle)
+    node.start()
+    log = node.logs[key]
+    assert values(log) == written[:4]  # cut at the gap
+    new = fill(log, key, 2, epoch=5)
+    node.flush()
+    node.crash()
+    node.start()  # the [8, 12) chunk must not come back after the new [4, 6)
+    assert values(node.logs[key]) == written[:4] + new
+    node.stop()
+
+
+# --- the recovery walk over overlapping extents --------------------------------------------------
+
+
+def one_batch(key: tuple[str, int], base: int, count: int = 2, epoch: int = 0) -> bytes:
+    records = [
+        Record(None, f"{key[0]}-{key[1]}:{o}".encode(), 1000 + o) for o in range(base, base + count)
+    ]
+    return build(records, base_offset=base, partition_leader_epoch=epoch)
+
+
+@pytest.mark.unit
+def test_walk_enters_an_overlapping_chunk_at_its_batch_boundary() -> None:
+    """L0 [0, 4) and a packed chunk [2, 8): the walk takes [0, 4), then enters the packed
+    chunk at its batch starting at 4."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start(autostart=False)  # writes the partition checkpoint (wal_start_seq 1)
+    node.crash()
+    b = {base: one_batch(key, base, epoch=base // 4) for base in (0, 2, 4, 6)}
+    tid = TOPICS["orders"]
+    l0, _ = encode_object(
+        [ChunkInput("orders", tid, 0, [b[0], b[2]])], seq=5, broker_id=0, broker_epoch=1
+    )
+    root.write(f"{WAL_PREFIX}/{object_name(5, 1)}", l0)
+    l1, _ = encode_object(
+        [ChunkInput("orders", tid, 0, [b[2], b[4], b[6]], first_seq=6, last_seq=7)],
+        seq=7,
+        min_seq=6,
+        level=1,
+        broker_id=0,
+        broker_epoch=1,
+    )
+    root.write(f"{WAL_PREFIX}/{object_name(7, 1, level=1, min_seq=6)}", l1)
+    node.start()
+    log = node.logs[key]
+    assert [(e.base_offset, e.next_offset) for e in log.extents()] == [(0, 4), (4, 8)]
+    assert values(log) == [(o, f"orders-0:{o}".encode()) for o in range(8)]
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
+        (0, 0),
+        (1, 4),
+    ]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_format1_directory_opens_over_the_wal_and_is_migrated() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    legacy = Log.open(root.child("orders/0"))
+    old = fill(legacy, key, 3)
+    legacy.flush()
+    legacy.close()
+    assert json.loads(root.child("orders/0").read(CHECKPOINT_NAME))["format_version"] == 1
+    node = Node(root, [key])
+    node.start()
+    log = node.logs[key]
+    assert json.loads(log.storage.read(CHECKPOINT_NAME))["format_version"] == 2
+    assert values(log) == old
+    new = fill(log, key, 2, epoch=1)
+    node.flush()
+    kinds = [type(e) for e in log.extents()]
+    assert kinds == [LogSegment, ChunkSegment]
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert values(log) == old + new
+    assert [type(e) for e in log.extents()] == [LogSegment, ChunkSegment]
+    node.stop()
+
+
+# --- compaction with the logs as holders ---------------------------------------------------------
+
+
+def test_compaction_then_reopen(root: Storage) -> None:
+    keys = [(t, p) for t in TOPICS for p in range(3)]
+    node = Node(root, keys)
+    node.start()
+    written: dict[tuple[str, int], list[tuple[int, bytes]]] = {k: [] for k in keys}
+    for _ in range(3):
+        for key, log in node.logs.items():
+            written[key] += fill(log, key, 2)
+        node.flush()
+    l0 = [p for p in wal_objects(root) if "/L0/" in p]
+    assert len(l0) == 4  # the fence and three flushes
+    result = node.compactor().compact()
+    assert result.output is not None
+    assert len(result.switched) == len(keys)
+    assert len(result.deleted) == 3  # the fence is kept
+    for key, log in node.logs.items():
+        (extent,) = log.extents()
+        assert isinstance(extent, ChunkSegment)
+        assert extent.chunk.level == 1
+        assert values(log) == written[key]
+    for key, log in node.logs.items():
+        written[key] += fill(log, key, 1)
+    node.flush()
+    node.stop()
+    node.start()
+    for key, log in node.logs.items():
+        assert [(e.chunk.level, e.base_offset, e.next_offset) for e in log.extents()] == [  # type: ignore[union-attr]
+            (1, 0, 6),
+            (0, 6, 7),
+        ]
+        assert values(log) == written[key]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_compaction_racing_a_truncation_loses() -> None:
+    """A truncation shortens the chunk the compactor read: the swap is refused, nothing
+    voided comes back through the packed object."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+
+    class Racing(HolderTable):
+        def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
+            log.truncate_to(6)
+            return super().replace_extents(old, new)
+
+    racing = Racing()
+    racing.register(TOPICS["orders"], 0, log)
+    assert node.index is not None
+    compactor = Compactor(root, node.index, racing, broker_id=0, broker_epoch=1, delete_delay_ms=0)
+    result = compactor.compact()
+    assert result.refused
+    assert not result.switched
+    assert values(log) == written[:6]
+    node.crash()
+    node.start()
+    assert values(node.logs[key]) == written[:6]
+    node.stop()
