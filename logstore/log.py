@@ -972,9 +972,9 @@ class Log:
             cached = [self._cache.get(e.name) for e in run]
             checked = all(e.name in self._cache_checked for e in run)
             replacement = ChunkSegment(new, index, run[0].rolled, run[0].created_ms)
+            # (no checkpoint needed: chunk extents are not in it, recovery walks the index)
             self._segments[i : i + n] = [replacement]
             self._bases[i : i + n] = [new.base_offset]
-            self._shape_version += 1
             for extent in run:
                 self._cache_drop(extent.name)
             if index is not None and all(c is not None for c in cached):

@@ -5,12 +5,16 @@ compaction with the logs as extent holders (§2.8)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from logstore.batch import Record, build, iter_batches
 from logstore.checkpoint import CHECKPOINT_NAME
@@ -564,3 +568,112 @@ def test_compaction_racing_a_truncation_loses() -> None:
     node.start()
     assert values(node.logs[key]) == written[:6]
     node.stop()
+
+
+# --- a Hypothesis state machine against a plain model --------------------------------------------
+
+
+class WalLogMachine(RuleBasedStateMachine):
+    """Two logs over one WAL against a model: per partition, its (offset, value) records and
+    how many of them are durable. Objects are written only by ``flush`` (and ``stop``), so a
+    crash loses exactly the records appended since."""
+
+    KEYS = (("orders", 0), ("events", 1))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.node = Node(memory_root(), list(self.KEYS))
+        self.node.config = LogConfig(file_delete_delay_ms=0, retention_ms=-1)
+        self.node.start()
+        self.records: dict[tuple[str, int], list[tuple[int, bytes]]] = {k: [] for k in self.KEYS}
+        self.start = dict.fromkeys(self.KEYS, 0)
+        self.durable = dict.fromkeys(self.KEYS, 0)  # offsets below this are in WAL objects
+        self.epoch = dict.fromkeys(self.KEYS, 0)
+        self.counter = 0
+
+    def end(self, key: tuple[str, int]) -> int:
+        return self.start[key] + len(self.records[key])
+
+    @rule(key=st.sampled_from(KEYS), n=st.integers(1, 3), bump=st.booleans())
+    def append(self, key: tuple[str, int], n: int, bump: bool) -> None:
+        if bump:
+            self.epoch[key] += 1
+        log = self.node.logs[key]
+        for _ in range(n):
+            self.counter += 1
+            value = f"r{self.counter}".encode()
+            info = log.append(batch_of(value), leader_epoch=self.epoch[key])
+            assert info.first_offset == self.end(key)
+            self.records[key].append((info.first_offset, value))
+
+    @rule()
+    def flush(self) -> None:
+        self.node.flush()
+        for key in self.KEYS:
+            self.durable[key] = self.end(key)
+
+    @rule(key=st.sampled_from(KEYS), data=st.data())
+    def truncate(self, key: tuple[str, int], data: st.DataObject) -> None:
+        target = data.draw(st.integers(self.start[key], self.end(key)))
+        new_end = self.node.logs[key].truncate_to(target)
+        assert new_end == target  # one-record batches: every offset is a batch boundary
+        del self.records[key][new_end - self.start[key] :]
+        self.durable[key] = min(self.durable[key], new_end)
+
+    @rule(key=st.sampled_from(KEYS), data=st.data())
+    def truncate_fully(self, key: tuple[str, int], data: st.DataObject) -> None:
+        at = data.draw(st.integers(self.end(key), self.end(key) + 5))
+        self.node.logs[key].truncate_fully_and_start_at(at)
+        self.records[key] = []
+        self.start[key] = self.durable[key] = at
+
+    @precondition(lambda self: any(self.durable[k] > self.start[k] for k in self.KEYS))
+    @rule(key=st.sampled_from(KEYS), data=st.data())
+    def delete_records(self, key: tuple[str, int], data: st.DataObject) -> None:
+        log = self.node.logs[key]
+        log.update_high_watermark(self.durable[key])
+        cut = data.draw(st.integers(self.start[key], max(self.start[key], self.durable[key])))
+        new_start = log.delete_records_before(cut)
+        del self.records[key][: new_start - self.start[key]]
+        self.start[key] = new_start
+        self.durable[key] = max(self.durable[key], new_start)
+
+    @rule()
+    def compact(self) -> None:
+        self.node.compactor().compact()
+
+    @rule()
+    def crash_and_recover(self) -> None:
+        self.node.crash()
+        self.node.start()
+        for key in self.KEYS:
+            del self.records[key][self.durable[key] - self.start[key] :]
+
+    @rule()
+    def stop_and_restart(self) -> None:
+        self.node.stop()
+        self.node.start()
+        for key in self.KEYS:
+            self.durable[key] = self.end(key)
+
+    @invariant()
+    def matches_model(self) -> None:
+        for key in self.KEYS:
+            log = self.node.logs[key]
+            assert log.log_start_offset == self.start[key]
+            assert log.log_end_offset == self.end(key)
+            assert log.durable_end_offset == self.durable[key]
+            assert values(log) == self.records[key]
+
+    def teardown(self) -> None:
+        self.node.crash()
+
+
+TestWalLogMachine = WalLogMachine.TestCase
+TestWalLogMachine.settings = settings(
+    max_examples=int(os.environ.get("WAL_LOG_MACHINE_EXAMPLES", "60")),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestWalLogMachine = pytest.mark.unit(TestWalLogMachine)
