@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import random
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -27,6 +32,11 @@ from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalWriter
 from logstore.wal_format import ChunkInput, encode_object, object_name
 from tests.conftest import S3Location
 from tests.faulty_fs import OPERATIONS, FaultyStorage
+from tests.wal_log_worker import TOPIC as WORKER_TOPIC
+from tests.wal_log_worker import TOPIC_ID as WORKER_TOPIC_ID
+
+REPO = Path(__file__).resolve().parent.parent
+PARTITIONS = 10  # the worker's default
 
 TOPICS = {"orders": uuid.UUID(int=1).hex, "events": uuid.UUID(int=2).hex}
 
@@ -677,3 +687,148 @@ TestWalLogMachine.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestWalLogMachine = pytest.mark.unit(TestWalLogMachine)
+
+
+# --- SIGKILL: tests/wal_log_worker.py ------------------------------------------------------------
+
+
+class Worker:
+    """tests/wal_log_worker.py as a subprocess, its stdout read line by line on a thread."""
+
+    def __init__(
+        self, url: str, options: dict[str, Any], epoch: int, seed: int, fault: str, after: int
+    ) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", "tests.wal_log_worker", "--url", url]
+        command += ["--epoch", str(epoch), "--seed", str(seed), "--fault", fault]
+        command += ["--fault-after", str(after), "--storage-options", json.dumps(options)]
+        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("EOF")
+
+    def next_line(self, timeout: float = 60) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the worker printed nothing for {timeout} s") from None
+        assert line != "EOF", f"the worker exited with {self.proc.wait()}"
+        return line
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(60)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+class Acked:
+    """What the worker's lines promise, per partition: offsets below ``end`` were durable,
+    and from each printed truncation's end on, records are of its generation or later."""
+
+    def __init__(self) -> None:
+        self.end: dict[int, int] = {}
+        self.truncations: dict[int, list[tuple[int, int]]] = {}
+
+    def line(self, line: str) -> bool:
+        kind, *fields = line.split()
+        if kind == "D":
+            p, end = map(int, fields)
+            self.end[p] = max(self.end.get(p, 0), end)
+        elif kind == "T":
+            p, end, gen = map(int, fields)
+            self.end[p] = min(self.end.get(p, 0), end)
+            self.truncations.setdefault(p, []).append((end, gen))
+        else:
+            return False
+        return True
+
+    def required_gen(self, p: int, offset: int) -> int:
+        return max((g for end, g in self.truncations.get(p, ()) if end <= offset), default=0)
+
+
+def recovered(root: Storage, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    """Every partition's records as a restarted broker would open them (no writes: the
+    writer never starts, so no fence object changes the zombie rule for the next worker)."""
+    index = WalIndex.load(root)
+    writer = WalWriter(
+        root, broker_id=1, broker_epoch=0, next_seq=index.next_seq, index=index, autostart=False
+    )
+    out = {}
+    for p in range(partitions):
+        log = Log.open(
+            root.child(f"{WORKER_TOPIC}/{p}"),
+            topic_id=WORKER_TOPIC_ID,
+            topic=WORKER_TOPIC,
+            partition=p,
+            wal_writer=writer,
+            wal_index=index,
+        )
+        out[p] = values(log)
+        assert log.log_start_offset == 0
+    return out
+
+
+def kill_rounds(
+    url: str, options: dict[str, Any], root: Storage, fault: str, *, rounds: int, seed: str
+) -> None:
+    rng = random.Random(seed)
+    acked = Acked()
+    stop_at = {"none": None, "stall": "WRITING ", "stall-checkpoint": "WRITING "}[fault]
+    for epoch in range(1, rounds + 1):
+        worker = Worker(url, options, epoch, rng.randrange(1 << 30), fault, rng.randint(2, 12))
+        try:
+            line = worker.next_line()
+            assert line.startswith("READY ")
+            stop_after = rng.randint(20, 200)
+            reports = 0
+            while True:
+                line = worker.next_line()
+                if acked.line(line):
+                    reports += 1
+                    if stop_at is None and reports >= stop_after:
+                        break
+                elif stop_at is not None and line.startswith(stop_at):
+                    break
+        finally:
+            worker.kill()
+        assert acked.end, "the worker reported nothing durable"
+        for p, records in recovered(root, PARTITIONS).items():
+            assert [o for o, _ in records] == list(range(len(records)))  # contiguous from 0
+            assert len(records) >= acked.end.get(p, 0), f"partition {p} lost acked offsets"
+            for offset, value in records:
+                vp, vo, gen = map(int, value.decode().split(":"))
+                assert (vp, vo) == (p, offset)
+                assert gen >= acked.required_gen(p, offset), (
+                    f"partition {p} offset {offset}: generation {gen} came back after a "
+                    f"truncation to generation {acked.required_gen(p, offset)}"
+                )
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("fault", ["none", "stall", "stall-checkpoint"])
+def test_sigkill_logs_over_the_wal(tmp_path: Path, fault: str) -> None:
+    """The worker appends to 10 logs over one WalWriter on local files and truncates now and
+    then, printing durable ends and truncations; it is SIGKILLed at random points, while a
+    WAL write is stalled, or while a truncation's checkpoint write is stalled. Reopened, every
+    log holds every printed durable offset, contiguous from 0, CRC-valid, and nothing a
+    printed truncation disowned; each round restarts on what the previous one left."""
+    url = str(tmp_path / "broker-0")
+    kill_rounds(url, {}, Storage.from_url(url), fault, rounds=4, seed=f"{fault}-19")
+
+
+@pytest.mark.chaos
+@pytest.mark.s3
+@pytest.mark.parametrize("fault", ["none", "stall"])
+def test_sigkill_logs_over_the_wal_on_s3(s3_url: S3Location, fault: str) -> None:
+    """The same on moto S3."""
+    options = dict(s3_url.storage_options)
+    with Storage.from_url(s3_url.url, **options) as root:
+        kill_rounds(s3_url.url, options, root, fault, rounds=2, seed=f"s3-{fault}-19")
