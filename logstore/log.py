@@ -391,26 +391,45 @@ class Log:
             for c in link.index.chunks_for(link.topic_id, link.partition)
             if c.first_seq >= wal_start_seq
         ]
+        # A record voids only chunks of seqs up to its S: once no chunk that old is left
+        # (the collector deleted their objects) it voids nothing and goes. Only here, before
+        # any compaction of this incarnation runs: a packed object being written (not yet
+        # in the index) may hold chunks that old.
+        oldest = min((c.last_seq for c in chunks), default=None)
+        pruned = [(seq, cut) for seq, cut in truncations if oldest is not None and seq >= oldest]
+        if pruned != truncations:
+            truncations = pruned
+            changed = True
         for seq, cut in truncations:
             chunks = [v for c in chunks if (v := cls._void(wal_storage, c, seq, cut)) is not None]
 
         chosen: list[Extent] = []
         seg_candidates = [s for s in segments if s.next_offset > log_start]
         chunk_candidates = [c for c in chunks if c.next_offset > log_start]
-        bases = [s.base_offset for s in seg_candidates] + [c.base_offset for c in chunk_candidates]
-        expected = max(log_start, min(bases)) if bases else log_start
+        # by base offset; ``active`` holds those starting at or below ``expected`` that
+        # still reach past it (a few: the copies of one range), so the walk is
+        # O(candidates log candidates) however many chunks a partition has
+        pool: list[LogSegment | ChunkExtent] = sorted(
+            [*seg_candidates, *chunk_candidates], key=lambda e: e.base_offset
+        )
+        expected = max(log_start, pool[0].base_offset) if pool else log_start
         first = True
+        upcoming = 0
+        active: list[LogSegment | ChunkExtent] = []
         while True:
+            while upcoming < len(pool) and pool[upcoming].base_offset <= expected:
+                active.append(pool[upcoming])
+                upcoming += 1
+            active = [e for e in active if e.next_offset > expected]
             # (reach, segment before chunk, level) decides; a segment must start exactly at
             # ``expected`` (only the first extent may hold the log start inside it)
             options: list[tuple[tuple[int, int, int], LogSegment | ChunkExtent]] = []
-            for s in seg_candidates:
-                holds = s.base_offset <= expected < s.next_offset
-                if s.base_offset == expected or (first and holds):
-                    options.append(((s.next_offset, 1, 0), s))
-            for c in chunk_candidates:
-                if c.base_offset <= expected < c.next_offset:
-                    options.append(((c.next_offset, 0, c.level), c))
+            for e in active:
+                if isinstance(e, LogSegment):
+                    if e.base_offset == expected or first:
+                        options.append(((e.next_offset, 1, 0), e))
+                else:
+                    options.append(((e.next_offset, 0, e.level), e))
             options.sort(key=lambda o: o[0], reverse=True)
             taken: Extent | None = None
             for _, option in options:

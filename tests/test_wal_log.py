@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from logstore.batch import Record, build, iter_batches
-from logstore.checkpoint import CHECKPOINT_NAME
+from logstore.checkpoint import CHECKPOINT_NAME, Checkpoint
 from logstore.compaction import Compactor, HolderTable
 from logstore.config import LogConfig
+from logstore.errors import CorruptRecordError, KafkaStorageError
 from logstore.log import Log
 from logstore.segment import ChunkSegment, LogSegment
 from logstore.storage import Data, Storage
@@ -440,6 +441,101 @@ def test_a_missing_object_ends_the_log_and_stays_ended() -> None:
     node.start()  # the [8, 12) chunk must not come back after the new [4, 6)
     assert values(node.logs[key]) == written[:4] + new
     node.stop()
+
+
+@pytest.mark.unit
+def test_truncation_records_go_once_nothing_they_void_is_left() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+    log.truncate_to(6)
+    again = fill(log, key, 3, epoch=2)
+    node.flush()
+    assert len(json.loads(log.storage.read(CHECKPOINT_NAME))["truncations"]) == 1
+    result = node.compactor().compact()  # everything live into one packed chunk
+    assert result.output is not None
+    assert result.deleted  # the L0 objects with the voided bytes are gone
+    node.stop()
+    node.start()
+    log = node.logs[key]
+    assert values(log) == written[:6] + again
+    assert json.loads(log.storage.read(CHECKPOINT_NAME))["truncations"] == []
+    node.stop()
+
+
+@pytest.mark.unit
+def test_retention_over_chunks_releases_their_objects() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.config = LogConfig(file_delete_delay_ms=0, retention_ms=-1, retention_bytes=1)
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+    log.update_high_watermark(12)
+    assert log.delete_retained_segments() == 2  # whole chunks; the last one stays
+    assert log.log_start_offset == 8
+    assert values(log) == written[8:]
+    assert node.index is not None
+    l0 = [o.path for o in node.index.objects()]
+    assert [node.index.references(p) for p in l0] == [0, 0, 0, 1]  # fence, [0,4), [4,8), [8,12)
+    assert len(node.compactor().collect_garbage()) == 2
+    node.crash()
+    node.start()
+    log = node.logs[key]
+    assert (log.log_start_offset, log.log_end_offset) == (8, 12)
+    assert values(log) == written[8:]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_a_directory_of_another_topic_id_is_refused() -> None:
+    root = memory_root()
+    node = Node(root, [("orders", 0)])
+    node.start()
+    node.stop()
+    assert node.writer is not None
+    assert node.index is not None
+    with pytest.raises(KafkaStorageError, match=r"topic id .* delete the directory"):
+        Log.open(
+            root.child("orders/0"),
+            topic_id=uuid.UUID(int=99).hex,
+            topic="orders",
+            partition=0,
+            wal_writer=node.writer,
+            wal_index=node.index,
+        )
+
+
+@pytest.mark.unit
+def test_half_the_wal_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="wal_writer, wal_index, topic_id and partition"):
+        Log.open(memory_root().child("orders/0"), topic_id=TOPICS["orders"])
+
+
+@pytest.mark.unit
+def test_checkpoint_formats() -> None:
+    v2 = Checkpoint(
+        log_start_offset=3,
+        high_watermark=7,
+        recovery_point=9,
+        epochs=((1, 3),),
+        format_version=2,
+        topic_id=TOPICS["orders"],
+        wal_start_seq=5,
+        truncations=((12, 8), (20, 6)),
+    )
+    assert Checkpoint.from_bytes(v2.to_bytes()) == v2
+    v1 = Checkpoint(log_start_offset=3, high_watermark=7, recovery_point=9)
+    doc = json.loads(v1.to_bytes())
+    assert doc["format_version"] == 1
+    assert "topic_id" not in doc  # exactly what format-1 code writes
+    assert Checkpoint.from_bytes(v1.to_bytes()) == v1
+    with pytest.raises(CorruptRecordError, match=r"format_version 3 is not supported.*upgrade"):
+        Checkpoint.from_bytes(json.dumps({**doc, "format_version": 3}).encode())
 
 
 # --- the recovery walk over overlapping extents --------------------------------------------------
