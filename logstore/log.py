@@ -25,6 +25,31 @@ and no rename, so this log works differently while keeping Kafka's contracts:
   thread hop.
 * ``checkpoint.json`` is rewritten only when what it records changed, and built outside the
   state lock that appends take.
+
+**Over the broker WAL** (``Log.open(..., topic_id=, topic=, partition=, wal_writer=,
+wal_index=)``, STORAGE.md §2; without those arguments the log is standalone, as above). The
+log no longer writes objects of its own: it is a :class:`~logstore.wal.WalSource`, and the
+broker's one :class:`~logstore.wal.WalWriter` takes every dirty log's pending batches into one
+object per flush, then hands each log its *chunk extent* (``wal_flushed``); only then does the
+durable end move. The log's ordered extent list holds segment objects and chunk extents
+(:class:`~logstore.segment.ChunkSegment`: a byte range of a shared object under the broker
+root) side by side; reads, the tail cache, sizes and timestamps work over both. Shared objects
+are never cut or deleted for one partition:
+
+* truncation waits for a chunk in flight, drops chunk extents past the cut from memory
+  (shortening the one holding it) and records ``(S, cut)`` in the checkpoint (format 2) before
+  it returns: S is the highest WAL seq that can hold this partition's data, and recovery voids
+  chunks with ``last_seq <= S`` from the cut on. ``truncate_fully_and_start_at`` (and a new
+  partition's first open) sets ``wal_start_seq`` instead: older chunks are all void;
+* retention and compaction (the log is the compactor's
+  :class:`~logstore.compaction.ExtentHolder`: ``live_chunks``, ``replace_extents``) drop chunk
+  extents by releasing their reference in the :class:`~logstore.wal.WalIndex`; the collector
+  deletes an object once nobody refers to it;
+* recovery walks the segment objects and the index's chunks together in offset order (see
+  :meth:`Log._open_over_wal`): covered copies are skipped, the copy reaching furthest wins, a
+  copy overlapping the end is entered at its batch starting exactly there, and a gap ends the
+  log (with a truncation record, so nothing past it comes back). Epochs come from the
+  checkpoint and the chunks' footers; the checkpoint is not rewritten because of a flush.
 """
 
 from __future__ import annotations
@@ -90,7 +115,12 @@ class AppendInfo:
 class WalLink:
     """How a log over the broker's WAL reaches it: the writer that makes its batches durable
     (its storage is the broker root, where the chunks' objects live), the index holding the
-    references its chunk extents take, and the partition's identity in chunk headers."""
+    references its chunk extents take, and the partition's identity in chunk headers.
+
+    The writer should deliver ``wal_flushed`` on its I/O thread (no loop, or
+    ``hooks_on_loop=False``), or truncations must not run on its loop: a truncation waits
+    for the log's chunk in flight to be reported.
+    """
 
     writer: WalWriter
     index: WalIndex

@@ -361,6 +361,41 @@ def test_truncate_then_reopen_does_not_resurrect(cut: int) -> None:
 
 
 @pytest.mark.unit
+def test_truncation_waits_for_the_chunk_in_flight() -> None:
+    """The object holding the log's taken batches is being written when a truncation comes:
+    the truncation waits for it, then cuts, and its record covers that object's seq, so the
+    disowned batches in it do not come back."""
+    storage = GatedStorage(memory_root())
+    key = ("orders", 0)
+    node = Node(storage, [key])
+    node.start(linger_ms=0)
+    log = node.logs[key]
+    written = fill(log, key, 4)
+    node.flush()
+    storage.gate.clear()
+    fill(log, key, 4)  # [4, 5) is taken at once, its object stalls at the gate; [5, 8) wait
+    assert storage.waiting.wait(30)
+    done = threading.Event()
+    result: list[int] = []
+
+    def truncate() -> None:
+        result.append(log.truncate_to(4))
+        done.set()
+
+    thread = threading.Thread(target=truncate)
+    thread.start()
+    assert not done.is_set()  # cannot have cut: the chunk's outcome is not known yet
+    storage.gate.set()
+    thread.join(30)
+    assert result == [4]
+    assert values(log) == written
+    node.crash()
+    node.start()
+    assert values(node.logs[key]) == written
+    node.stop()
+
+
+@pytest.mark.unit
 def test_truncate_append_reopen_serves_the_new_history() -> None:
     root = memory_root()
     key = ("orders", 0)
