@@ -827,12 +827,21 @@ class Worker:
     """tests/wal_log_worker.py as a subprocess, its stdout read line by line on a thread."""
 
     def __init__(
-        self, url: str, options: dict[str, Any], epoch: int, seed: int, fault: str, after: int
+        self,
+        url: str,
+        options: dict[str, Any],
+        epoch: int,
+        seed: int,
+        fault: str,
+        after: int,
+        *,
+        compact: bool = False,
     ) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         command = [sys.executable, "-m", "tests.wal_log_worker", "--url", url]
         command += ["--epoch", str(epoch), "--seed", str(seed), "--fault", fault]
         command += ["--fault-after", str(after), "--storage-options", json.dumps(options)]
+        command += ["--compact"] if compact else []
         self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -873,6 +882,9 @@ class Acked:
         if kind == "D":
             p, end = map(int, fields)
             self.end[p] = max(self.end.get(p, 0), end)
+        elif kind == "TRUNCATING":  # the worker may die in it: the cut may have happened
+            p, end = map(int, fields)
+            self.end[p] = min(self.end.get(p, 0), end)
         elif kind == "T":
             p, end, gen = map(int, fields)
             self.end[p] = min(self.end.get(p, 0), end)
@@ -908,13 +920,28 @@ def recovered(root: Storage, partitions: int) -> dict[int, list[tuple[int, bytes
 
 
 def kill_rounds(
-    url: str, options: dict[str, Any], root: Storage, fault: str, *, rounds: int, seed: str
+    url: str,
+    options: dict[str, Any],
+    root: Storage,
+    fault: str,
+    *,
+    rounds: int,
+    seed: str,
+    compact: bool = False,
 ) -> None:
     rng = random.Random(seed)
     acked = Acked()
-    stop_at = {"none": None, "stall": "WRITING ", "stall-checkpoint": "WRITING "}[fault]
+    stop_at = None if fault == "none" else "WRITING "
     for epoch in range(1, rounds + 1):
-        worker = Worker(url, options, epoch, rng.randrange(1 << 30), fault, rng.randint(2, 12))
+        worker = Worker(
+            url,
+            options,
+            epoch,
+            rng.randrange(1 << 30),
+            fault,
+            rng.randint(2, 12),
+            compact=compact,
+        )
         try:
             line = worker.next_line()
             assert line.startswith("READY ")
@@ -963,3 +990,15 @@ def test_sigkill_logs_over_the_wal_on_s3(s3_url: S3Location, fault: str) -> None
     options = dict(s3_url.storage_options)
     with Storage.from_url(s3_url.url, **options) as root:
         kill_rounds(s3_url.url, options, root, fault, rounds=2, seed=f"s3-{fault}-19")
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("fault", ["none", "stall-l1", "stall-checkpoint"])
+def test_sigkill_logs_over_the_wal_while_compacting(tmp_path: Path, fault: str) -> None:
+    """As above with a compactor thread racing the appends and truncations (the logs are its
+    holders, sources deleted at once): killed at random points, while a packed object's write
+    is stalled, or while a truncation's checkpoint write is stalled. Same promises."""
+    url = str(tmp_path / "broker-0")
+    root = Storage.from_url(url)
+    kill_rounds(url, {}, root, fault, rounds=4, seed=f"compact-{fault}-19", compact=True)
+    assert any("/L1/" in info.path for info in root.list(WAL_PREFIX))
