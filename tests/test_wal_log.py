@@ -619,6 +619,55 @@ def test_walk_enters_an_overlapping_chunk_at_its_batch_boundary() -> None:
 
 
 @pytest.mark.unit
+def test_a_torn_object_gives_its_whole_batches_only() -> None:
+    """An object cut mid-way (a torn write under a faulty store): the index scans it, the
+    log holds the whole batches of its valid prefix and nothing partial."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start(autostart=False)  # the partition checkpoint (wal_start_seq 1)
+    node.crash()
+    batches = [one_batch(key, base, count=1) for base in range(10)]
+    tid = TOPICS["orders"]
+    data, index = encode_object(
+        [ChunkInput("orders", tid, 0, batches)], seq=3, broker_id=0, broker_epoch=1
+    )
+    (chunk,) = index.chunks
+    tear = chunk.position + sum(len(b) for b in batches[:6]) + len(batches[6]) // 2
+    root.write(f"{WAL_PREFIX}/{object_name(3, 1)}", bytes(data[:tear]))
+    node.start()
+    assert node.index is not None
+    assert node.index.stats.scans == 1
+    log = node.logs[key]
+    assert log.log_end_offset == 6
+    assert values(log) == [(o, f"orders-0:{o}".encode()) for o in range(6)]
+    node.stop()
+
+
+@pytest.mark.unit
+def test_a_flipped_byte_in_a_chunk_is_never_served(tmp_path: Path) -> None:
+    root = Storage.from_url(str(tmp_path / "broker-0"))
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    node.stop()
+    node.start()  # nothing cached: reads go to the objects
+    log = node.logs[key]
+    (extent,) = [e for e in log.extents() if e.base_offset == 4]
+    assert isinstance(extent, ChunkSegment)
+    path = tmp_path / "broker-0" / extent.chunk.object
+    raw = bytearray(path.read_bytes())
+    raw[extent.chunk.position + extent.chunk.size - 3] ^= 0xFF  # inside the batch of offset 7
+    path.write_bytes(bytes(raw))
+    assert values(log, 0, 4) == written[:4]
+    with pytest.raises(CorruptRecordError, match=extent.chunk.object):
+        log.read(7, 1 << 20)
+    assert log.read_from_memory(7, 1 << 20) is None
+    node.stop()
+
+
+@pytest.mark.unit
 def test_format1_directory_opens_over_the_wal_and_is_migrated() -> None:
     root = memory_root()
     key = ("orders", 0)
