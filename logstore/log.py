@@ -1669,7 +1669,12 @@ class Log:
             return True
 
     def close(self) -> None:
-        """Flush and checkpoint. Retired objects not yet deleted are found again on open."""
+        """Flush and checkpoint. Retired objects not yet deleted are found again on open.
+
+        Over the WAL the chunk extents keep their references in the index: the partition's
+        data must not be collected while it is closed (a broker shutting down loses the
+        index anyway; reopening in the same process counts them twice, which only delays
+        collection; :meth:`delete` releases them)."""
         if self._closed:
             return
         try:
