@@ -7,6 +7,14 @@ model: a newer reader can refuse or migrate an older file.
 
 Recovery trusts a segment object listed here only if its size on storage still matches; any
 other object is scanned batch by batch and CRC-checked.
+
+Format 2 (written by logs whose data lives in the broker's WAL, STORAGE.md §2.6-2.7, 2.11)
+adds what recovery needs to pick the partition's chunks out of the shared WAL objects:
+``topic_id`` (a topic re-created under the same name never inherits old chunks),
+``wal_start_seq`` (chunks first written before it are void: the log was emptied then) and
+``truncations`` (``[S, X]``: chunks whose last seq is <= S are void at offsets >= X). A log
+without a WAL still writes format 1, so an older replog keeps reading its directories; a
+format-1 checkpoint reads as "no topic id, wal_start_seq 0, no truncations".
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from logstore.errors import CorruptRecordError
 
 CHECKPOINT_NAME = "checkpoint.json"
 FORMAT_VERSION = 1
+#: the format of logs over the broker WAL (adds topic_id, wal_start_seq, truncations)
+WAL_FORMAT_VERSION = 2
+_READABLE = (FORMAT_VERSION, WAL_FORMAT_VERSION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +55,21 @@ class Checkpoint:
     epochs: tuple[tuple[int, int], ...] = ()
     segments: tuple[SegmentEntry, ...] = field(default_factory=tuple)
     format_version: int = FORMAT_VERSION
+    #: format 2 only: the topic's id (None: unknown, format 1)
+    topic_id: str | None = None
+    #: format 2 only: WAL chunks with first_seq below this are void
+    wal_start_seq: int = 0
+    #: format 2 only: (S, X) truncation records, oldest first
+    truncations: tuple[tuple[int, int], ...] = ()
 
     def to_bytes(self) -> bytes:
         doc = asdict(self)
         doc["epochs"] = [list(e) for e in self.epochs]
+        if self.format_version == FORMAT_VERSION:
+            for key in ("topic_id", "wal_start_seq", "truncations"):
+                del doc[key]  # byte-identical to what format-1 code writes
+        else:
+            doc["truncations"] = [list(t) for t in self.truncations]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -55,17 +77,28 @@ class Checkpoint:
         try:
             doc: dict[str, Any] = json.loads(data)
             version = doc.get("format_version")
-            if version != FORMAT_VERSION:
+            if version not in _READABLE:
                 raise CorruptRecordError(
                     f"{where}: checkpoint format_version {version!r} is not supported "
-                    f"(this replog reads version {FORMAT_VERSION}); upgrade replog"
+                    f"(this replog reads versions {', '.join(map(str, _READABLE))}); "
+                    "upgrade replog"
                 )
+            extra: dict[str, Any] = {}
+            if version == WAL_FORMAT_VERSION:
+                topic_id = doc.get("topic_id")
+                extra = {
+                    "format_version": WAL_FORMAT_VERSION,
+                    "topic_id": None if topic_id is None else str(topic_id),
+                    "wal_start_seq": int(doc.get("wal_start_seq", 0)),
+                    "truncations": tuple((int(s), int(x)) for s, x in doc.get("truncations", ())),
+                }
             return cls(
                 log_start_offset=int(doc["log_start_offset"]),
                 high_watermark=int(doc["high_watermark"]),
                 recovery_point=int(doc["recovery_point"]),
                 epochs=tuple((int(e), int(o)) for e, o in doc["epochs"]),
                 segments=tuple(SegmentEntry(**s) for s in doc["segments"]),
+                **extra,
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable checkpoint: {err}") from err

@@ -68,7 +68,7 @@ from logstore.wal_format import (
     parse_object_name,
 )
 
-__all__ = ["CompactionResult", "Compactor", "ExtentHolder", "fences"]
+__all__ = ["CompactionResult", "Compactor", "ExtentHolder", "HolderTable", "fences"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,36 @@ class ExtentHolder(Protocol):
         """Swap ``old`` (adjacent live extents) for ``new`` (the same batches, elsewhere),
         atomically, only if ``old`` are still live; False if anything changed meanwhile.
         The compactor moves the references."""
+
+
+class HolderTable:
+    """One :class:`ExtentHolder` for a broker's partitions: routes each call to the holder of
+    the partition (its ``Log``), registered when the partition opens. A partition without a
+    holder has no live chunks (and refuses every swap)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders: dict[tuple[str, int], ExtentHolder] = {}
+
+    def register(self, topic_id: str, partition: int, holder: ExtentHolder) -> None:
+        with self._lock:
+            self._holders[(topic_id, partition)] = holder
+
+    def unregister(self, topic_id: str, partition: int) -> None:
+        with self._lock:
+            self._holders.pop((topic_id, partition), None)
+
+    def _get(self, topic_id: str, partition: int) -> ExtentHolder | None:
+        with self._lock:
+            return self._holders.get((topic_id, partition))
+
+    def live_chunks(self, topic_id: str, partition: int) -> Sequence[ChunkExtent]:
+        holder = self._get(topic_id, partition)
+        return holder.live_chunks(topic_id, partition) if holder is not None else ()
+
+    def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
+        holder = self._get(new.topic_id, new.partition)
+        return holder is not None and holder.replace_extents(old, new)
 
 
 @dataclass(frozen=True, slots=True)

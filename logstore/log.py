@@ -25,6 +25,31 @@ and no rename, so this log works differently while keeping Kafka's contracts:
   thread hop.
 * ``checkpoint.json`` is rewritten only when what it records changed, and built outside the
   state lock that appends take.
+
+**Over the broker WAL** (``Log.open(..., topic_id=, topic=, partition=, wal_writer=,
+wal_index=)``, STORAGE.md §2; without those arguments the log is standalone, as above). The
+log no longer writes objects of its own: it is a :class:`~logstore.wal.WalSource`, and the
+broker's one :class:`~logstore.wal.WalWriter` takes every dirty log's pending batches into one
+object per flush, then hands each log its *chunk extent* (``wal_flushed``); only then does the
+durable end move. The log's ordered extent list holds segment objects and chunk extents
+(:class:`~logstore.segment.ChunkSegment`: a byte range of a shared object under the broker
+root) side by side; reads, the tail cache, sizes and timestamps work over both. Shared objects
+are never cut or deleted for one partition:
+
+* truncation waits for a chunk in flight, drops chunk extents past the cut from memory
+  (shortening the one holding it) and records ``(S, cut)`` in the checkpoint (format 2) before
+  it returns: S is the highest WAL seq that can hold this partition's data, and recovery voids
+  chunks with ``last_seq <= S`` from the cut on. ``truncate_fully_and_start_at`` (and a new
+  partition's first open) sets ``wal_start_seq`` instead: older chunks are all void;
+* retention and compaction (the log is the compactor's
+  :class:`~logstore.compaction.ExtentHolder`: ``live_chunks``, ``replace_extents``) drop chunk
+  extents by releasing their reference in the :class:`~logstore.wal.WalIndex`; the collector
+  deletes an object once nobody refers to it;
+* recovery walks the segment objects and the index's chunks together in offset order (see
+  :meth:`Log._open_over_wal`): covered copies are skipped, the copy reaching furthest wins, a
+  copy overlapping the end is entered at its batch starting exactly there, and a gap ends the
+  log (with a truncation record, so nothing past it comes back). Epochs come from the
+  checkpoint and the chunks' footers; the checkpoint is not rewritten because of a flush.
 """
 
 from __future__ import annotations
@@ -34,7 +59,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from logstore.batch import (
@@ -44,18 +69,27 @@ from logstore.batch import (
     set_partition_leader_epoch,
     valid_prefix,
 )
-from logstore.checkpoint import CHECKPOINT_NAME, Checkpoint, SegmentEntry
+from logstore.checkpoint import CHECKPOINT_NAME, WAL_FORMAT_VERSION, Checkpoint, SegmentEntry
 from logstore.config import LogConfig
 from logstore.epoch_cache import EpochEntry, LeaderEpochCache
 from logstore.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    KafkaStorageError,
     ObjectNotFoundError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from logstore.segment import BatchIndex, LogSegment, base_offset_of, object_name
+from logstore.segment import (
+    BatchIndex,
+    ChunkSegment,
+    Extent,
+    LogSegment,
+    base_offset_of,
+    object_name,
+)
 from logstore.storage import Storage
+from logstore.wal import ChunkExtent, PendingChunk, WalClosedError, WalIndex, WalWriter
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +109,32 @@ class AppendInfo:
     log_start_offset: int
     #: True when nothing was appended: the batch was a retry of one already in the log
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WalLink:
+    """How a log over the broker's WAL reaches it: the writer that makes its batches durable
+    (its storage is the broker root, where the chunks' objects live), the index holding the
+    references its chunk extents take, and the partition's identity in chunk headers.
+
+    The writer should deliver ``wal_flushed`` on its I/O thread (no loop, or
+    ``hooks_on_loop=False``), or truncations must not run on its loop: a truncation waits
+    for the log's chunk in flight to be reported.
+    """
+
+    writer: WalWriter
+    index: WalIndex
+    topic: str
+    topic_id: str
+    partition: int
+
+    @property
+    def storage(self) -> Storage:
+        return self.writer.storage
+
+    def seq_bound(self) -> int:
+        """The highest seq any written WAL or packed object of this root can have now."""
+        return max(self.writer.next_seq, self.index.next_seq) - 1
 
 
 @dataclass(slots=True)
@@ -107,11 +167,15 @@ class Log:
         self,
         storage: Storage,
         config: LogConfig,
-        segments: list[LogSegment],
+        segments: Sequence[Extent],
         log_start_offset: int,
         high_watermark: int,
         epochs: LeaderEpochCache,
         time_ms: Callable[[], int],
+        *,
+        wal: WalLink | None = None,
+        wal_start_seq: int = 0,
+        truncations: Iterable[tuple[int, int]] = (),
     ) -> None:
         self.storage = storage
         self.config = config
@@ -128,7 +192,7 @@ class Log:
         self._written_seq = 0
         self._written_key: tuple[object, ...] | None = None
         self._maintenance_lock = threading.Lock()
-        self._segments = segments
+        self._segments: list[Extent] = list(segments)
         self._bases = [s.base_offset for s in segments]
         self._pending: list[_PendingBatch] = []
         self._log_start_offset = log_start_offset
@@ -145,6 +209,16 @@ class Log:
         self._cache_bytes = 0
         self._delayed_deletes: list[tuple[int, str]] = []
         self._closed = False
+        #: the broker WAL this log's batches go to (None: standalone, its own segment objects)
+        self.wal = wal
+        #: WAL chunks first written before this seq are void (the log was emptied then)
+        self._wal_start_seq = wal_start_seq
+        #: (S, X): chunks with last_seq <= S are void at offsets >= X (STORAGE.md §2.7)
+        self._truncations = list(truncations)
+        #: how many of ``_pending`` the WAL writer has taken and not yet reported
+        self._taken = 0
+        #: notified when the writer reports a taken chunk (truncation waits for it)
+        self._wal_idle = threading.Condition(self._lock)
 
     def reconfigure(self, config: LogConfig) -> None:
         """Use ``config`` from now on (a topic's configs changed while it is open): retention
@@ -162,9 +236,27 @@ class Log:
         config: LogConfig | None = None,
         *,
         time_ms: Callable[[], int] = _now_ms,
+        topic_id: str | None = None,
+        topic: str = "",
+        partition: int | None = None,
+        wal_writer: WalWriter | None = None,
+        wal_index: WalIndex | None = None,
     ) -> Log:
-        """Open (and recover) the log stored under ``storage``'s root."""
+        """Open (and recover) the log stored under ``storage``'s root.
+
+        With ``wal_writer`` and ``wal_index`` (and the partition's ``topic_id``, ``topic``
+        name and ``partition``), the log's appended batches go to the broker's WAL instead of
+        its own segment objects, and recovery takes its chunks from ``wal_index`` beside the
+        segment objects (:meth:`_open_over_wal`). Without them the log is standalone."""
         config = config or LogConfig()
+        if wal_writer is not None or wal_index is not None or topic_id is not None:
+            if wal_writer is None or wal_index is None or topic_id is None or partition is None:
+                raise ValueError(
+                    f"{storage.url}: a log over the WAL needs wal_writer, wal_index, topic_id "
+                    "and partition together"
+                )
+            link = WalLink(wal_writer, wal_index, topic, topic_id, partition)
+            return cls._open_over_wal(storage, config, time_ms, link)
         checkpoint = cls._load_checkpoint(storage)
         trusted = {s.name: s for s in checkpoint.segments}
         epochs = LeaderEpochCache([EpochEntry(e, o) for e, o in checkpoint.epochs])
@@ -244,6 +336,262 @@ class Log:
             result.checkpoint()
         log.debug("%s: opened, log start %d, LEO %d", storage.url, log_start, end)
         return result
+
+    @classmethod
+    def _open_over_wal(
+        cls, storage: Storage, config: LogConfig, time_ms: Callable[[], int], link: WalLink
+    ) -> Log:
+        """Recover a log whose batches live in segment objects and WAL chunks (STORAGE.md
+        §2.6 step 3).
+
+        Candidates: the partition's segment objects (checkpointed ones trusted by size, the
+        others scanned, as a standalone log does) and its chunks in ``link.index`` first
+        written at or after ``wal_start_seq``, cut by the truncation records. One walk over
+        both in offset order: a candidate that ends at or below the next expected offset is
+        covered (the same bytes are elsewhere) and skipped; among those holding the expected
+        offset the one reaching furthest wins (then a segment before a chunk, then a higher
+        level); a chunk starting below it is entered at its batch starting exactly there
+        (every non-void copy of an offset holds the same batch); if no candidate has a batch
+        starting there, the log ends there: later segment objects are deleted and a
+        truncation record keeps later chunks from coming back. Each chunk kept takes one
+        reference in the index; leader epochs come from the checkpoint and the chunks'
+        footers.
+        """
+        wal_storage = link.storage
+        try:
+            found_checkpoint: Checkpoint | None = Checkpoint.from_bytes(
+                storage.read(CHECKPOINT_NAME), where=f"{storage.url}/{CHECKPOINT_NAME}"
+            )
+        except ObjectNotFoundError:
+            found_checkpoint = None
+        except CorruptRecordError as err:
+            log.warning("%s; every segment object will be scanned", err)
+            found_checkpoint = Checkpoint()
+        changed = found_checkpoint is None or found_checkpoint.format_version != WAL_FORMAT_VERSION
+        checkpoint = found_checkpoint or Checkpoint()
+        if checkpoint.topic_id is not None and checkpoint.topic_id != link.topic_id:
+            raise KafkaStorageError(
+                f"{storage.url} holds the log of topic id {checkpoint.topic_id}, not "
+                f"{link.topic_id} (a topic of the same name deleted and re-created?); delete "
+                "the directory or open it with its own topic id"
+            )
+        if found_checkpoint is None:
+            # A new partition: chunks of an earlier incarnation of it (moved away, then
+            # back) are older than this seq and void; the checkpoint written below says so
+            # before anything is appended.
+            wal_start_seq = link.seq_bound() + 1
+        else:
+            wal_start_seq = checkpoint.wal_start_seq
+        truncations = list(checkpoint.truncations)
+        trusted = {s.name: s for s in checkpoint.segments}
+        epochs = LeaderEpochCache([EpochEntry(e, o) for e, o in checkpoint.epochs])
+        log_start = checkpoint.log_start_offset
+
+        segments: list[LogSegment] = []
+        scanned_epochs: dict[str, list[EpochEntry]] = {}
+        for info in storage.list():
+            base = base_offset_of(info.path) if "/" not in info.path else None
+            if base is None:
+                continue
+            entry = trusted.get(info.path)
+            if entry is not None and entry.size == info.size and entry.base_offset == base:
+                segments.append(
+                    LogSegment(
+                        info.path,
+                        base,
+                        entry.next_offset,
+                        info.size,
+                        entry.max_timestamp,
+                        entry.rolled,
+                        entry.created_ms,
+                    )
+                )
+                continue
+            # a torn object is cut to its valid prefix; the walk decides what follows it
+            own = LeaderEpochCache()
+            segment, _ = cls._recover_object(storage, info.path, base, own)
+            changed = True
+            if segment is not None:
+                segments.append(segment)
+                scanned_epochs[segment.name] = own.entries()
+        segments.sort(key=lambda s: s.base_offset)
+
+        chunks = [
+            c
+            for c in link.index.chunks_for(link.topic_id, link.partition)
+            if c.first_seq >= wal_start_seq
+        ]
+        # A record voids only chunks of seqs up to its S: once no chunk that old is left
+        # (the collector deleted their objects) it voids nothing and goes. Only here, before
+        # any compaction of this incarnation runs: a packed object being written (not yet
+        # in the index) may hold chunks that old.
+        oldest = min((c.last_seq for c in chunks), default=None)
+        pruned = [(seq, cut) for seq, cut in truncations if oldest is not None and seq >= oldest]
+        if pruned != truncations:
+            truncations = pruned
+            changed = True
+        for seq, cut in truncations:
+            chunks = [v for c in chunks if (v := cls._void(wal_storage, c, seq, cut)) is not None]
+
+        chosen: list[Extent] = []
+        seg_candidates = [s for s in segments if s.next_offset > log_start]
+        chunk_candidates = [c for c in chunks if c.next_offset > log_start]
+        # by base offset; ``active`` holds those starting at or below ``expected`` that
+        # still reach past it (a few: the copies of one range), so the walk is
+        # O(candidates log candidates) however many chunks a partition has
+        pool: list[LogSegment | ChunkExtent] = sorted(
+            [*seg_candidates, *chunk_candidates], key=lambda e: e.base_offset
+        )
+        expected = max(log_start, pool[0].base_offset) if pool else log_start
+        first = True
+        upcoming = 0
+        active: list[LogSegment | ChunkExtent] = []
+        while True:
+            while upcoming < len(pool) and pool[upcoming].base_offset <= expected:
+                active.append(pool[upcoming])
+                upcoming += 1
+            active = [e for e in active if e.next_offset > expected]
+            # (reach, segment before chunk, level) decides; a segment must start exactly at
+            # ``expected`` (only the first extent may hold the log start inside it)
+            options: list[tuple[tuple[int, int, int], LogSegment | ChunkExtent]] = []
+            for e in active:
+                if isinstance(e, LogSegment):
+                    if e.base_offset == expected or first:
+                        options.append(((e.next_offset, 1, 0), e))
+                else:
+                    options.append(((e.next_offset, 0, e.level), e))
+            options.sort(key=lambda o: o[0], reverse=True)
+            taken: Extent | None = None
+            for _, option in options:
+                if isinstance(option, LogSegment):
+                    taken = option
+                    break
+                chunk: ChunkExtent | None = option
+                if option.base_offset < expected and not first:
+                    chunk = cls._enter(wal_storage, option, expected)
+                if chunk is not None:
+                    taken = ChunkSegment(chunk)
+                    break
+            if taken is None:
+                break
+            if isinstance(taken, LogSegment) and chosen and isinstance(chosen[-1], ChunkSegment):
+                taken.rolled = True  # a chunk is a segment of its own: never merged across
+            chosen.append(taken)
+            expected = taken.next_offset
+            first = False
+        end = expected if chosen else log_start
+        if chosen:
+            log_start = max(log_start, chosen[0].base_offset)
+            chosen[0].rolled = True
+        kept = {s.name for s in chosen if isinstance(s, LogSegment)}
+        for s in segments:
+            if s.name in kept:
+                continue
+            covered_by_segment = any(
+                isinstance(k, LogSegment)
+                and k.base_offset <= s.base_offset
+                and s.next_offset <= k.next_offset
+                for k in chosen
+            )
+            if s.next_offset <= log_start or s.base_offset >= end or covered_by_segment:
+                # below the log start (retention), after the end (a cut), or left by a
+                # merge: as a standalone log does
+                log.info("%s: deleting %s, not part of the recovered log", storage.url, s.name)
+                storage.delete(s.name)
+                changed = True
+            # else: a segment whose bytes a chunk holds too; left alone (harmless)
+        if any(c.next_offset > end for c in chunk_candidates):
+            # data past the end (a gap before it, or voided copies): never bring it back
+            log.warning("%s: the log ends at offset %d; chunks past it are void", storage.url, end)
+            truncations.append((link.seq_bound(), end))
+            changed = True
+        for extent in chosen:  # epochs in offset order (assign keeps only newer ones)
+            if isinstance(extent, ChunkSegment):
+                link.index.acquire(extent.chunk.object)
+                for epoch, start in _chunk_epochs(extent.chunk):
+                    epochs.assign(epoch, start)
+            else:
+                for scanned in scanned_epochs.get(extent.name, ()):
+                    epochs.assign(scanned.epoch, scanned.start_offset)
+        epochs.truncate_from_end(end)
+        epochs.truncate_from_start(log_start)
+        result = cls(
+            storage,
+            config,
+            chosen,
+            log_start,
+            checkpoint.high_watermark,
+            epochs,
+            time_ms,
+            wal=link,
+            wal_start_seq=wal_start_seq,
+            truncations=truncations,
+        )
+        if changed:
+            result.checkpoint()
+        log.debug(
+            "%s: opened over the WAL, log start %d, LEO %d, %d extent(s)",
+            storage.url,
+            log_start,
+            end,
+            len(chosen),
+        )
+        return result
+
+    @staticmethod
+    def _chunk_batches(storage: Storage, chunk: ChunkExtent) -> list[tuple[int, RecordBatch]]:
+        """(position in the chunk, batch) of each batch of ``chunk``, CRC-checked."""
+        data = chunk.read(storage)
+        out = []
+        position = 0
+        for batch in iter_batches(data, validate=True):
+            out.append((position, batch))
+            position += batch.size_in_bytes
+        return out
+
+    @classmethod
+    def _enter(cls, storage: Storage, chunk: ChunkExtent, offset: int) -> ChunkExtent | None:
+        """The part of ``chunk`` from its batch starting exactly at ``offset`` (None: no
+        batch starts there, or the chunk cannot be read)."""
+        try:
+            batches = cls._chunk_batches(storage, chunk)
+        except (CorruptRecordError, ObjectNotFoundError) as err:
+            log.warning("%s: cannot enter %s at offset %d: %s", storage.url, chunk, offset, err)
+            return None
+        for position, batch in batches:
+            if batch.base_offset == offset:
+                return replace(
+                    chunk,
+                    position=chunk.position + position,
+                    size=chunk.size - position,
+                    base_offset=offset,
+                )
+        return None
+
+    @classmethod
+    def _void(cls, storage: Storage, chunk: ChunkExtent, seq: int, cut: int) -> ChunkExtent | None:
+        """``chunk`` under the truncation record ``(seq, cut)``: whole if written after it
+        or wholly below the cut, None if wholly void, else its batches ending at or below
+        the cut (read once; rare)."""
+        if chunk.last_seq > seq or chunk.next_offset <= cut:
+            return chunk
+        if chunk.base_offset >= cut:
+            return None
+        try:
+            batches = cls._chunk_batches(storage, chunk)
+        except (CorruptRecordError, ObjectNotFoundError) as err:
+            log.warning("%s: %s is unreadable, not used: %s", storage.url, chunk, err)
+            return None
+        kept = [(p, b) for p, b in batches if b.next_offset <= cut]
+        if not kept:
+            return None
+        position, last = kept[-1]
+        return replace(
+            chunk,
+            size=position + last.size_in_bytes,
+            next_offset=last.next_offset,
+            max_timestamp=max(b.max_timestamp for _, b in kept),
+        )
 
     @staticmethod
     def _load_checkpoint(storage: Storage) -> Checkpoint:
@@ -329,7 +677,12 @@ class Log:
             return sum(s.size for s in self._segments) + sum(len(p.data) for p in self._pending)
 
     def segments(self) -> list[LogSegment]:
-        """A snapshot of the live segment objects."""
+        """A snapshot of the live segment objects (not the WAL chunks: :meth:`extents`)."""
+        with self._lock:
+            return [s for s in self._segments if isinstance(s, LogSegment)]
+
+    def extents(self) -> list[Extent]:
+        """A snapshot of the live extents in offset order: segment objects and WAL chunks."""
         with self._lock:
             return list(self._segments)
 
@@ -398,7 +751,9 @@ class Log:
                 offset = next_offset
                 position += size
             self.leader_epoch_cache.assign(leader_epoch, first)
-            return self._add_pending(pending, batches)
+            info = self._add_pending(pending, batches)
+        self._mark_dirty(position)
+        return info
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches fetched from the leader: offsets and epochs as the leader set them."""
@@ -433,7 +788,15 @@ class Log:
                 position += size
             for batch in batches:
                 self.leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
-            return self._add_pending(pending, batches)
+            info = self._add_pending(pending, batches)
+        self._mark_dirty(position)
+        return info
+
+    def _mark_dirty(self, nbytes: int) -> None:
+        """Tell the WAL writer this log has new pending batches (after the state lock: the
+        writer's I/O thread takes it to collect them)."""
+        if self.wal is not None:
+            self.wal.writer.mark_dirty(self, nbytes)
 
     def _add_pending(self, pending: list[_PendingBatch], batches: list[RecordBatch]) -> AppendInfo:
         self._pending.extend(pending)
@@ -459,7 +822,17 @@ class Log:
             self._roll_requested = True
 
     def flush(self) -> int:
-        """Write every buffered batch as one new segment object; returns the durable LEO."""
+        """Write every buffered batch as one new segment object; returns the durable LEO.
+
+        Over the WAL: wait until the writer made every batch appended so far durable (in a
+        WAL object, with every other dirty log's). Not from the writer's event loop."""
+        if self.wal is not None:
+            with self._lock:
+                if not self._pending:
+                    return self._durable_end
+            self.wal.writer.mark_dirty(self)
+            self.wal.writer.flush()
+            return self._durable_end
         with self._flush_lock:
             with self._lock:
                 pending = list(self._pending)
@@ -530,6 +903,142 @@ class Log:
                 groups.append([])
             groups[-1].append(i)
         return groups
+
+    # --- the WAL (WalSource, ExtentHolder) ---------------------------------------------------
+
+    def take_pending_for_wal(self) -> PendingChunk | None:
+        """The batches neither durable nor taken yet (``WalSource``; the writer's I/O
+        thread). A list slice under the state lock: the bytes are not copied."""
+        link = self.wal
+        if link is None:
+            raise InvalidRecordError(f"{self.storage.url} is not a log over the WAL")
+        with self._lock:
+            fresh = self._pending[self._taken :]
+            if not fresh:
+                return None
+            self._taken = len(self._pending)
+        return PendingChunk(
+            link.topic,
+            link.topic_id,
+            link.partition,
+            tuple(p.data for p in fresh),
+            fresh[0].base_offset,
+            fresh[-1].next_offset,
+        )
+
+    def wal_flushed(self, extent: ChunkExtent) -> None:
+        """The taken batches ``[extent.base_offset, extent.next_offset)`` are durable at
+        ``extent`` (``WalSource``): they become a chunk extent (holding the reference the
+        writer took for it), the durable end moves, and their bytes stay in the tail cache
+        as known CRC-valid (they were checked on append)."""
+        link = self.wal
+        with self._lock:
+            if self._closed:
+                # deleted while the write was in flight: nothing refers to the chunk
+                if link is not None:
+                    link.index.release(extent.object)
+                self._taken = 0
+                self._wal_idle.notify_all()
+                return
+            if extent.base_offset != self._durable_end:
+                self._wal_idle.notify_all()
+                raise InvalidRecordError(
+                    f"{self.storage.url}: durable chunk starts at {extent.base_offset}, the "
+                    f"durable end is {self._durable_end}"
+                )
+            done = 0
+            while (
+                done < len(self._pending) and self._pending[done].next_offset <= extent.next_offset
+            ):
+                done += 1
+            batches = self._pending[:done]
+            index = BatchIndex()
+            position = 0
+            for p in batches:
+                index.base_offsets.append(p.base_offset)
+                index.positions.append(position)
+                index.sizes.append(len(p.data))
+                index.max_timestamps.append(p.max_timestamp)
+                position += len(p.data)
+            chunk = ChunkSegment(extent, index if position == extent.size else None)
+            del self._pending[:done]
+            self._taken = max(0, self._taken - done)
+            self._segments.append(chunk)
+            self._bases.append(extent.base_offset)
+            self._durable_end = extent.next_offset
+            if chunk.index is not None:
+                self._cache_put(chunk.name, b"".join(p.data for p in batches), checked=True)
+            self._wal_idle.notify_all()
+
+    def wal_aborted(self, pending: PendingChunk) -> None:
+        """The writer closed without writing ``pending`` (``WalSource``): it is taken again
+        by the next writer."""
+        with self._lock:
+            self._taken = next(
+                (i for i, b in enumerate(self._pending) if b.base_offset >= pending.base_offset),
+                len(self._pending),
+            )
+            self._wal_idle.notify_all()
+
+    def _wait_wal_idle_locked(self) -> None:
+        """Wait (state lock held, released meanwhile) until no taken chunk is in flight: its
+        bytes are in an object being written, so a cut must wait for the outcome (§2.7)."""
+        self._wal_idle.wait_for(lambda: self._taken == 0)
+
+    def live_chunks(self, topic_id: str, partition: int) -> list[ChunkExtent]:
+        """The live chunk extents in offset order (``ExtentHolder``, for the compactor)."""
+        link = self.wal
+        if link is None or (topic_id, partition) != (link.topic_id, link.partition):
+            return []
+        with self._lock:
+            return [s.chunk for s in self._segments if isinstance(s, ChunkSegment)]
+
+    def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
+        """Swap the adjacent live chunk extents ``old`` for ``new`` (the same batches in
+        another object), only if they are still live (``ExtentHolder``; a truncation or
+        retention meanwhile wins). The compactor moves the references."""
+        if not old or new.base_offset != old[0].base_offset:
+            return False
+        if new.next_offset != old[-1].next_offset or new.size != sum(o.size for o in old):
+            return False
+        with self._lock:
+            chunks = [s.chunk if isinstance(s, ChunkSegment) else None for s in self._segments]
+            n = len(old)
+            for i in range(len(chunks) - n + 1):
+                if chunks[i : i + n] == list(old):
+                    break
+            else:
+                return False
+            run = self._segments[i : i + n]
+            index: BatchIndex | None = BatchIndex()
+            shift = 0
+            for extent in run:
+                if extent.index is None or index is None:
+                    index = None
+                    break
+                index.extend(extent.index, shift)
+                shift += extent.size
+            cached = [self._cache.get(e.name) for e in run]
+            checked = all(e.name in self._cache_checked for e in run)
+            replacement = ChunkSegment(new, index, run[0].rolled, run[0].created_ms)
+            # (no checkpoint needed: chunk extents are not in it, recovery walks the index)
+            self._segments[i : i + n] = [replacement]
+            self._bases[i : i + n] = [new.base_offset]
+            for extent in run:
+                self._cache_drop(extent.name)
+            if index is not None and all(c is not None for c in cached):
+                self._cache_put(
+                    replacement.name, b"".join(c for c in cached if c is not None), checked=checked
+                )
+            return True
+
+    def _release_chunks(self, extents: Iterable[Extent]) -> None:
+        """Drop the references of chunk extents no longer in the log (and their cache)."""
+        for extent in extents:
+            if isinstance(extent, ChunkSegment):
+                self._cache_drop(extent.name)
+                if self.wal is not None:
+                    self.wal.index.release(extent.chunk.object)
 
     # --- read -------------------------------------------------------------------------------
 
@@ -619,20 +1128,23 @@ class Log:
             _take_pending(self._pending, chunks, position_offset, upper, budget, first)
         return b"".join(chunks)
 
-    def _segments_from_locked(self, offset: int) -> list[LogSegment]:
+    def _segments_from_locked(self, offset: int) -> list[Extent]:
         """The objects from the one holding ``offset`` on (none if it is past the durable
         end)."""
         if not self._segments or offset >= self._durable_end:
             return []
         return self._segments[bisect.bisect_right(self._bases, offset) - 1 :]
 
-    def _read_range(self, segment: LogSegment, start: int, end: int) -> bytes:
+    def _read_range(self, segment: Extent, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the extent (positions within it), CRC-checked."""
         cached = self._cache_get(segment.name)
-        data = (
-            cached[start:end]
-            if cached is not None
-            else (self.storage.read_range(segment.name, start, end))
-        )
+        if cached is not None:
+            data = cached[start:end]
+        elif isinstance(segment, ChunkSegment):
+            c = segment.chunk
+            data = self._wal_storage().read_range(c.object, c.position + start, c.position + end)
+        else:
+            data = self.storage.read_range(segment.name, start, end)
         try:
             for _ in iter_batches(data, validate=True):
                 pass
@@ -643,9 +1155,24 @@ class Log:
             ) from err
         return data
 
-    def _index_of(self, segment: LogSegment) -> BatchIndex:
+    def _wal_storage(self) -> Storage:
+        if self.wal is None:
+            raise InvalidRecordError(f"{self.storage.url} is not a log over the WAL")
+        return self.wal.storage
+
+    def _index_of(self, segment: Extent) -> BatchIndex:
         if segment.index is None:
-            data = self.storage.read(segment.name)
+            if isinstance(segment, ChunkSegment):
+                c = segment.chunk
+                data = self._wal_storage().read_range(c.object, c.position, c.position + c.size)
+                if len(data) != c.size:
+                    raise CorruptRecordError(
+                        f"{self._wal_storage().url}/{c.object}: {len(data)} bytes at "
+                        f"{c.position}, the chunk of offsets [{c.base_offset}, "
+                        f"{c.next_offset}) has {c.size}; the batch is not served"
+                    )
+            else:
+                data = self.storage.read(segment.name)
             try:
                 # headers only: CRCs are checked on every read of a byte range
                 index = BatchIndex.scan(data, validate=False)
@@ -695,11 +1222,19 @@ class Log:
         once (they hold only data the replication protocol has disowned), last first, before
         the object holding the cut is rewritten as its prefix, so a crash leaves a contiguous
         log whose excess the replication protocol truncates again.
+
+        Over the WAL (STORAGE.md §2.7), the objects are shared: a chunk in flight is waited
+        for, chunk extents past the cut are dropped from memory (a chunk holding the cut is
+        shortened in memory) and the truncation record ``(S, cut)`` (S: the highest seq that
+        may hold this partition's data) is in the checkpoint written before this returns,
+        so recovery voids those chunks' data past the cut.
         """
         with self._maintenance_lock, self._flush_lock:
             if offset < self._leo and offset > self._log_start_offset:
                 offset = self._batch_base(offset)
             with self._lock:
+                if self.wal is not None:
+                    self._wait_wal_idle_locked()
                 if offset >= self._leo:
                     # Nothing to cut, but an epoch may start at the LEO with no batch (it was
                     # assigned, and its append never landed). It must go, or a follower keeps
@@ -709,8 +1244,8 @@ class Log:
                     return self._leo
                 if offset <= self._log_start_offset:
                     end = self._truncate_fully_locked(self._log_start_offset)
-                    doomed: list[LogSegment] = []
-                    straddling = None
+                    doomed: list[Extent] = []
+                    straddling: Extent | None = None
                 elif offset >= self._durable_end:
                     self._pending = [p for p in self._pending if p.next_offset <= offset]
                     end = self._pending[-1].next_offset if self._pending else self._durable_end
@@ -724,11 +1259,23 @@ class Log:
                     del self._segments[keep:]
                     self._shape_version += 1
                     del self._bases[keep:]
+                    if self.wal is not None:
+                        self._truncations.append((self.wal.seq_bound(), offset))
+                        self._release_chunks(doomed)
+                        if isinstance(straddling, ChunkSegment):
+                            if straddling.next_offset > offset:
+                                self._cut_chunk_locked(straddling, offset)
+                            straddling = None
+                            end = self._segments[-1].next_offset if self._segments else offset
+                            self._durable_end = end
+                            self._set_end_locked(end)
             for segment in reversed(doomed):
-                self.storage.delete(segment.name)
-                self._cache_drop(segment.name)
+                if isinstance(segment, LogSegment):
+                    self.storage.delete(segment.name)
+                    self._cache_drop(segment.name)
             if straddling is not None:
                 if straddling.next_offset > offset:
+                    assert isinstance(straddling, LogSegment)
                     self._cut_object(straddling, offset)
                 with self._lock:
                     end = (
@@ -758,6 +1305,44 @@ class Log:
         self._leo = end
         self._high_watermark = min(self._high_watermark, end)
         self.leader_epoch_cache.truncate_from_end(end)
+
+    def _cut_chunk_locked(self, chunk: ChunkSegment, offset: int) -> None:
+        """Shorten ``chunk`` in memory to its batches below the one holding ``offset`` (its
+        object is shared: its bytes stay, recovery voids them by the truncation record)."""
+        index = chunk.index if chunk.index is not None else self._index_of(chunk)
+        slot = index.slot_for(offset)
+        cut_position = index.positions[slot]
+        i = self._segments.index(chunk)
+        cached = self._cache.get(chunk.name)
+        checked = chunk.name in self._cache_checked
+        self._cache_drop(chunk.name)
+        self._shape_version += 1
+        if cut_position == 0:
+            del self._segments[i]
+            del self._bases[i]
+            if self.wal is not None:
+                self.wal.index.release(chunk.chunk.object)
+            return
+        kept = BatchIndex(
+            index.base_offsets[:slot],
+            index.positions[:slot],
+            index.sizes[:slot],
+            index.max_timestamps[:slot],
+        )
+        cut = ChunkSegment(
+            replace(
+                chunk.chunk,
+                size=cut_position,
+                next_offset=index.base_offsets[slot],
+                max_timestamp=max(kept.max_timestamps),
+            ),
+            kept,
+            chunk.rolled,
+            chunk.created_ms,
+        )
+        self._segments[i] = cut
+        if cached is not None:
+            self._cache_put(cut.name, cached[:cut_position], checked=checked)
 
     def _cut_object(self, segment: LogSegment, offset: int) -> None:
         """Rewrite ``segment`` without the batch holding ``offset`` and everything after."""
@@ -799,13 +1384,22 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and restart it empty at ``offset`` (Kafka's same-named method)."""
         with self._maintenance_lock, self._flush_lock, self._lock:
+            if self.wal is not None:
+                self._wait_wal_idle_locked()
             self._truncate_fully_locked(offset)
         self.checkpoint()
 
     def _truncate_fully_locked(self, offset: int) -> int:
+        """(Over the WAL: with no chunk in flight.) Every chunk written so far becomes void
+        (``wal_start_seq``), so the truncation records are no longer needed."""
         for segment in reversed(self._segments):
-            self.storage.delete(segment.name)
-            self._cache_drop(segment.name)
+            if isinstance(segment, LogSegment):
+                self.storage.delete(segment.name)
+                self._cache_drop(segment.name)
+        self._release_chunks(self._segments)
+        if self.wal is not None:
+            self._wal_start_seq = self.wal.seq_bound() + 1
+            self._truncations.clear()
         self._segments.clear()
         self._shape_version += 1
         self._bases.clear()
@@ -819,6 +1413,8 @@ class Log:
         """Delete the whole log from storage, checkpoint and all, and close it (its replica is
         gone: the topic was deleted or the replica moved to other brokers)."""
         with self._maintenance_lock, self._flush_lock, self._lock:
+            if self.wal is not None:
+                self._wait_wal_idle_locked()
             self._truncate_fully_locked(0)
             self._closed = True
         self.storage.delete_all()
@@ -837,7 +1433,7 @@ class Log:
             with self._lock:
                 now = self._time_ms()
                 total = sum(s.size for s in self._segments)
-                retire: list[LogSegment] = []
+                retire: list[Extent] = []
                 for group in self._groups():
                     members = [self._segments[i] for i in group]
                     if members[-1].next_offset > self._high_watermark:
@@ -862,7 +1458,7 @@ class Log:
                 self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
                 self._high_watermark = max(self._high_watermark, self._log_start_offset)
             self.checkpoint()
-            self._schedule_deletes(s.name for s in retire)
+            self._retire(retire)
             log.info(
                 "%s: retention removed %d objects; log start offset now %d",
                 self.storage.url,
@@ -889,7 +1485,7 @@ class Log:
                     self._shape_version += 1
                 self.leader_epoch_cache.truncate_from_start(offset)
             self.checkpoint()
-            self._schedule_deletes(s.name for s in retire)
+            self._retire(retire)
             return offset
 
     # --- merging small objects --------------------------------------------------------------
@@ -907,10 +1503,12 @@ class Log:
             with self._lock:
                 groups = self._groups()
                 runs = [
-                    [self._segments[i] for i in g]
+                    [s for i in g if isinstance(s := self._segments[i], LogSegment)]
                     for n, g in enumerate(groups)
                     if len(g) > 1
                     and (n < len(groups) - 1 or len(g) >= self.config.merge_min_objects)
+                    # a chunk is a segment of its own; this guards a group that holds one
+                    and all(isinstance(self._segments[i], LogSegment) for i in g)
                 ]
             for run in runs:
                 self._merge_run(run)
@@ -957,6 +1555,14 @@ class Log:
 
     # --- delayed deletes --------------------------------------------------------------------
 
+    def _retire(self, extents: Sequence[Extent]) -> None:
+        """Extents below the new log start (checkpointed already): segment objects are
+        deleted after file.delete.delay.ms, chunks release their object's reference (the
+        garbage collector deletes the object once nobody refers to it)."""
+        self._schedule_deletes(s.name for s in extents if isinstance(s, LogSegment))
+        with self._lock:
+            self._release_chunks(extents)
+
     def _schedule_deletes(self, names: Iterable[str]) -> None:
         due = self._time_ms() + self.config.file_delete_delay_ms
         with self._lock:
@@ -979,7 +1585,18 @@ class Log:
     # --- checkpoint and close ---------------------------------------------------------------
 
     def _checkpoint_key_locked(self) -> tuple[object, ...]:
-        """What a checkpoint written now would say, in O(epochs): equal keys, equal docs."""
+        """What a checkpoint written now would say, in O(epochs): equal keys, equal docs.
+        Over the WAL the durable end is not in it: a flush adds a chunk, which recovery finds
+        in the WAL index, so a checkpoint is never written because of a flush."""
+        if self.wal is not None:
+            return (
+                self._shape_version,
+                self._log_start_offset,
+                self._high_watermark,
+                tuple(self.leader_epoch_cache.entries()),
+                self._wal_start_seq,
+                len(self._truncations),
+            )
         return (
             self._shape_version,
             self._log_start_offset,
@@ -1010,11 +1627,19 @@ class Log:
             key = self._checkpoint_key_locked()
             if key == self._written_key:
                 return False
-            segments = list(self._segments)
+            segments = [s for s in self._segments if isinstance(s, LogSegment)]
             state = (self._log_start_offset, self._high_watermark, self._durable_end)
             epochs = self.leader_epoch_cache.entries()
             self._checkpoint_seq += 1
             seq = self._checkpoint_seq
+            wal_fields: dict[str, object] = {}
+            if self.wal is not None:
+                wal_fields = {
+                    "format_version": WAL_FORMAT_VERSION,
+                    "topic_id": self.wal.topic_id,
+                    "wal_start_seq": self._wal_start_seq,
+                    "truncations": tuple(self._truncations),
+                }
         doc = Checkpoint(
             log_start_offset=state[0],
             high_watermark=state[1],
@@ -1032,6 +1657,7 @@ class Log:
                 )
                 for s in segments
             ),
+            **wal_fields,  # type: ignore[arg-type]
         )
         data = doc.to_bytes()
         with self._checkpoint_write_lock:
@@ -1043,10 +1669,18 @@ class Log:
             return True
 
     def close(self) -> None:
-        """Flush and checkpoint. Retired objects not yet deleted are found again on open."""
+        """Flush and checkpoint. Retired objects not yet deleted are found again on open.
+
+        Over the WAL the chunk extents keep their references in the index: the partition's
+        data must not be collected while it is closed (a broker shutting down loses the
+        index anyway; reopening in the same process counts them twice, which only delays
+        collection; :meth:`delete` releases them)."""
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        except WalClosedError as err:  # the broker is going down: as after a crash
+            log.warning("%s: closed without flushing: %s", self.storage.url, err)
         self.checkpoint()
         self._closed = True
 
@@ -1083,7 +1717,7 @@ class Log:
 
 
 def _plan_range(
-    index: BatchIndex, segment: LogSegment, offset: int, upper: int, budget: int, first: bool
+    index: BatchIndex, segment: Extent, offset: int, upper: int, budget: int, first: bool
 ) -> tuple[int, int, int, bool, int]:
     """Which bytes of ``segment`` a read from ``offset`` takes: whole batches below
     ``upper`` within ``budget`` (the first one regardless, if ``first``). Returns (start,
@@ -1135,3 +1769,16 @@ def _first_at_or_after(data: bytes, timestamp: int) -> tuple[int, int] | None:
             if ts >= timestamp:
                 return batch.base_offset + i, ts
     return None
+
+
+def _chunk_epochs(chunk: ChunkExtent) -> list[tuple[int, int]]:
+    """The (epoch, start offset) entries of ``chunk``'s footer within its (possibly entered or
+    cut) offsets: an epoch that started before the chunk's base starts there for it."""
+    out = []
+    entries = chunk.epochs
+    for i, (epoch, start) in enumerate(entries):
+        following = entries[i + 1][1] if i + 1 < len(entries) else chunk.next_offset
+        if following <= chunk.base_offset or start >= chunk.next_offset:
+            continue
+        out.append((epoch, max(start, chunk.base_offset)))
+    return out

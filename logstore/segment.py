@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from logstore.batch import RecordBatch, iter_batches
+
+if TYPE_CHECKING:
+    from logstore.wal import ChunkExtent
 
 SUFFIX = ".seg"
 
@@ -86,3 +90,60 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.name}, [{self.base_offset}, {self.next_offset}), {self.size} B)"
+
+
+@dataclass(slots=True)
+class ChunkSegment:
+    """A log's batches in a byte range of a shared WAL or packed object (a
+    :class:`~logstore.wal.ChunkExtent`), kept beside :class:`LogSegment` objects in the log's
+    ordered extent list, with the same fields a read needs.
+
+    Why a separate kind: the object is shared with other partitions, so nothing of it may be
+    deleted or rewritten for one partition. Truncation cuts a chunk in memory only (a new,
+    shorter extent of the same bytes; STORAGE.md §2.7), retention and compaction drop its
+    reference (the garbage collector deletes the object once nobody refers to it). Each chunk
+    is its own segment for retention (``rolled``) and is never merged with its neighbours.
+    """
+
+    chunk: ChunkExtent
+    #: None until the chunk's batches were indexed (read, or built from the appended batches)
+    index: BatchIndex | None = None
+    rolled: bool = True
+    created_ms: int = 0
+
+    @property
+    def name(self) -> str:
+        """The tail cache's key (never a name on the partition's storage)."""
+        c = self.chunk
+        return f"{c.object}@{c.position}+{c.size}"
+
+    @property
+    def base_offset(self) -> int:
+        return self.chunk.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.chunk.next_offset
+
+    @property
+    def size(self) -> int:
+        return self.chunk.size
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.chunk.max_timestamp
+
+    @property
+    def last_offset(self) -> int:
+        return self.chunk.next_offset - 1
+
+    def __repr__(self) -> str:
+        c = self.chunk
+        return (
+            f"ChunkSegment({c.object}@{c.position}, [{c.base_offset}, {c.next_offset}), "
+            f"{c.size} B, seqs [{c.first_seq}, {c.last_seq}])"
+        )
+
+
+#: one entry of a log's ordered extent list
+Extent = LogSegment | ChunkSegment
