@@ -399,8 +399,9 @@ class Compactor:
         return bool(newer)
 
     def collect_garbage(self) -> list[str]:
-        """Delete the objects unreferenced for ``delete_delay_ms`` (fences excepted); the
-        paths deleted. Call it periodically; :meth:`compact` calls it after each round."""
+        """Delete the objects unreferenced for ``delete_delay_ms`` (fences and the newest
+        object excepted); the paths deleted. Call it periodically; :meth:`compact` calls it
+        after each round."""
         with self._lock:
             return list(self._collect())
 
@@ -408,6 +409,14 @@ class Compactor:
         now = self._clock()
         objects = self.index.objects()
         keep = fences(objects)
+        if objects:
+            # The newest object stays, whatever it holds: the next incarnation takes its
+            # seqs from the objects it lists (WalIndex.load), and checkpoints name seqs
+            # (wal_start_seq, truncation records) up to the newest one written. Were it
+            # deleted, seqs would be reused and new chunks voided as if written before.
+            # (A packed object carries its sources' max seq in its name: among equals the
+            # highest level stays, so its compacted sources may go.)
+            keep.add(max(objects, key=lambda o: (o.name.max_seq, o.name.level)).path)
         unreferenced = set(self.index.unreferenced()) - keep
         for path in list(self._due):
             if path not in unreferenced:

@@ -26,7 +26,7 @@ from logstore.compaction import Compactor, fences
 from logstore.errors import StorageError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
-from logstore.wal_format import object_name
+from logstore.wal_format import WalObjectIndex, object_name
 from tests.compaction_worker import ExtentTable
 from tests.conftest import S3Location
 from tests.faulty_fs import FaultyStorage
@@ -318,7 +318,39 @@ def test_a_round_without_sources_still_collects_garbage() -> None:
     for key in list(table.extents):  # retention drops everything
         for extent in table.extents.pop(key):
             index.release(extent.object)
+    # the newest object stays (it carries the highest seq the next incarnation continues
+    # from), so garbage needs a newer object first
+    assert compactor.compact().deleted == ()
+    newer = WalWriter(storage, broker_id=1, broker_epoch=1, next_seq=index.next_seq + 10)
+    newer.close()  # an empty object of seq next + 10: the newest now
+    index.add_object(*_listed_fence(storage, newer))
     assert compactor.compact().deleted == (first.output,)
+
+
+def _listed_fence(storage: Storage, writer: WalWriter) -> tuple[str, WalObjectIndex]:
+    fresh = WalIndex.load(storage, delete_temp_files=False)
+    newest = max(fresh.objects(), key=lambda o: o.name.max_seq)
+    assert newest.name.max_seq == writer.next_seq - 1
+    return newest.path, newest.index
+
+
+@pytest.mark.unit
+def test_seqs_never_go_back_after_the_newest_objects_are_collected() -> None:
+    """Everything written is compacted and then dropped (retention, truncate_fully): the
+    collector deletes every object but the newest, so a restart continues above every seq
+    written (checkpoints name seqs: wal_start_seq and truncation records; a reused seq would
+    void new chunks as if they had been written before)."""
+    storage = memory_root()
+    write_l0(storage, keys_of(2), flushes=4, batches_per_flush=3)
+    index, table = open_table(storage)
+    highest = index.next_seq - 1
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, delete_delay_ms=0)
+    compactor.compact()
+    for key in list(table.extents):
+        for extent in table.extents.pop(key):
+            index.release(extent.object)
+    compactor.collect_garbage()
+    assert WalIndex.load(storage).next_seq == highest + 1
 
 
 @pytest.mark.unit
