@@ -524,7 +524,18 @@ def main() -> None:
         "--create-timeout", type=float, default=300, help="seconds for a full ISR after creation"
     )
     parser.add_argument("--dir", default=None)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker config for every broker, e.g. --set log.wal.enable=true (repeatable)",
+    )
     args = parser.parse_args()
+    try:
+        broker_sets = dict(kv.split("=", 1) for kv in args.set)
+    except ValueError:
+        parser.error("--set takes KEY=VALUE")
     try:
         partition_counts = [int(x) for x in args.partitions.split(",")]
         args.rate_list = [float(x) for x in args.rates.split(",")]
@@ -545,6 +556,7 @@ def main() -> None:
         "min_insync_replicas": 2,
         "acks": "all",
         "value_bytes": args.value_bytes,
+        "broker_overrides": broker_sets,
         "storage": "S3 (moto 5 server on 127.0.0.1, a bucket per broker); metadata: local files",
         "prices_usd_per_1000_requests": {
             **PRICE_PER_1000_USD,
@@ -574,6 +586,7 @@ def main() -> None:
                 # failover; with 9 s, today's code lost its brokers at 1,000 partitions).
                 "broker.heartbeat.interval.ms": "2000",
                 "broker.session.timeout.ms": "30000",
+                **broker_sets,
             },
         )
         cluster.start()

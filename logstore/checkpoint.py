@@ -102,3 +102,46 @@ class Checkpoint:
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable checkpoint: {err}") from err
+
+
+#: the broker checkpoint's name under a broker root (beside ``_replog/wal/``)
+BROKER_CHECKPOINT_NAME = "_replog/checkpoint.json"
+BROKER_CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerCheckpoint:
+    """The high watermarks of every partition a broker keeps over its WAL, in one object
+    (Kafka's replication-offset-checkpoint file, one per log directory).
+
+    A log over the WAL leaves its high watermark out of its own checkpoint's change test:
+    otherwise every partition whose HW moved would rewrite its checkpoint every
+    ``log.checkpoint.interval.ms`` (one PUT per active partition, a rate that grows with the
+    partition count). The broker writes this one object instead, only when some HW moved. An
+    HW is a hint at recovery (a leader recomputes it from its followers, a follower learns it
+    from its leader), so a missing or unreadable broker checkpoint costs nothing but a late HW.
+    """
+
+    #: "<topic_id>:<partition>" -> high watermark
+    high_watermarks: dict[str, int] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format_version": BROKER_CHECKPOINT_VERSION,
+            "high_watermarks": self.high_watermarks,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str = BROKER_CHECKPOINT_NAME) -> BrokerCheckpoint:
+        try:
+            doc: dict[str, Any] = json.loads(data)
+            version = doc.get("format_version")
+            if version != BROKER_CHECKPOINT_VERSION:
+                raise CorruptRecordError(
+                    f"{where}: broker checkpoint format_version {version!r} is not supported "
+                    f"(this replog reads version {BROKER_CHECKPOINT_VERSION}); upgrade replog"
+                )
+            return cls({str(k): int(v) for k, v in doc["high_watermarks"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CorruptRecordError(f"{where}: unreadable broker checkpoint: {err}") from err

@@ -71,6 +71,14 @@ class KafkaStorageError(ReplogError):
     retriable = True
 
 
+class LogLayoutError(KafkaStorageError):
+    """A partition directory is not what the opener expects: another topic id's log (a topic
+    deleted and re-created under the same name), or a log over the broker WAL opened without
+    it (``log.wal.enable`` turned off after data was written through the WAL)."""
+
+    retriable = False
+
+
 class StorageError(KafkaStorageError):
     """A storage backend (local files, S3, memory) failed an operation."""
 

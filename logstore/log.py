@@ -75,7 +75,7 @@ from logstore.epoch_cache import EpochEntry, LeaderEpochCache
 from logstore.errors import (
     CorruptRecordError,
     InvalidRecordError,
-    KafkaStorageError,
+    LogLayoutError,
     ObjectNotFoundError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -241,13 +241,21 @@ class Log:
         partition: int | None = None,
         wal_writer: WalWriter | None = None,
         wal_index: WalIndex | None = None,
+        read_only: bool = False,
+        high_watermark_hint: int = 0,
     ) -> Log:
         """Open (and recover) the log stored under ``storage``'s root.
 
         With ``wal_writer`` and ``wal_index`` (and the partition's ``topic_id``, ``topic``
         name and ``partition``), the log's appended batches go to the broker's WAL instead of
         its own segment objects, and recovery takes its chunks from ``wal_index`` beside the
-        segment objects (:meth:`_open_over_wal`). Without them the log is standalone."""
+        segment objects (:meth:`_open_over_wal`). Without them the log is standalone.
+
+        ``read_only``: recovery changes nothing on storage (no cut, no delete, no
+        checkpoint), so a tool or test may open a replica beside the broker running on it; the
+        log sees what was on storage when it opened and must not be written to.
+        ``high_watermark_hint``: over the WAL, the HW the broker checkpoint recorded (the
+        partition checkpoint's may be older); the larger one is taken, within the log."""
         config = config or LogConfig()
         if wal_writer is not None or wal_index is not None or topic_id is not None:
             if wal_writer is None or wal_index is None or topic_id is None or partition is None:
@@ -256,8 +264,23 @@ class Log:
                     "and partition together"
                 )
             link = WalLink(wal_writer, wal_index, topic, topic_id, partition)
-            return cls._open_over_wal(storage, config, time_ms, link)
+            return cls._open_over_wal(
+                storage,
+                config,
+                time_ms,
+                link,
+                read_only=read_only,
+                high_watermark_hint=high_watermark_hint,
+            )
         checkpoint = cls._load_checkpoint(storage)
+        if checkpoint.format_version == WAL_FORMAT_VERSION:
+            # Its recent batches are chunks of the broker's WAL objects, which a standalone
+            # log never reads: opening it alone would serve a log with its tail missing.
+            raise LogLayoutError(
+                f"{storage.url} holds a log written through the broker WAL (checkpoint format "
+                f"{WAL_FORMAT_VERSION}); open it over the WAL (broker config "
+                "log.wal.enable=true), or use `replog log dump` on the broker root to read it"
+            )
         trusted = {s.name: s for s in checkpoint.segments}
         epochs = LeaderEpochCache([EpochEntry(e, o) for e, o in checkpoint.epochs])
         found = sorted(
@@ -272,7 +295,8 @@ class Log:
         for base, name, size in found:
             if cut:
                 log.warning("%s: deleting %s, which follows a cut in the log", storage.url, name)
-                storage.delete(name)
+                if not read_only:
+                    storage.delete(name)
                 changed = True
                 continue
             entry = trusted.get(name)
@@ -288,7 +312,7 @@ class Log:
                     entry.created_ms,
                 )
             else:
-                segment, cut = cls._recover_object(storage, name, base, epochs)
+                segment, cut = cls._recover_object(storage, name, base, epochs, read_only=read_only)
                 changed = True
             if segment is None:
                 continue
@@ -300,7 +324,8 @@ class Log:
                         storage.url,
                         name,
                     )
-                    storage.delete(name)
+                    if not read_only:
+                        storage.delete(name)
                     changed = True
                     continue
                 log.warning(
@@ -312,7 +337,8 @@ class Log:
                     expected,
                     expected,
                 )
-                storage.delete(name)
+                if not read_only:
+                    storage.delete(name)
                 cut = True
                 changed = True
                 continue
@@ -321,7 +347,9 @@ class Log:
         # Objects wholly below the log start offset were retained away before a crash.
         log_start = checkpoint.log_start_offset
         while segments and segments[0].next_offset <= log_start:
-            storage.delete(segments.pop(0).name)
+            retired = segments.pop(0)
+            if not read_only:
+                storage.delete(retired.name)
             changed = True
         if segments:
             log_start = max(log_start, segments[0].base_offset)
@@ -332,14 +360,21 @@ class Log:
         result = cls(
             storage, config, segments, log_start, checkpoint.high_watermark, epochs, time_ms
         )
-        if changed or (not checkpoint.segments and segments):
+        if (changed or (not checkpoint.segments and segments)) and not read_only:
             result.checkpoint()
         log.debug("%s: opened, log start %d, LEO %d", storage.url, log_start, end)
         return result
 
     @classmethod
     def _open_over_wal(
-        cls, storage: Storage, config: LogConfig, time_ms: Callable[[], int], link: WalLink
+        cls,
+        storage: Storage,
+        config: LogConfig,
+        time_ms: Callable[[], int],
+        link: WalLink,
+        *,
+        read_only: bool = False,
+        high_watermark_hint: int = 0,
     ) -> Log:
         """Recover a log whose batches live in segment objects and WAL chunks (STORAGE.md
         §2.6 step 3).
@@ -370,7 +405,7 @@ class Log:
         changed = found_checkpoint is None or found_checkpoint.format_version != WAL_FORMAT_VERSION
         checkpoint = found_checkpoint or Checkpoint()
         if checkpoint.topic_id is not None and checkpoint.topic_id != link.topic_id:
-            raise KafkaStorageError(
+            raise LogLayoutError(
                 f"{storage.url} holds the log of topic id {checkpoint.topic_id}, not "
                 f"{link.topic_id} (a topic of the same name deleted and re-created?); delete "
                 "the directory or open it with its own topic id"
@@ -409,7 +444,7 @@ class Log:
                 continue
             # a torn object is cut to its valid prefix; the walk decides what follows it
             own = LeaderEpochCache()
-            segment, _ = cls._recover_object(storage, info.path, base, own)
+            segment, _ = cls._recover_object(storage, info.path, base, own, read_only=read_only)
             changed = True
             if segment is not None:
                 segments.append(segment)
@@ -497,7 +532,8 @@ class Log:
                 # below the log start (retention), after the end (a cut), or left by a
                 # merge: as a standalone log does
                 log.info("%s: deleting %s, not part of the recovered log", storage.url, s.name)
-                storage.delete(s.name)
+                if not read_only:
+                    storage.delete(s.name)
                 changed = True
             # else: a segment whose bytes a chunk holds too; left alone (harmless)
         if any(c.next_offset > end for c in chunk_candidates):
@@ -520,14 +556,14 @@ class Log:
             config,
             chosen,
             log_start,
-            checkpoint.high_watermark,
+            max(checkpoint.high_watermark, high_watermark_hint),
             epochs,
             time_ms,
             wal=link,
             wal_start_seq=wal_start_seq,
             truncations=truncations,
         )
-        if changed:
+        if changed and not read_only:
             result.checkpoint()
         log.debug(
             "%s: opened over the WAL, log start %d, LEO %d, %d extent(s)",
@@ -607,9 +643,15 @@ class Log:
 
     @staticmethod
     def _recover_object(
-        storage: Storage, name: str, base: int, epochs: LeaderEpochCache
+        storage: Storage,
+        name: str,
+        base: int,
+        epochs: LeaderEpochCache,
+        *,
+        read_only: bool = False,
     ) -> tuple[LogSegment | None, bool]:
-        """Scan one object; cut it at its last valid batch. Returns (segment, was_cut)."""
+        """Scan one object; cut it at its last valid batch (``read_only``: only in memory).
+        Returns (segment, was_cut)."""
         data = storage.read(name)
         batches, valid_len, reason = valid_prefix(data)
         if batches and batches[0].base_offset != base:
@@ -626,9 +668,11 @@ class Log:
                 reason,
             )
             if valid_len == 0:
-                storage.delete(name)
+                if not read_only:
+                    storage.delete(name)
                 return None, True
-            storage.write(name, data[:valid_len])
+            if not read_only:
+                storage.write(name, data[:valid_len])
         index = BatchIndex()
         position = 0
         for batch in batches:
@@ -1586,13 +1630,14 @@ class Log:
 
     def _checkpoint_key_locked(self) -> tuple[object, ...]:
         """What a checkpoint written now would say, in O(epochs): equal keys, equal docs.
-        Over the WAL the durable end is not in it: a flush adds a chunk, which recovery finds
-        in the WAL index, so a checkpoint is never written because of a flush."""
+        Over the WAL neither the durable end nor the high watermark is in it: a flush adds a
+        chunk, which recovery finds in the WAL index, and the broker keeps every partition's
+        HW in its one broker checkpoint (:class:`~logstore.checkpoint.BrokerCheckpoint`), so
+        a checkpoint is never written because data arrived or was acknowledged."""
         if self.wal is not None:
             return (
                 self._shape_version,
                 self._log_start_offset,
-                self._high_watermark,
                 tuple(self.leader_epoch_cache.entries()),
                 self._wal_start_seq,
                 len(self._truncations),
@@ -1782,3 +1827,32 @@ def _chunk_epochs(chunk: ChunkExtent) -> list[tuple[int, int]]:
             continue
         out.append((epoch, max(start, chunk.base_offset)))
     return out
+
+
+def open_replica_log(
+    root: Storage,
+    topic: str,
+    partition: int,
+    config: LogConfig | None = None,
+    *,
+    read_only: bool = False,
+) -> Log:
+    """A partition replica's log from its broker root ``root`` (tools and tests): over the
+    root's WAL when the partition's checkpoint says the broker wrote it through the WAL
+    (format 2), else standalone.
+
+    ``read_only``: recovery changes nothing on storage (no cut, no delete, no checkpoint, no
+    cleanup of temporary files), so it is safe beside a running broker; the log sees what was
+    on storage when it opened, and must not be appended to. Over the WAL the log never writes
+    WAL objects either way (its writer is not started).
+    """
+    storage = root.child(f"{topic}/{partition}")
+    checkpoint = Log._load_checkpoint(storage)
+    if checkpoint.format_version != WAL_FORMAT_VERSION or checkpoint.topic_id is None:
+        return Log.open(storage, config, read_only=read_only)
+    index = WalIndex.load(root, delete_temp_files=not read_only)
+    writer = WalWriter(
+        root, broker_id=-1, broker_epoch=-1, next_seq=index.next_seq, autostart=False, fence=False
+    )
+    link = WalLink(writer, index, topic, checkpoint.topic_id, partition)
+    return Log._open_over_wal(storage, config or LogConfig(), _now_ms, link, read_only=read_only)

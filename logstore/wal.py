@@ -779,7 +779,12 @@ class WalIndex:
 
     @classmethod
     def load(
-        cls, storage: Storage, *, tail_bytes: int = DEFAULT_TAIL_BYTES, parallelism: int = 8
+        cls,
+        storage: Storage,
+        *,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        parallelism: int = 8,
+        delete_temp_files: bool = True,
     ) -> WalIndex:
         """Rebuild the index of the broker root ``storage``: one LIST of ``_replog/wal/``,
         one tail read per live object (a second if its footer is longer than ``tail_bytes``),
@@ -790,7 +795,8 @@ class WalIndex:
         does not read: refusing beats serving a log with a hole.
         """
         stats = LoadStats()
-        stats.temp_files_removed = storage.delete_temp_files(WAL_PREFIX)
+        if delete_temp_files:  # (not when reading beside a running writer: they are its own)
+            stats.temp_files_removed = storage.delete_temp_files(WAL_PREFIX)
         if stats.temp_files_removed:
             log.info(
                 "%s: deleted %d temporary file(s) of WAL writes killed mid-way",

@@ -98,6 +98,33 @@ class BrokerConfig:
             minimum=-1,
         ),
     )
+    log_wal_enable: bool = field(
+        default=False,
+        metadata=k(
+            "log.wal.enable",
+            "write every partition's batches through one per-broker write-ahead object per "
+            "flush (_replog/wal/), compacted later, so the object-store request rate does not "
+            "grow with the partition count; false: one segment object per partition per flush",
+        ),
+    )
+    wal_compaction_window_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=k(
+            "wal.compaction.window.bytes",
+            "over the WAL: compact the oldest L0 objects into one packed object once this many "
+            "bytes of them are live (also the most one compaction round reads into memory)",
+            minimum=1,
+        ),
+    )
+    wal_compaction_l0_max_age_ms: int = field(
+        default=60_000,
+        metadata=k(
+            "wal.compaction.l0.max.age.ms",
+            "over the WAL: compact L0 objects once the oldest is this old, however few bytes "
+            "they hold (bounds how many small objects a slow broker keeps)",
+            minimum=1,
+        ),
+    )
     log_retention_check_interval_ms: int = field(
         default=300_000,
         metadata=k(

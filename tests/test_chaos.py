@@ -305,21 +305,34 @@ def test_plans_are_seeded_and_cycle_through_every_class() -> None:
 # --- real schedules ---------------------------------------------------------------------------
 
 SCHEDULES = [
-    pytest.param(101, ["crash_restart_while_paused"], id="crash_restart_while_paused"),
+    pytest.param(101, ["crash_restart_while_paused"], False, id="crash_restart_while_paused"),
     pytest.param(
         102,
         ["storage_fail", "storage_stall", "storage_tear", "net_cut", "net_stall", "pause_short"],
+        False,
         id="storage_and_network",
     ),
-    pytest.param(103, ["controller_kill", "coordinator_kill"], id="controller_and_coordinator"),
+    pytest.param(
+        103, ["controller_kill", "coordinator_kill"], False, id="controller_and_coordinator"
+    ),
+    # the brokers over the broker WAL (log.wal.enable): crashes mid-flush and failing,
+    # stalling and tearing writes of the shared WAL objects
+    pytest.param(
+        104,
+        ["crash_restart_while_paused", "kill_restart_now", "storage_stall", "storage_tear"],
+        True,
+        id="wal_crashes_and_storage",
+    ),
 ]
 
 
 @pytest.mark.cluster
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(("seed", "classes"), SCHEDULES)
-def test_seeded_schedule_finds_no_anomaly(seed: int, classes: list[str], tmp_path: Path) -> None:
-    result = run_schedule(seed, classes, 12.0, tmp_path)
+@pytest.mark.parametrize(("seed", "classes", "wal"), SCHEDULES)
+def test_seeded_schedule_finds_no_anomaly(
+    seed: int, classes: list[str], wal: bool, tmp_path: Path
+) -> None:
+    result = run_schedule(seed, classes, 12.0, tmp_path, wal=wal)
     assert result["faults"], "the nemesis injected nothing"
     assert result["acked"] > 0
     assert result["transactions"]["committed"] > 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from logstore.batch import Record, build, iter_batches
-from logstore.log import Log
+from logstore.log import open_replica_log
 from logstore.storage import Storage
 from replication.metadata.delta import decode_version
 from replication.metadata.store import ControllerClaim, MetadataStore
@@ -90,7 +90,9 @@ def read_committed_log(bootstrap: str, topic: str) -> list[tuple[int, bytes | No
 
 def replica_bytes(cluster: Cluster, broker_id: int, topic: str, end: int) -> bytes:
     """The bytes of a replica's log below ``end``, read from its own storage."""
-    log = Log.open(Storage.from_url(cluster.brokers[broker_id].log_dir).child(f"{topic}/0"))
+    log = open_replica_log(
+        Storage.from_url(cluster.brokers[broker_id].log_dir), topic, 0, read_only=True
+    )
     out = b""
     offset = log.log_start_offset
     while offset < end:
@@ -361,7 +363,9 @@ def test_kip101_divergence_is_truncated_by_leader_epoch(
 
 
 def _durable_end(cluster: Cluster, broker_id: int, topic: str) -> int:
-    log = Log.open(Storage.from_url(cluster.brokers[broker_id].log_dir).child(f"{topic}/0"))
+    log = open_replica_log(
+        Storage.from_url(cluster.brokers[broker_id].log_dir), topic, 0, read_only=True
+    )
     return log.durable_end_offset
 
 

@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
-from logstore.checkpoint import CHECKPOINT_NAME, Checkpoint
+from logstore.checkpoint import CHECKPOINT_NAME, BrokerCheckpoint, Checkpoint
 from logstore.compaction import Compactor, HolderTable
 from logstore.config import LogConfig
-from logstore.errors import CorruptRecordError, KafkaStorageError
-from logstore.log import Log
+from logstore.errors import CorruptRecordError, KafkaStorageError, LogLayoutError
+from logstore.log import Log, open_replica_log
 from logstore.segment import ChunkSegment, LogSegment
 from logstore.storage import Data, Storage
 from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalWriter
@@ -1086,3 +1086,93 @@ class ConcurrentWalLogMachine(WalLogMachine):
 TestConcurrentWalLogMachine = ConcurrentWalLogMachine.TestCase
 TestConcurrentWalLogMachine.settings = TestWalLogMachine.settings
 TestConcurrentWalLogMachine = pytest.mark.unit(TestConcurrentWalLogMachine)
+
+
+# --- high watermarks: the broker checkpoint, not one checkpoint per partition ------------------
+
+
+@pytest.mark.unit
+def test_a_moving_high_watermark_does_not_rewrite_the_partition_checkpoint() -> None:
+    """Over the WAL the HW is not in the partition checkpoint's change test (the broker keeps
+    every HW in one object): acknowledging data writes no per-partition checkpoint."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    log = node.logs[key]
+    fill(log, key, 3)
+    node.flush()
+    log.checkpoint()
+    assert not log.checkpoint_needed()
+    log.update_high_watermark(log.durable_end_offset)
+    assert log.high_watermark == 3
+    assert not log.checkpoint_needed()
+    log.truncate_fully_and_start_at(10)  # what a checkpoint records still triggers one
+    assert not log.checkpoint_needed()  # (truncate_fully wrote it)
+    node.stop()
+
+
+@pytest.mark.unit
+def test_the_broker_checkpoints_hw_is_a_hint_within_the_log() -> None:
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    fill(node.logs[key], key, 5)
+    node.flush()
+    node.crash()
+    node.start()
+    assert node.logs[key].high_watermark == 0  # the partition checkpoint's
+    node.crash()
+    node.epoch += 1
+    node.root = FaultyStorage(node.base)
+    node.index = WalIndex.load(node.root)
+    node.writer = WalWriter(
+        node.root, broker_id=0, broker_epoch=node.epoch, next_seq=node.index.next_seq
+    )
+    common = {
+        "topic_id": TOPICS["orders"],
+        "topic": "orders",
+        "partition": 0,
+        "wal_writer": node.writer,
+        "wal_index": node.index,
+    }
+    reopened = Log.open(node.root.child("orders/0"), node.config, high_watermark_hint=4, **common)
+    assert reopened.high_watermark == 4
+    reopened.close()
+    beyond = Log.open(node.root.child("orders/0"), node.config, high_watermark_hint=99, **common)
+    assert beyond.high_watermark == beyond.log_end_offset == 5
+    beyond.close()
+    node.writer.close()
+
+
+@pytest.mark.unit
+def test_broker_checkpoint_round_trip_and_refusals() -> None:
+    doc = BrokerCheckpoint({f"{'a' * 32}:0": 7, f"{'b' * 32}:3": 0})
+    assert BrokerCheckpoint.from_bytes(doc.to_bytes()) == doc
+    with pytest.raises(CorruptRecordError, match="format_version 9 is not supported"):
+        BrokerCheckpoint.from_bytes(b'{"format_version": 9, "high_watermarks": {}}')
+    with pytest.raises(CorruptRecordError, match="unreadable broker checkpoint"):
+        BrokerCheckpoint.from_bytes(b'{"format_version": 1, "high_watermarks": [1]}')
+    with pytest.raises(CorruptRecordError, match="unreadable broker checkpoint"):
+        BrokerCheckpoint.from_bytes(b"not json")
+
+
+@pytest.mark.unit
+def test_a_wal_log_opened_standalone_is_refused_and_read_only_open_changes_nothing() -> None:
+    """A partition written through the WAL cannot be opened as a standalone log (its tail is
+    in WAL objects it would not read): the error names the broker config. A read-only open
+    over the WAL (tools, tests beside a running broker) writes nothing to storage."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = fill(node.logs[key], key, 4)
+    node.flush()
+    node.crash()
+    with pytest.raises(LogLayoutError, match=r"log\.wal\.enable=true"):
+        Log.open(root.child("orders/0"))
+    before = {i.path: i.size for i in root.list()}
+    log = open_replica_log(root, "orders", 0, read_only=True)
+    assert values(log) == written
+    assert {i.path: i.size for i in root.list()} == before

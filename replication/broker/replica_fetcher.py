@@ -6,7 +6,9 @@ name hashes to. Each fetcher serves all its partitions through one incremental f
 (KIP-227). Fetched batches are appended to this broker's own store and flushed as a segment
 object before the next fetch, so the fetch offset a follower reports is its durable LEO: the
 leader's HW (min LEO over the ISR) then counts only data that is on every ISR member's storage.
-All partitions of one response are appended in one thread hop and flushed concurrently.
+All partitions of one response are appended in one thread hop and flushed concurrently; over
+the broker WAL (``log.wal.enable``) one WAL object holds them all, so a response costs one write
+whatever the number of partitions in it.
 
 The next fetch follows at once: the leader's long poll paces an idle follower, so only errors
 pause it (``replica.fetch.backoff.ms``, as Kafka's fetchBackOffMs): a failed request or a
@@ -334,13 +336,16 @@ class ReplicaFetcher:
         again from its durable end."""
         if not work:
             return set()
-        appended, failed, flushed = await asyncio.to_thread(self._append_in_memory, work)
+        wal_timeout = self.config.replica_lag_time_max_ms / 1000
+        appended, failed, flushed = await asyncio.to_thread(
+            self._append_in_memory, work, wal_timeout
+        )
         for partition, err in failed:
             log.warning("%r: could not append fetched batches: %s", partition, err)
             self._delay(partition.key)
         outcomes: list[BaseException | int | None] = (
-            [flushed]
-            if len(appended) == 1
+            [flushed] * len(appended)
+            if len(appended) == 1 or _over_wal(appended)
             else await asyncio.gather(
                 *(asyncio.to_thread(pt.log.flush) for pt in appended), return_exceptions=True
             )
@@ -356,11 +361,15 @@ class ReplicaFetcher:
 
     @staticmethod
     def _append_in_memory(
-        work: list[tuple[Partition, bytes]],
+        work: list[tuple[Partition, bytes]], wal_timeout: float
     ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]], BaseException | int | None]:
         """Append each partition's batches; the partitions appended, those that failed, and
         if only one was appended, the outcome of flushing it here too (one hop in all: the
-        common case of one busy partition pays no second hop)."""
+        common case of one busy partition pays no second hop). Over the broker WAL every
+        appended partition is made durable by one wait here: the appends marked their logs
+        dirty, and one object holds them all (waiting at most ``wal_timeout``: a store that
+        does not take writes must not keep this fetcher from seeing role changes; the
+        batches stay pending and the next fetch starts from the durable end)."""
         appended: list[Partition] = []
         failed: list[tuple[Partition, ReplogError]] = []
         for partition, records in work:
@@ -374,7 +383,14 @@ class ReplicaFetcher:
             else:
                 appended.append(partition)
         flushed: BaseException | int | None = None
-        if len(appended) == 1:
+        if appended and _over_wal(appended):
+            link = appended[0].log.wal
+            assert link is not None
+            try:
+                link.writer.flush(wal_timeout)
+            except Exception as err:  # noqa: BLE001 - reported by the caller, as gather's
+                flushed = err
+        elif len(appended) == 1:
             try:
                 flushed = appended[0].log.flush()
             except Exception as err:  # noqa: BLE001 - reported by the caller, as gather's
@@ -503,3 +519,8 @@ class ReplicaFetcherManager:
             task.cancel()
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
+
+
+def _over_wal(partitions: list[Partition]) -> bool:
+    """Whether every one of ``partitions`` keeps its log over the broker WAL (one writer)."""
+    return all(p.log.wal is not None for p in partitions)

@@ -21,10 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from logstore.batch import count_records
+from logstore.checkpoint import BROKER_CHECKPOINT_NAME, BrokerCheckpoint
+from logstore.compaction import Compactor, HolderTable
 from logstore.config import LogConfig, keys_of, parse, to_mapping
-from logstore.errors import ReplogError
+from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
+from logstore.wal import WAL_PREFIX, FlushResult, WalIndex, WalWriter
 from replication import events
 from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy
@@ -135,6 +138,8 @@ class ReplicaManager:
         #: rest of a fetch to a worker thread (counters, for tests and metrics)
         self.memory_reads = 0
         self.storage_reads = 0
+        #: WAL compaction rounds done (log.wal.enable)
+        self.compactions = 0
         #: rounds of the periodic checkpoint, and logs it found changed and checkpointed
         self.checkpoint_rounds = 0
         self.checkpoints = 0
@@ -159,17 +164,39 @@ class ReplicaManager:
         #: registered, unfenced brokers in the image applied last: the only ones an ISR
         #: expansion proposes (KIP-841)
         self._live: frozenset[int] = frozenset()
+        #: the broker WAL (log.wal.enable): its index is loaded and its writer started on
+        #: the first image carrying this process's registration, before any partition opens
+        #: (a partition's recovery takes its chunks from the index)
+        self.wal_index: WalIndex | None = None
+        self.wal_writer: WalWriter | None = None
+        self.compactor: Compactor | None = None
+        #: each open partition's log, by (topic id, partition): the compactor switches their
+        #: extents, and a written WAL object names its chunks so
+        self._holders = HolderTable()
+        self._by_topic_id: dict[tuple[str, int], Partition] = {}
+        #: the broker checkpoint's HWs: read at start (hints for the logs it opens), and the
+        #: ones written last (the next is written only if one moved)
+        self._hw_hints: dict[str, int] = {}
+        self._hw_written: dict[str, int] | None = None
+        #: broker checkpoints written (for tests and metrics)
+        self.broker_checkpoints = 0
+        #: set when a WAL object is written: the compaction loop waits on it while the WAL
+        #: holds nothing to compact (an idle broker's loop sleeps)
+        self._wal_written = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._isr_loop(), name="isr"),
-            asyncio.create_task(self._flush_loop(), name="flush"),
             asyncio.create_task(self._checkpoint_loop(), name="checkpoint"),
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._producer_expiration_loop(), name="producer-expiration"),
         ]
+        if self.config.log_wal_enable:
+            self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
+        else:  # over the WAL its writer's I/O thread is the group commit
+            self._tasks.append(asyncio.create_task(self._flush_loop(), name="flush"))
 
     async def shutdown(self) -> None:
         """Flush and checkpoint every log (graceful shutdown)."""
@@ -180,7 +207,14 @@ class ReplicaManager:
         self.produce_purgatory.complete_all()
         self.fetch_purgatory.complete_all()
         logs = [p.log for p in self.partitions.values()]
+        writer = self.wal_writer
+        if writer is not None:
+            # what was appended becomes durable in one last object; the logs' checkpoints follow
+            await asyncio.to_thread(
+                writer.close, drain=True, timeout=self.config.shutdown_timeout_ms / 2000
+            )
         await asyncio.gather(*(asyncio.to_thread(lg.close) for lg in logs))
+        await self._checkpoint_broker()
 
     # --- metadata --------------------------------------------------------------------------------
 
@@ -232,6 +266,20 @@ class ReplicaManager:
                 partition.policy = policy
                 log.info("%r: configs changed: %s, %s", partition, log_config, policy)
 
+    def check_storage_layout(self) -> None:
+        """Refuse to start without the WAL on a root written through it (one LIST): its
+        partitions' recent batches are in WAL objects a standalone log never reads, so they
+        would be served with their tails missing."""
+        if self.config.log_wal_enable:
+            return
+        found = self.storage.list(WAL_PREFIX)
+        if found:
+            raise ConfigError(
+                f"log.dir {self.storage.url} holds {len(found)} broker WAL object(s) under "
+                f"{WAL_PREFIX}/ (written with log.wal.enable=true): start this broker with "
+                "log.wal.enable=true (turning the WAL off for a written log dir is not supported)"
+            )
+
     def registered(self, broker_epoch: int) -> None:
         """This process registered with the controller and holds ``broker_epoch``."""
         self.broker_epoch = broker_epoch
@@ -263,6 +311,8 @@ class ReplicaManager:
         if not self._strays_checked:
             self._strays_checked = True
             self._delete_stray_replicas(image)
+            if self.config.log_wal_enable:
+                self._start_wal()
         wanted: set[TopicPartition] = set()
         broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
         for topic in image.topics:
@@ -297,6 +347,7 @@ class ReplicaManager:
         for key in set(self.partitions) - wanted:
             partition = self.partitions.pop(key)
             self._dirty.discard(partition)
+            self._forget_wal_log(partition)
             if self.fetchers is not None:
                 self.fetchers.remove(partition)
             partition.state = PartitionState(partition.state.replicas, (), -1, -1, -1)
@@ -362,9 +413,89 @@ class ReplicaManager:
             except ReplogError as err:
                 log.warning("could not delete stray replica %s-%d: %s", topic, index, err)
 
+    def _start_wal(self) -> None:
+        """Load the WAL index of this broker's root (one LIST, one footer read per object)
+        and start its writer; the compactor runs once every partition of this image is open
+        (see :meth:`_compaction_loop`)."""
+        index = WalIndex.load(self.storage)
+        self._hw_hints = self._read_broker_checkpoint()
+        if index.zombies:
+            log.warning(
+                "WAL objects written by an older incarnation after a newer one started are "
+                "ignored: %s",
+                ", ".join(index.zombies),
+            )
+        self.wal_index = index
+        self.wal_writer = WalWriter(
+            self.storage,
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            next_seq=index.next_seq,
+            loop=asyncio.get_running_loop(),
+            # Logs are thread-safe WAL sources: their durable ends move on the writer's
+            # thread, so a truncation (in a worker thread) waiting for its chunk in flight
+            # never waits for the event loop.
+            hooks_on_loop=False,
+            # One object per flush for every partition: local files and memory flush as soon
+            # as the previous write is done; object stores gather log.flush.interval.ms of
+            # appends into one PUT (the flush interval in force, by storage kind).
+            linger_ms=self.flush_interval_ms,
+            on_flushed=self._wal_flushed,
+            on_error=self._wal_write_failed,
+            index=index,
+        )
+        self.compactor = Compactor(
+            self.storage,
+            index,
+            self._holders,
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            delete_delay_ms=self.config.log.file_delete_delay_ms,
+        )
+        log.info(
+            "broker WAL of %s: %d object(s) loaded (%d partition(s)), next seq %d",
+            self.storage.url,
+            len(index.objects()),
+            len(index.partitions()),
+            index.next_seq,
+        )
+
+    def _open_log(self, topic: TopicInfo, index: int, log_config: LogConfig) -> Log:
+        storage = self.storage.child(f"{topic.name}/{index}")
+        if self.wal_writer is None or self.wal_index is None:
+            return Log.open(storage, log_config)
+        try:
+            return Log.open(
+                storage,
+                log_config,
+                topic_id=topic.topic_id,
+                topic=topic.name,
+                partition=index,
+                wal_writer=self.wal_writer,
+                wal_index=self.wal_index,
+                high_watermark_hint=self._hw_hints.get(f"{topic.topic_id}:{index}", 0),
+            )
+        except LogLayoutError as err:
+            # The topic was deleted and re-created under its name while this broker was down
+            # and it is a replica of the new one: the old directory is another log (as Kafka
+            # compares partition.metadata's topic id). Start empty; the leader fills it.
+            log.warning(
+                "%s-%d: %s; deleting the old log and starting empty", topic.name, index, err
+            )
+            storage.delete_all()
+            return Log.open(
+                storage,
+                log_config,
+                topic_id=topic.topic_id,
+                topic=topic.name,
+                partition=index,
+                wal_writer=self.wal_writer,
+                wal_index=self.wal_index,
+            )
+
     def _open_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         log_config, policy = self.topic_log_config(topic)
-        plog = Log.open(self.storage.child(f"{topic.name}/{index}"), log_config)
+        plog = self._open_log(topic, index, log_config)
         partition = Partition(
             topic.name,
             index,
@@ -375,6 +506,9 @@ class ReplicaManager:
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
         self.partitions[TopicPartition(topic.name, index)] = partition
+        if plog.wal is not None:
+            self._by_topic_id[(topic.topic_id, index)] = partition
+            self._holders.register(topic.topic_id, index, plog)
         if partition.is_leader:
             partition.maybe_increment_high_watermark()
         log.info(
@@ -754,9 +888,87 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(partition.key)
 
     def _mark_dirty(self, partition: Partition) -> None:
-        """``partition`` has appended batches to flush: wake the flush loop."""
+        """``partition`` has appended batches to flush: wake the flush loop (over the WAL the
+        log told the writer itself)."""
+        if partition.log.wal is not None:
+            return
         self._dirty.add(partition)
         self._flush_wanted.set()
+
+    # --- the broker WAL (log.wal.enable) ---------------------------------------------------------
+
+    def _wal_flushed(self, result: FlushResult) -> None:
+        """A WAL object was written (on the loop, after every log in it heard on the writer's
+        thread): what flush_dirty does after its writes, for the partitions it holds."""
+        self.flushes += 1
+        self._wal_written.set()
+        for extent in result.extents:
+            partition = self._by_topic_id.get((extent.topic_id, extent.partition))
+            if partition is None or self.partitions.get(partition.key) is not partition:
+                continue
+            if partition.maybe_increment_high_watermark():
+                self._hw_moved(partition)
+            for callback in self.on_partition_change:
+                callback(partition)
+
+    def _wal_write_failed(self, err: BaseException) -> None:
+        """The writer's write failed (its thread); it retries with backoff, and nothing in
+        the object is acknowledged meanwhile (acks=all waits, then times out)."""
+        log.warning("broker WAL write on %s failed, retrying: %s", self.storage.url, err)
+
+    def _forget_wal_log(self, partition: Partition) -> None:
+        link = partition.log.wal
+        if link is None:
+            return
+        if self._by_topic_id.get((link.topic_id, link.partition)) is partition:
+            del self._by_topic_id[(link.topic_id, link.partition)]
+            self._holders.unregister(link.topic_id, link.partition)
+
+    def _every_replica_open(self) -> bool:
+        """Whether every replica the current image gives this broker is open. Until then
+        the WAL's garbage must not be collected nor compacted: a partition not open holds
+        no references, so its chunks would look dead."""
+        for topic in self.image.topics:
+            for index, state in enumerate(topic.partitions):
+                if self.broker_id in state.replicas and (
+                    TopicPartition(topic.name, index) not in self.partitions
+                ):
+                    return False
+        return True
+
+    async def _compaction_loop(self) -> None:
+        """Over the WAL: compact L0 objects into packed objects once
+        wal.compaction.window.bytes of them are live or the oldest is
+        wal.compaction.l0.max.age.ms old, and delete the objects nobody refers to any more
+        (after file.delete.delay.ms). Sleeps on an event while the WAL has no L0 object to
+        compact (an idle broker does not wake), else checks every second."""
+        config = self.config
+        check_s = min(1.0, config.wal_compaction_l0_max_age_ms / 4000)
+        while True:
+            compactor = self.compactor
+            if compactor is None or not compactor.l0_sources():
+                self._wal_written.clear()
+                await self._wal_written.wait()
+                continue
+            if self._every_replica_open():
+                sources = compactor.due_sources(
+                    window_bytes=config.wal_compaction_window_bytes,
+                    max_age_ms=config.wal_compaction_l0_max_age_ms,
+                )
+                if sources:
+                    try:
+                        result = await asyncio.to_thread(compactor.compact, sources)
+                    except ReplogError as err:
+                        log.warning(
+                            "WAL compaction on %s failed, retrying: %s", self.storage.url, err
+                        )
+                    except Exception:  # a bug: say so loudly, keep the broker's loop alive
+                        log.exception("WAL compaction on %s failed", self.storage.url)
+                    else:
+                        self.compactions += 1
+                        log.debug("WAL compaction: %s", result)
+                        continue
+            await asyncio.sleep(check_s)
 
     async def flush_dirty(self) -> bool:
         """Flush every dirty partition (one object each, in parallel threads), then move their
@@ -803,12 +1015,51 @@ class ReplicaManager:
             if not await self.flush_dirty():
                 next_start = max(next_start, started + retry)
 
+    def _read_broker_checkpoint(self) -> dict[str, int]:
+        """The HWs of the broker checkpoint (hints: none if it is missing or unreadable)."""
+        try:
+            data = self.storage.read(BROKER_CHECKPOINT_NAME)
+            return BrokerCheckpoint.from_bytes(data).high_watermarks
+        except ObjectNotFoundError:
+            return {}
+        except ReplogError as err:
+            log.warning("%s; high watermarks will be learned again", err)
+            return {}
+
+    def _write_broker_checkpoint(self, hws: dict[str, int]) -> None:
+        self.storage.write(BROKER_CHECKPOINT_NAME, BrokerCheckpoint(hws).to_bytes())
+        self.broker_checkpoints += 1
+
+    def _wal_high_watermarks(self) -> dict[str, int]:
+        return {
+            f"{link.topic_id}:{link.partition}": p.log.high_watermark
+            for p in self.partitions.values()
+            if (link := p.log.wal) is not None
+        }
+
+    async def _checkpoint_broker(self) -> None:
+        """Over the WAL: write the broker checkpoint if some partition's HW moved since the
+        last one (one object for every partition; nothing when idle)."""
+        if self.wal_writer is None:
+            return
+        hws = self._wal_high_watermarks()
+        if hws == self._hw_written:
+            return
+        try:
+            await asyncio.to_thread(self._write_broker_checkpoint, hws)
+        except ReplogError as err:
+            log.warning("broker checkpoint on %s failed: %s", self.storage.url, err)
+            return
+        self._hw_written = hws
+
     async def _checkpoint_loop(self) -> None:
         """Every log.checkpoint.interval.ms, checkpoint the logs that changed since their
         last checkpoint (an idle broker writes nothing; the test is O(1) per log, on the
-        loop, so unchanged logs cost no thread hop either)."""
+        loop, so unchanged logs cost no thread hop either); over the WAL, then the broker
+        checkpoint if an HW moved."""
         while True:
             await asyncio.sleep(self.config.log_checkpoint_interval_ms / 1000)
+            await self._checkpoint_broker()
             self.checkpoint_rounds += 1
             logs = [p.log for p in self.partitions.values() if p.log.checkpoint_needed()]
             self.checkpoints += len(logs)
@@ -835,7 +1086,8 @@ class ReplicaManager:
             await self.run_maintenance()
 
     async def run_maintenance(self) -> None:
-        """Retention, merging of small objects, and delayed deletes, for every log."""
+        """Retention, merging of small objects, and delayed deletes, for every log; over the
+        WAL, then the objects nobody refers to any more go (after file.delete.delay.ms)."""
         for partition in list(self.partitions.values()):
             plog = partition.log
             try:
@@ -847,3 +1099,9 @@ class ReplicaManager:
             # the aborted transactions index follows the log start (retention, DeleteRecords,
             # a follower following its leader's), as Kafka's drops with its segments
             partition.producer_state.truncate_head(plog.log_start_offset)
+        compactor = self.compactor
+        if compactor is not None and self._every_replica_open():
+            try:
+                await asyncio.to_thread(compactor.collect_garbage)
+            except ReplogError as err:
+                log.warning("WAL garbage collection on %s failed: %s", self.storage.url, err)

@@ -64,6 +64,7 @@ class BrokerCollector:
         """The metric families, as of now (on the event loop)."""
         return [
             *self._replica_manager(),
+            *self._log_writes(),
             *self._topics(),
             *self._logs(),
             *self._purgatories(),
@@ -99,6 +100,53 @@ class BrokerCollector:
             _counter(prefix + "isrshrinks", "ISR shrinks of partitions led here", rm.isr_shrinks),
             _counter(
                 prefix + "isrexpands", "ISR expansions of partitions led here", rm.isr_expands
+            ),
+        ]
+
+    def _log_writes(self) -> list[Metric]:
+        """Group commit and the broker WAL (as Kafka's LogFlushStats and log cleaner
+        metrics): objects written, compaction rounds, checkpoints, where fetches were read."""
+        rm = self.replica_manager
+        prefix = "replog_log_"
+        metrics = [
+            _counter(
+                prefix + "flushes",
+                "Flushes that wrote something: a WAL object each over the broker WAL, else a "
+                "round of one segment object per dirty partition",
+                rm.flushes,
+            ),
+            _counter(
+                prefix + "fetch_memory_reads",
+                "Fetched partitions served from memory (unflushed or tail-cached batches)",
+                rm.memory_reads,
+            ),
+            _counter(
+                prefix + "fetch_storage_reads",
+                "Fetches whose rest was read from storage in a worker thread",
+                rm.storage_reads,
+            ),
+        ]
+        writer = rm.wal_writer
+        if writer is None:
+            return metrics
+        stats = writer.stats
+        wal = "replog_wal_"
+        return [
+            *metrics,
+            _counter(
+                wal + "objects_written", "WAL objects written (fence objects too)", stats.objects
+            ),
+            _counter(wal + "bytes_written", "Bytes of WAL objects written", stats.bytes),
+            _counter(
+                wal + "write_failures",
+                "WAL writes that failed (each is retried with the same name and bytes)",
+                stats.failures,
+            ),
+            _counter(wal + "compactions", "WAL compaction rounds done", rm.compactions),
+            _counter(
+                wal + "broker_checkpoints",
+                "Broker checkpoints (every partition's HW in one object) written",
+                rm.broker_checkpoints,
             ),
         ]
 

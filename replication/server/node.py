@@ -196,6 +196,7 @@ class Node:
         rm = self.replica_manager
         if rm is None:
             return
+        await asyncio.to_thread(rm.check_storage_layout)
         advertised = self.config.advertised_host_port or (self.host, self.port)
         endpoints: tuple[tuple[str, str, int], ...] = ()
         if self.kafka_server is not None:

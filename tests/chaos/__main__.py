@@ -37,6 +37,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="where clusters keep data")
     parser.add_argument(
+        "--wal", action="store_true", help="brokers write through the broker WAL (log.wal.enable)"
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the data of schedules that passed too"
     )
     args = parser.parse_args(argv)
@@ -86,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for seed in range(args.seed, args.seed + args.schedules):
         try:
-            result = run_schedule(seed, args.classes, args.duration, workdir, keep=args.keep)
+            result = run_schedule(
+                seed, args.classes, args.duration, workdir, keep=args.keep, wal=args.wal
+            )
         except Exception as err:  # a harness failure: reported, and the run goes on
             result = {
                 "seed": seed,

@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from logstore.batch import iter_batches
 from logstore.errors import ReplogError
+from logstore.log import open_replica_log
 from logstore.reader import SegmentReader
 from logstore.storage import Storage
 from replication.client import Admin, TopicPartition
@@ -61,10 +63,16 @@ class LaunchedBroker(BrokerProcess):
 class ChaosCluster:
     """Processes, proxies and storage controls of one schedule's cluster."""
 
-    def __init__(self, data_dir: Path, brokers: int = 3) -> None:
+    def __init__(self, data_dir: Path, brokers: int = 3, *, wal: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
-        common = {**BROKER_SETTINGS, "metadata.log.dir": self.metadata_root}
+        #: brokers write through the broker WAL (log.wal.enable)
+        self.wal = wal
+        common = {
+            **BROKER_SETTINGS,
+            "metadata.log.dir": self.metadata_root,
+            "log.wal.enable": str(wal).lower(),
+        }
         self.controllers = {
             i: BrokerProcess(
                 self.data_dir / f"controller-{i}", broker_id=i, role="controller", overrides=common
@@ -271,10 +279,25 @@ class ChaosCluster:
         recovery, no write), or why they could not be read."""
         try:
             with Storage.from_url(self.brokers[broker].log_dir, fsync=False) as root:
-                reader = SegmentReader(root.child(f"{topic}/{partition}"))
+                if self.wal:
+                    # segments and WAL chunks, by the recovery walk, changing nothing
+                    plog = open_replica_log(root, topic, partition, read_only=True)
+                    found = []
+                    offset = plog.log_start_offset
+                    while offset < end:
+                        batches = list(
+                            iter_batches(plog.read(offset, 1 << 20, max_offset=end), validate=True)
+                        )
+                        if not batches:
+                            break
+                        found.extend(batches)
+                        offset = batches[-1].next_offset
+                else:
+                    reader = SegmentReader(root.child(f"{topic}/{partition}"))
+                    found = list(reader.batches(0, end))
                 return [
                     StoredBatch(b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc)
-                    for b in reader.batches(0, end)
+                    for b in found
                 ]
         except ReplogError as err:
             return f"{type(err).__name__}: {err}"

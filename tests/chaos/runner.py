@@ -42,17 +42,23 @@ EXAMPLES_PER_KIND = 3
 
 
 def run_schedule(
-    seed: int, classes: Sequence[str], duration_s: float, workdir: Path, *, keep: bool = False
+    seed: int,
+    classes: Sequence[str],
+    duration_s: float,
+    workdir: Path,
+    *,
+    keep: bool = False,
+    wal: bool = False,
 ) -> dict[str, Any]:
     """Run one schedule in ``workdir/seed-<seed>``; its directory is removed if it passed
-    (unless ``keep``)."""
+    (unless ``keep``). ``wal``: the brokers write through the broker WAL (log.wal.enable)."""
     began = time.monotonic()
     data_dir = workdir / f"seed-{seed}"
     if data_dir.exists():
         shutil.rmtree(data_dir)
     history = History()
     final = FinalState()
-    cluster = ChaosCluster(data_dir)
+    cluster = ChaosCluster(data_dir, wal=wal)
     workers: list[Worker] = []
     try:
         cluster.start()
@@ -65,7 +71,10 @@ def run_schedule(
         for worker in workers:
             worker.join(10)
     found = check(history, final)
-    result = _result(seed, classes, history, final, found, produce_end, began, data_dir)
+    result = {
+        **_result(seed, classes, history, final, found, produce_end, began, data_dir),
+        "wal": wal,
+    }
     (data_dir / "anomalies.json").write_text(json.dumps(found, indent=1))
     if result["ok"] and not keep:
         shutil.rmtree(data_dir, ignore_errors=True)
