@@ -74,6 +74,7 @@ __all__ = [
     "LOCAL_CHUNK_BYTES",
     "READ_SCHEMA",
     "AbortedTxnRange",
+    "ObjectExtent",
     "RangeRetainedError",
     "ReadChunk",
     "ReplicaRangeError",
@@ -163,6 +164,42 @@ class SegmentObject:
     name: str
     base_offset: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectExtent:
+    """Whole batches ``[base_offset, next_offset)`` of one partition at bytes ``[position,
+    position + size)`` of the object at ``path``, relative to the replica's storage root (as
+    the replica's broker describes them: DescribeLogObjects).
+
+    A segment object is ``<topic>/<partition>/<base:020d>.seg`` at position 0; a chunk of a
+    shared write-ahead or packed object is a byte range of ``_replog/wal/...``. Knowing the
+    byte range is what lets a reader fetch only the partition's bytes of a shared object.
+    """
+
+    path: str
+    position: int
+    size: int
+    base_offset: int
+    next_offset: int
+
+    @property
+    def name(self) -> str:
+        """The object's name (the last part of its path), as :class:`SegmentObject`'s."""
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def is_segment(self) -> bool:
+        """A whole segment object of the partition (not a chunk of a shared object)."""
+        return self.position == 0 and base_offset_of(self.path) is not None
+
+    def __post_init__(self) -> None:
+        if self.position < 0 or self.size < 0 or self.next_offset < self.base_offset:
+            raise ValueError(
+                f"extent {self.path}@{self.position}+{self.size} [{self.base_offset}, "
+                f"{self.next_offset}) is not an extent: position and size must be >= 0 and "
+                "next_offset >= base_offset"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,150 @@
+"""DescribeLogObjects (1003) over real broker processes: every replica (leader or follower)
+names the objects that hold a partition's offsets on its storage, and the bytes at those
+extents read back as the partition's batches (what Spark's planner relies on instead of
+listing storage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from logstore.batch import iter_batches
+from logstore.storage import Storage
+from replication.client import Admin, Producer, TopicPartition
+from replication.client.admin import LogObjects
+from replication.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from replication.protocol import (
+    ApiKey,
+    DescribeLogObjectsPartition,
+    DescribeLogObjectsRequest,
+    DescribeLogObjectsTopic,
+)
+from tests.cluster import Cluster
+from tests.helpers import unique_name, wait_until
+
+pytestmark = [pytest.mark.cluster]
+
+N = 600  # records per partition
+
+
+def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
+    """N values per partition, sent in several flushes (so each log has several objects)."""
+    sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=0) as producer:
+        for round_ in range(6):
+            futures = []
+            for p in range(partitions):
+                for i in range(N // 6):
+                    value = b"%d-%d-%d" % (p, round_, i)
+                    sent[p].append(value)
+                    futures.append(producer.send(topic, value=value, partition=p))
+            for future in futures:
+                future.result(timeout=60)
+    return sent
+
+
+def _records_at(storage: Storage, found: LogObjects) -> list[tuple[int, bytes]]:
+    """The (offset, value) pairs in the extents' bytes, every batch CRC-checked, checking that
+    the extents follow one another and hold exactly the batches they claim."""
+    out: list[tuple[int, bytes]] = []
+    expected = found.extents[0].base_offset if found.extents else 0
+    for extent in found.extents:
+        assert extent.base_offset == expected, found.extents
+        assert storage.exists(extent.path), extent
+        data = storage.read_range(extent.path, extent.position, extent.position + extent.size)
+        assert len(data) == extent.size, extent
+        batches = list(iter_batches(data, validate=True))
+        assert sum(b.size_in_bytes for b in batches) == extent.size
+        assert batches[0].base_offset == extent.base_offset
+        assert batches[-1].next_offset == extent.next_offset
+        for batch in batches:
+            values = batch.to_arrow().column(1).to_pylist()
+            out.extend(zip(range(batch.base_offset, batch.next_offset), values, strict=True))
+        expected = extent.next_offset
+    return out
+
+
+def _led(admin: Admin, topic: str) -> bool:
+    try:
+        described = admin.describe_topic(topic)
+    except UnknownTopicOrPartitionError:
+        return False  # a broker that has not seen the new metadata yet
+    return all(p.leader >= 0 for p in described.partitions)
+
+
+def _durable(admin: Admin, broker: int, tps: list[TopicPartition]) -> dict[TopicPartition, Any]:
+    found = admin.describe_log_objects(broker, dict.fromkeys(tps, (0, -1)))
+    if all(isinstance(f, LogObjects) and f.durable_end_offset == N for f in found.values()):
+        return found
+    return {}
+
+
+def test_every_replica_names_objects_whose_bytes_are_the_partitions_batches(
+    cluster_factory: Any,
+) -> None:
+    cluster: Cluster = cluster_factory(brokers=3)
+    topic = unique_name("objects")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topic(topic, 2, 3)
+        wait_until(lambda: _led(admin, topic), message=f"leaders of {topic}")
+        sent = _produce(cluster.bootstrap, topic, 2)
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        leaders = {p.partition: p.leader for p in admin.describe_topic(topic).partitions}
+        for broker_id in cluster.brokers:
+            answers = wait_until(
+                lambda b=broker_id: _durable(admin, b, tps),
+                message=f"broker {broker_id} durable to {N}",
+            )
+            for tp, found in answers.items():
+                assert isinstance(found, LogObjects)
+                storage = Storage.from_url(found.log_dir, fsync=False)
+                assert found.log_dir == cluster.brokers[broker_id].log_dir
+                assert found.log_start_offset == 0
+                assert len(found.extents) >= 2  # several flushes: several objects
+                records = _records_at(storage, found)
+                role = "leader" if leaders[tp.partition] == broker_id else "follower"
+                assert records == list(enumerate(sent[tp.partition])), f"{role} {broker_id}"
+            # A range inside the log: only the extents overlapping it, the first holding its
+            # start and the last its end.
+            middle = admin.describe_log_objects(broker_id, {tps[0]: (N // 3, N // 2)})[tps[0]]
+            assert isinstance(middle, LogObjects)
+            whole = answers[tps[0]].extents
+            assert middle.extents == tuple(
+                e for e in whole if e.next_offset > N // 3 and e.base_offset < N // 2
+            )
+            assert middle.extents[0].base_offset <= N // 3 < middle.extents[0].next_offset
+            assert middle.extents[-1].base_offset < N // 2 <= middle.extents[-1].next_offset
+            # Past the end: nothing (never an extent beyond what storage holds).
+            beyond = admin.describe_log_objects(broker_id, {tps[0]: (N, N + 50)})[tps[0]]
+            assert isinstance(beyond, LogObjects)
+            assert beyond.extents == ()
+
+        # Errors per partition, named: an unknown partition, a range that is not one.
+        broker_id = leaders[0]
+        errors = admin.describe_log_objects(broker_id, {(topic, 7): (0, -1), tps[0]: (0, 10)})
+        assert isinstance(errors[TopicPartition(topic, 7)], UnknownTopicOrPartitionError)
+        assert isinstance(errors[tps[0]], LogObjects)
+        with pytest.raises(ValueError, match=r"\[5, 2\) of .*-0 is not a range"):
+            admin.describe_log_objects(broker_id, {tps[0]: (5, 2)})
+        conn = admin._cluster.connection(broker_id)
+        raw = conn.send(
+            ApiKey.DESCRIBE_LOG_OBJECTS,
+            0,
+            DescribeLogObjectsRequest(
+                topics=[
+                    DescribeLogObjectsTopic(
+                        name=topic,
+                        partitions=[
+                            DescribeLogObjectsPartition(
+                                partition_index=0, start_offset=9, end_offset=3
+                            )
+                        ],
+                    )
+                ]
+            ),
+        )
+        answer = raw.topics[0].partitions[0]
+        assert answer.error_code == InvalidRequestError.code
+        assert "[9, 3)" in answer.error_message
+        assert "0 <= start <= end" in answer.error_message
