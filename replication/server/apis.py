@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from logstore.batch import iter_batches, parse_header
 from logstore.errors import OffsetOutOfRangeError, ReplogError
-from logstore.segment import ChunkSegment
+from logstore.reader import ObjectExtent
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
@@ -1345,21 +1345,18 @@ def _log_objects(
     extents = plog.extents()
     end = durable if want.end_offset < 0 else min(want.end_offset, durable)
     found = []
+    directory = f"{topic}/{want.partition_index}"
     for extent in extents:
         if extent.next_offset <= want.start_offset or extent.base_offset >= end:
             continue
-        if isinstance(extent, ChunkSegment):
-            chunk = extent.chunk
-            path, position = chunk.object, chunk.position
-        else:
-            path, position = f"{topic}/{want.partition_index}/{extent.name}", 0
+        e = ObjectExtent.of(extent, directory)
         found.append(
             p.LogObjectExtent(
-                path=path,
-                position=position,
-                size=extent.size,
-                base_offset=extent.base_offset,
-                next_offset=extent.next_offset,
+                path=e.path,
+                position=e.position,
+                size=e.size,
+                base_offset=e.base_offset,
+                next_offset=e.next_offset,
             )
         )
     return p.DescribeLogObjectsPartitionResponse(
