@@ -51,7 +51,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
@@ -87,6 +87,7 @@ __all__ = [
     "ObjectExtent",
     "RangeRetainedError",
     "ReadChunk",
+    "Rediscover",
     "ReplicaRangeError",
     "SegmentObject",
     "SegmentReader",
@@ -227,6 +228,9 @@ class ObjectExtent:
 
 #: what a read may be given as a listing: segment objects, or extents (segments and chunks)
 Located = SegmentObject | ObjectExtent
+#: ``rediscover(offset)``: the extents holding ``[offset, end)`` now, or None (see
+#: :meth:`SegmentReader.batches`)
+Rediscover = Callable[[int], Sequence[ObjectExtent] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +405,12 @@ class SegmentReader:
     # --- batches ------------------------------------------------------------------------------
 
     def batches(
-        self, start: int, end: int, *, objects: Sequence[Located] | None = None
+        self,
+        start: int,
+        end: int,
+        *,
+        objects: Sequence[Located] | None = None,
+        rediscover: Rediscover | None = None,
     ) -> Iterator[RecordBatch]:
         """Every batch holding offsets of ``[start, end)``, in order, CRC-checked.
 
@@ -411,6 +420,11 @@ class SegmentReader:
         replica's broker described them, segment objects and WAL chunks; see
         :meth:`extent_batches`); without one, the segment objects are listed first. Control
         batches are included.
+
+        ``rediscover(offset)``, with extents: where the replica holds ``[offset, end)`` now
+        (asked of its broker again), or None if it cannot say. Called when the extents read
+        are stale (an object compacted away), once per place the read got stuck, so the read
+        goes on in this one pass (a read_committed filter keeps its state).
         """
         if start < 0 or end < start:
             raise ValueError(f"offset range [{start}, {end}) must have 0 <= start <= end")
@@ -418,7 +432,7 @@ class SegmentReader:
             extents = [o for o in objects if isinstance(o, ObjectExtent)]
             if len(extents) != len(objects):
                 raise TypeError("objects mixes SegmentObject and ObjectExtent; pass one kind")
-            yield from self.extent_batches(start, end, extents)
+            yield from self._rediscovering(start, end, extents, rediscover)
             return
         listing = [o for o in objects or () if isinstance(o, SegmentObject)]
         if len(listing) != len(objects or ()):
@@ -474,6 +488,29 @@ class SegmentReader:
             f"segment object starts at {first} (removed by retention)",
             first_available=first,
         )
+
+    def _rediscovering(
+        self,
+        start: int,
+        end: int,
+        extents: Sequence[ObjectExtent],
+        rediscover: Rediscover | None,
+    ) -> Iterator[RecordBatch]:
+        current = start
+        stuck_at: int | None = None
+        while True:
+            try:
+                for batch in self.extent_batches(current, end, extents):
+                    yield batch
+                    current = batch.next_offset
+                return
+            except ReplicaRangeError:
+                if rediscover is None or stuck_at == current:
+                    raise
+                fresh = rediscover(current)
+                if not fresh:
+                    raise
+                stuck_at, extents = current, list(fresh)
 
     def extent_batches(
         self, start: int, end: int, extents: Sequence[ObjectExtent]
@@ -657,6 +694,7 @@ class SegmentReader:
         objects: Sequence[Located] | None = None,
         read_committed: bool = False,
         aborted_transactions: Iterable[AbortedTxnRange] = (),
+        rediscover: Rediscover | None = None,
     ) -> Iterator[ReadChunk]:
         """The records with offsets in ``[start, end)``, batch by batch, with progress.
 
@@ -666,7 +704,7 @@ class SegmentReader:
         transaction still open there would be returned.
         """
         keep = _AbortedFilter(aborted_transactions).keep if read_committed else None
-        for batch in self.batches(start, end, objects=objects):
+        for batch in self.batches(start, end, objects=objects, rediscover=rediscover):
             next_offset = min(batch.next_offset, end)
             visible = keep(batch) if keep is not None else not batch.is_control
             records = to_read_batch(batch, start, end) if visible else None

@@ -5,15 +5,21 @@ listing storage)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from datasource.options import parse_source_options
+from datasource.partitions import OffsetRangePartition, ReplicaLocation
+from datasource.planner import Planner
+from datasource.reader import read_partition
 from logstore.batch import iter_batches
+from logstore.reader import ObjectExtent
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.admin import LogObjects
-from replication.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from replication.errors import InvalidRequestError, ReplogError, UnknownTopicOrPartitionError
 from replication.protocol import (
     ApiKey,
     DescribeLogObjectsPartition,
@@ -148,3 +154,78 @@ def test_every_replica_names_objects_whose_bytes_are_the_partitions_batches(
         assert answer.error_code == InvalidRequestError.code
         assert "[9, 3)" in answer.error_message
         assert "0 <= start <= end" in answer.error_message
+
+
+# --- Spark's planner and executors over DescribeLogObjects (no Spark needed) -----------------
+
+
+def _plan(bootstrap: str, topic: str, end: int, **extra: str) -> list[OffsetRangePartition]:
+    """The input partitions of ``[0, end)`` of both partitions; asserts the planner touched no
+    storage (its only storage access is listing a replica's segment objects)."""
+    opts = parse_source_options(
+        {"bootstrap.servers": bootstrap, "subscribe": topic, "read.mode": "direct", **extra},
+        streaming=False,
+    )
+    planner = Planner(opts)
+    try:
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        planned = planner.plan(dict.fromkeys(tps, 0), dict.fromkeys(tps, end))
+        assert planner._readers == {}  # no SegmentReader opened: nothing listed
+    finally:
+        planner.close()
+    return planned
+
+
+def _read(partition: OffsetRangePartition) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    for batch in read_partition(partition):
+        out.extend(
+            zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+        )
+    return out
+
+
+def test_planner_cuts_at_described_extents_and_executors_read_them(
+    cluster_factory: Any,
+) -> None:
+    cluster: Cluster = cluster_factory(brokers=3)
+    topic = unique_name("planned")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topic(topic, 2, 3)
+        wait_until(lambda: _led(admin, topic), message=f"leaders of {topic}")
+        sent = _produce(cluster.bootstrap, topic, 2)
+        tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+        for broker_id in cluster.brokers:
+            wait_until(lambda b=broker_id: _durable(admin, b, tps), message=f"{broker_id} durable")
+    planned = _plan(cluster.bootstrap, topic, N, minPartitions="6")
+    assert len(planned) >= 6
+    by_partition: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+    for piece in planned:
+        held = [o for o in piece.objects if isinstance(o, ObjectExtent)]
+        assert held
+        assert len(held) == len(piece.objects)  # extents, not a listing
+        # cut at extent boundaries or inside one; every extent named overlaps the piece
+        assert held[0].base_offset <= piece.start
+        assert held[-1].next_offset >= piece.end
+        assert all(o.next_offset > piece.start and o.base_offset < piece.end for o in held)
+        by_partition[piece.partition].extend(_read(piece))
+    for p in (0, 1):
+        assert sorted(by_partition[p]) == list(enumerate(sent[p]))
+
+    # A stale hint (the object named is gone: compacted and deleted since planning): the
+    # executor asks the replica's broker again and reads on, in direct mode.
+    piece = next(q for q in planned if q.partition == 0 and len(q.objects) > 1)
+    extents = [o for o in piece.objects if isinstance(o, ObjectExtent)]
+    gone = tuple(replace(o, path=o.path + ".gone") for o in extents)
+    only_first = replace(piece, replicas=piece.replicas[:1])
+    assert _read(replace(only_first, objects=gone)) == _read(piece)
+    # The first replica unreadable here: the next one's broker says where its own copy is.
+    first = piece.replicas[0]
+    elsewhere = ReplicaLocation(first.broker_id, first.log_dir + "-moved")
+    assert len(piece.replicas) == 3
+    moved = replace(piece, replicas=(elsewhere, *piece.replicas[1:]))
+    assert _read(moved) == _read(piece)
+    # ... and with no other replica, direct mode fails naming the cause.
+    alone = replace(moved, replicas=(elsewhere,))
+    with pytest.raises(ReplogError, match=r"\.gone|-moved"):
+        _read(replace(alone, objects=gone))
