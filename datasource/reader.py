@@ -199,7 +199,8 @@ class _RangeRead:
     def _describe(self, replica: ReplicaLocation, start: int) -> tuple[ObjectExtent, ...] | None:
         """Where ``replica`` holds ``[start, end)`` now, asked of its broker (DescribeLogObjects:
         no storage request); None if it cannot say (an older broker, an error, or extents
-        that do not cover the range: the caller lists, or fails over)."""
+        that do not cover the range: the caller lists, or fails over). RangeRetainedError if
+        the log starts after ``start`` now."""
         try:
             if self._admin is None:
                 settings = self.p.settings
@@ -221,6 +222,15 @@ class _RangeRead:
         if not isinstance(found, LogObjects):
             log.info("broker %d did not describe %r: %s", replica.broker_id, self, found)
             return None
+        if found.log_start_offset > start:
+            # Removed by retention since planning: data loss, decided by the caller, as when
+            # a listing starts past the offset.
+            raise RangeRetainedError(
+                f"{replica.log_dir}: offsets [{start}, {min(found.log_start_offset, self.p.end)})"
+                f" of {self.tp} are gone: broker {replica.broker_id}'s log now starts at "
+                f"{found.log_start_offset} (removed by retention)",
+                first_available=found.log_start_offset,
+            )
         problem = (
             f"are on {found.log_dir}, not {replica.log_dir}"
             if found.log_dir != replica.log_dir
