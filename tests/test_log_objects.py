@@ -5,6 +5,7 @@ listing storage)."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 from typing import Any
 
@@ -15,19 +16,27 @@ from datasource.partitions import OffsetRangePartition, ReplicaLocation
 from datasource.planner import Planner
 from datasource.reader import read_partition
 from logstore.batch import iter_batches
-from logstore.reader import ObjectExtent
+from logstore.reader import ObjectExtent, SegmentObject
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.admin import LogObjects
-from replication.errors import InvalidRequestError, ReplogError, UnknownTopicOrPartitionError
+from replication.errors import (
+    InvalidRequestError,
+    ReplogError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
 from replication.protocol import (
     ApiKey,
     DescribeLogObjectsPartition,
     DescribeLogObjectsRequest,
     DescribeLogObjectsTopic,
+    decode_response,
+    encode_response,
 )
 from tests.cluster import Cluster
-from tests.helpers import unique_name, wait_until
+from tests.helpers import free_port, unique_name, wait_until
+from tests.proxy import TcpProxy
 
 pytestmark = [pytest.mark.cluster]
 
@@ -229,3 +238,66 @@ def test_planner_cuts_at_described_extents_and_executors_read_them(
     alone = replace(moved, replicas=(elsewhere,))
     with pytest.raises(ReplogError, match=r"\.gone|-moved"):
         _read(replace(alone, objects=gone))
+
+
+class OlderBroker(TcpProxy):
+    """A real broker shown the way a replog without DescribeLogObjects shows itself: its
+    ApiVersions answers, relayed through this proxy, leave API 1003 out."""
+
+    def __init__(self, target_port: int, listen_port: int) -> None:
+        super().__init__("127.0.0.1", target_port, listen_port)
+        self._asked: dict[tuple[int, int], int] = {}  # (connection, correlation id) -> version
+
+    def _record_request(self, conn: Any, frame: bytes) -> None:
+        super()._record_request(conn, frame)
+        api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+        if api_key == ApiKey.API_VERSIONS:
+            self._asked[(conn.id, correlation_id)] = version
+
+    def _send(self, conn: Any, sock: Any, data: bytes) -> None:
+        if sock is conn.client and len(data) >= 8:
+            (correlation_id,) = struct.unpack_from(">i", data, 4)
+            version = self._asked.pop((conn.id, correlation_id), None)
+            if version is not None:
+                _, answer = decode_response(data[4:], ApiKey.API_VERSIONS, version)
+                kept = [k for k in answer.api_keys if k.api_key != ApiKey.DESCRIBE_LOG_OBJECTS]
+                answer = replace(answer, api_keys=kept)
+                data = encode_response(correlation_id, ApiKey.API_VERSIONS, version, answer)
+        super()._send(conn, sock, data)
+
+
+def test_a_broker_without_describe_log_objects_is_listed_instead(broker_factory: Any) -> None:
+    broker_port, relay_port = free_port(), free_port()
+    with OlderBroker(broker_port, relay_port) as relay:
+        b = broker_factory(
+            port=broker_port,
+            overrides={"advertised.listeners": f"REPLOG://127.0.0.1:{relay_port}"},
+        )
+        topic = unique_name("older")
+        bootstrap = relay.address
+        with Admin(bootstrap_servers=bootstrap) as admin:
+            admin.create_topic(topic, 2, 1)
+            wait_until(lambda: _led(admin, topic), message=f"leaders of {topic}")
+            with pytest.raises(UnsupportedVersionError, match="does not support"):
+                admin.describe_log_objects(0, {(topic, 0): (0, -1)})
+        sent = _produce(bootstrap, topic, 2)
+        opts = parse_source_options(
+            {"bootstrap.servers": bootstrap, "subscribe": topic, "read.mode": "direct"},
+            streaming=False,
+        )
+        planner = Planner(opts)
+        try:
+            tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+            planned = planner.plan(dict.fromkeys(tps, 0), dict.fromkeys(tps, N))
+            assert len(planner._readers) == 2  # each partition's segment objects were listed
+            assert planner._no_log_objects == {0}
+        finally:
+            planner.close()
+        assert b.alive
+    assert all(r.api_key != ApiKey.DESCRIBE_LOG_OBJECTS for r in relay.requests)
+    got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+    for piece in planned:
+        assert piece.objects
+        assert all(isinstance(o, SegmentObject) for o in piece.objects)
+        got[piece.partition].extend(_read(piece))
+    assert got == {p: list(enumerate(sent[p])) for p in (0, 1)}
