@@ -5,6 +5,7 @@ listing storage)."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import replace
 from typing import Any
@@ -20,6 +21,7 @@ from logstore.reader import ObjectExtent, SegmentObject
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.admin import LogObjects
+from replication.config import BrokerConfig
 from replication.errors import (
     InvalidRequestError,
     ReplogError,
@@ -41,6 +43,23 @@ from tests.proxy import TcpProxy
 pytestmark = [pytest.mark.cluster]
 
 N = 600  # records per partition
+
+#: the broker on this checkout writes through the WAL when asked (the key landed with the
+#: broker wiring; before it, a broker refuses the unknown key)
+WAL_BROKERS = "log_wal_enable" in {f.name for f in dataclasses.fields(BrokerConfig)}
+#: the storage layouts the brokers are run with: segment objects per partition, or the broker
+#: WAL with compaction held off (every extent an L0 chunk)
+LAYOUTS = pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param({}, id="segments"),
+        pytest.param(
+            {"log.wal.enable": "true", "wal.compaction.l0.max.age.ms": "3600000"},
+            id="wal",
+            marks=pytest.mark.skipif(not WAL_BROKERS, reason="no log.wal.enable on this checkout"),
+        ),
+    ],
+)
 
 
 def _produce(bootstrap: str, topic: str, partitions: int) -> dict[int, list[bytes]]:
@@ -95,10 +114,11 @@ def _durable(admin: Admin, broker: int, tps: list[TopicPartition]) -> dict[Topic
     return {}
 
 
+@LAYOUTS
 def test_every_replica_names_objects_whose_bytes_are_the_partitions_batches(
-    cluster_factory: Any,
+    cluster_factory: Any, layout: dict[str, str]
 ) -> None:
-    cluster: Cluster = cluster_factory(brokers=3)
+    cluster: Cluster = cluster_factory(brokers=3, overrides=layout)
     topic = unique_name("objects")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 2, 3)
@@ -117,6 +137,12 @@ def test_every_replica_names_objects_whose_bytes_are_the_partitions_batches(
                 assert found.log_dir == cluster.brokers[broker_id].log_dir
                 assert found.log_start_offset == 0
                 assert len(found.extents) >= 2  # several flushes: several objects
+                if layout:  # chunks of the broker's WAL objects, shared by the partitions
+                    assert all(e.path.startswith("_replog/wal/L0/") for e in found.extents)
+                    assert not any(e.is_segment for e in found.extents)
+                else:
+                    assert all(e.is_segment for e in found.extents)
+                    assert all(e.path.startswith(f"{topic}/{tp.partition}/") for e in found.extents)
                 records = _records_at(storage, found)
                 role = "leader" if leaders[tp.partition] == broker_id else "follower"
                 assert records == list(enumerate(sent[tp.partition])), f"{role} {broker_id}"
@@ -194,10 +220,11 @@ def _read(partition: OffsetRangePartition) -> list[tuple[int, bytes]]:
     return out
 
 
+@LAYOUTS
 def test_planner_cuts_at_described_extents_and_executors_read_them(
-    cluster_factory: Any,
+    cluster_factory: Any, layout: dict[str, str]
 ) -> None:
-    cluster: Cluster = cluster_factory(brokers=3)
+    cluster: Cluster = cluster_factory(brokers=3, overrides=layout)
     topic = unique_name("planned")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         admin.create_topic(topic, 2, 3)
