@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.s3_counter import CountingMotoServer
 from datasource.options import parse_source_options
 from datasource.partitions import OffsetRangePartition, ReplicaLocation
 from datasource.planner import Planner
@@ -37,6 +38,7 @@ from replication.protocol import (
     encode_response,
 )
 from tests.cluster import Cluster
+from tests.conftest import _DUMMY_AWS_ENV
 from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import TcpProxy
 
@@ -328,3 +330,62 @@ def test_a_broker_without_describe_log_objects_is_listed_instead(broker_factory:
         assert all(isinstance(o, SegmentObject) for o in piece.objects)
         got[piece.partition].extend(_read(piece))
     assert got == {p: list(enumerate(sent[p])) for p in (0, 1)}
+
+
+@pytest.mark.s3
+@LAYOUTS
+def test_planning_on_s3_issues_no_list_request(broker_factory: Any, layout: dict[str, str]) -> None:
+    """Counted at the S3 endpoint (moto behind benchmarks/s3_counter.py's counter): planning a
+    direct read asks the broker, and LISTs nothing; the listing path it replaces LISTs once per
+    partition (what cost 1,000 LIST/s at 1,000 partitions and a trigger a second)."""
+    import boto3
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in _DUMMY_AWS_ENV.items():
+            mp.setenv(name, value)
+        with CountingMotoServer() as s3:
+            bucket = unique_name("planning")
+            boto3.client("s3", endpoint_url=s3.endpoint).create_bucket(Bucket=bucket)
+            b = broker_factory(
+                log_dir=f"s3://{bucket}/broker-0",
+                overrides={"storage.endpoint.url": s3.endpoint, **layout},
+            )
+            topic = unique_name("planned")
+            with Admin(bootstrap_servers=b.bootstrap) as admin:
+                admin.create_topic(topic, 2, 1)
+                wait_until(lambda: _led(admin, topic), message=f"leaders of {topic}")
+                sent = _produce(b.bootstrap, topic, 2)
+                tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+                wait_until(lambda: _durable(admin, 0, tps), message="durable")
+            opts = parse_source_options(
+                {
+                    "bootstrap.servers": b.bootstrap,
+                    "subscribe": topic,
+                    "read.mode": "direct",
+                    "storage.endpoint_url": s3.endpoint,
+                    "storage.key": "testing",
+                    "storage.secret": "testing",
+                },
+                streaming=False,
+            )
+            ends = dict.fromkeys(tps, N)
+            planner = Planner(opts)
+            try:
+                s3.reset()
+                planned = planner.plan(dict.fromkeys(tps, 0), ends)
+                described = s3.counts()["LIST"]["requests"]
+                # The way before (an older broker): one LIST per partition.
+                planner._no_log_objects.add(0)
+                s3.reset()
+                listed = planner.plan(dict.fromkeys(tps, 0), ends)
+                listing = s3.counts()["LIST"]["requests"]
+            finally:
+                planner.close()
+            assert described == 0
+            assert listing >= 2
+            assert all(isinstance(o, ObjectExtent) for q in planned for o in q.objects)
+            assert all(isinstance(o, SegmentObject) for q in listed for o in q.objects)
+            got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+            for piece in planned:
+                got[piece.partition].extend(_read(piece))
+            assert got == {p: list(enumerate(sent[p])) for p in (0, 1)}
