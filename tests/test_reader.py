@@ -455,6 +455,69 @@ class ReaderTests:
         node.stop()
         storage.close()
 
+    def test_rediscovered_extents_continue_one_read_committed_pass(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        """An object compacted away mid-read: the read asks for fresh extents and goes on in
+        the same pass, so the read_committed filter remembers the ABORT marker it passed (a
+        new read from the break would take producer 7's later, committed transaction for the
+        aborted one)."""
+        storage, node = self.wal_node(root)
+        log = node.logs[(TOPIC, 0)]
+
+        def append(data: bytes) -> int:
+            return log.append(data, leader_epoch=0).first_offset
+
+        def txn(pid: int, first: int, count: int) -> bytes:
+            return batch_of(
+                first, count, producer_id=pid, producer_epoch=0, base_sequence=0,
+                is_transactional=True,
+            )  # fmt: skip
+
+        def marker(pid: int, kind: ControlType) -> bytes:
+            return build_control(
+                kind, producer_id=pid, producer_epoch=0, coordinator_epoch=0, timestamp=9
+            )
+
+        append(batch_of(0, 2))  # 0-1 plain
+        a = append(txn(7, 2, 3))  # 2-4 producer 7, aborted
+        append(marker(7, ControlType.ABORT))  # 5
+        node.flush()  # the first WAL object
+        append(batch_of(6, 2))  # 6-7 plain
+        b = append(txn(7, 8, 2))  # 8-9 producer 7 again, committed
+        append(marker(7, ControlType.COMMIT))  # 10
+        node.flush()  # the second
+        assert b == 8
+        stale = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        assert len(stale) == 2
+        node.compactor().compact([stale[1].path])  # the second object, deleted at once
+        assert not storage.exists(stale[1].path)
+        asked: list[int] = []
+
+        def rediscover(at: int) -> list[ObjectExtent]:
+            asked.append(at)
+            return [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+
+        with self.reader(root) as reader:
+            chunks = reader.read(
+                0,
+                11,
+                objects=stale,
+                read_committed=True,
+                aborted_transactions=[AbortedTxnRange(7, a)],
+                rediscover=rediscover,
+            )
+            got = offsets_and_values(c.records for c in chunks if c.records is not None)
+            assert [o for o, _ in got] == [0, 1, 6, 7, 8, 9]
+            assert asked == [6]
+            # Without fresh extents: the error, after the batches before the gone object.
+            served: list[ReadChunk] = []
+            with pytest.raises(ReplicaRangeError, match="at offset 6"):
+                collect(reader.read(0, 11, objects=stale, rediscover=lambda at: None), served)
+            assert served[-1].next_offset == 6
+        node.stop()
+        storage.close()
+
     def test_segment_objects_and_chunks_of_one_log_read_as_one_range(
         self, root: tuple[str, dict[str, Any]]
     ) -> None:
