@@ -2,15 +2,16 @@
 
 read() runs on an executor, in another process than the planner, with nothing but its input
 partition; so a :class:`OffsetRangePartition` carries everything: the range, the replicas whose
-storage holds it (leader first), the segment objects the planner listed, the aborted
-transactions a read_committed read must drop, and the read settings (:class:`ReadSettings`).
-All are small frozen dataclasses of primitives, picklable.
+storage holds it (leader first), where the first one holds it (the extents its broker
+described, or the segment objects the planner listed), the aborted transactions a
+read_committed read must drop, and the read settings (:class:`ReadSettings`). All are small
+frozen dataclasses of primitives, picklable.
 
-Cutting (:func:`split_ranges`): a partition's range is cut at segment-object boundaries (so no
-object is read by two tasks) into the fewest pieces of at most about ``target_bytes``, as even
-as whole objects allow; then, as Kafka's source does, ranges above ``maxRecordsPerPartition``
-are divided evenly, and if there are fewer than ``minPartitions`` pieces, every range is
-divided in proportion to its size.
+Cutting (:func:`split_ranges`): a partition's range is cut at object or extent boundaries (so
+no object, or chunk of a shared WAL object, is read by two tasks) into the fewest pieces of at
+most about ``target_bytes``, as even as whole objects allow; then, as Kafka's source does,
+ranges above ``maxRecordsPerPartition`` are divided evenly, and if there are fewer than
+``minPartitions`` pieces, every range is divided in proportion to its size.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from pyspark.sql.datasource import InputPartition
 
-from logstore.reader import AbortedTxnRange, SegmentObject
+from logstore.reader import AbortedTxnRange, Located, ObjectExtent
 
 __all__ = [
     "TARGET_PARTITION_BYTES",
@@ -31,6 +32,7 @@ __all__ = [
     "OffsetRangePartition",
     "ReadSettings",
     "ReplicaLocation",
+    "extents_problem",
     "split_ranges",
 ]
 
@@ -74,7 +76,7 @@ class OffsetRange:
     partition: int
     start: int
     end: int
-    objects: tuple[SegmentObject, ...] = ()
+    objects: tuple[Located, ...] = ()
 
     @property
     def size(self) -> int:
@@ -101,8 +103,9 @@ class OffsetRangePartition(InputPartition):
     settings: ReadSettings
     #: replicas to read from directly, in order of preference (leader first); empty: broker
     replicas: tuple[ReplicaLocation, ...] = ()
-    #: segment objects holding the range, as the planner listed them (a hint)
-    objects: tuple[SegmentObject, ...] = ()
+    #: where the first replica holds the range, as the planner learned it (a hint): extents
+    #: its broker described (segment objects and WAL chunks), or segment objects it listed
+    objects: tuple[Located, ...] = ()
     #: read_committed: (producer id, first offset) of aborted transactions from ``start`` on
     aborted: tuple[AbortedTxnRange, ...] = ()
 
@@ -110,17 +113,34 @@ class OffsetRangePartition(InputPartition):
         return f"OffsetRangePartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
+def extents_problem(extents: Sequence[ObjectExtent], start: int, end: int) -> str | None:
+    """Why ``extents`` (a broker's DescribeLogObjects answer) cannot be read for ``[start,
+    end)``, or None if they can: they must follow one another from at or before ``start`` to
+    at least ``end`` (a replica truncated or retained since it was chosen answers less)."""
+    if not extents or extents[0].base_offset > start or extents[-1].next_offset < end:
+        reach = f"[{extents[0].base_offset}, {extents[-1].next_offset})" if extents else "nothing"
+        return f"do not cover [{start}, {end}) (they hold {reach})"
+    for before, after in itertools.pairwise(extents):
+        if before.next_offset != after.base_offset:
+            return f"have a gap at offset {before.next_offset}"
+    return None
+
+
 # --- cutting ranges ---------------------------------------------------------------------------
 
 
 def _objects_in(
-    objects: Sequence[SegmentObject], start: int, end: int
-) -> list[tuple[SegmentObject, int, int, int]]:
+    objects: Sequence[Located], start: int, end: int
+) -> list[tuple[Located, int, int, int]]:
     """The objects overlapping [start, end): (object, first and end offset of the range it
-    holds, the object's own end offset). The last object is taken to end at ``end``."""
-    out: list[tuple[SegmentObject, int, int, int]] = []
+    holds, the object's own end offset). An extent knows its end; a listed segment object
+    ends where the next begins, the last at ``end``."""
+    out: list[tuple[Located, int, int, int]] = []
     for i, obj in enumerate(objects):
-        obj_end = objects[i + 1].base_offset if i + 1 < len(objects) else end
+        if isinstance(obj, ObjectExtent):
+            obj_end = obj.next_offset
+        else:
+            obj_end = objects[i + 1].base_offset if i + 1 < len(objects) else end
         lo, hi = max(obj.base_offset, start), min(obj_end, end)
         if lo < hi:
             out.append((obj, lo, hi, obj_end))
@@ -141,7 +161,7 @@ def _by_segments(r: OffsetRange, target_bytes: int) -> list[OffsetRange]:
     goal = sum(shares) / count
     pieces: list[OffsetRange] = []
     piece_start = r.start
-    piece_objects: list[SegmentObject] = []
+    piece_objects: list[Located] = []
     done = 0.0
     for (obj, lo, _hi, _end), share in zip(held, shares, strict=True):
         # Cut before an object whose middle lies past the next piece's even share.

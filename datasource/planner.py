@@ -12,9 +12,13 @@ into offsets (:meth:`Planner.resolve`), checks offset ranges against what the lo
 2. Replicas that hold the range on their storage are found with DescribeLogDirs: in-sync
    replicas (or the leader) whose durable end reaches the range's end and whose log start is
    at or below its start, leader first.
-3. The first such replica's segment objects are listed, and the range is cut at object
-   boundaries (and for minPartitions / maxRecordsPerPartition, see
-   :func:`~datasource.partitions.split_ranges`).
+3. The first such replica's broker is asked where the range is on its storage
+   (DescribeLogObjects, answered from the broker's memory: segment objects and the byte ranges
+   of write-ahead-log chunks; one request per broker, no storage request), and the range is
+   cut at extent boundaries (and for minPartitions / maxRecordsPerPartition, see
+   :func:`~datasource.partitions.split_ranges`). A broker that does not know the API (an
+   older replog) or cannot answer for a partition: that replica's segment objects are listed
+   instead (a LIST per partition, the way before the WAL).
 4. With read_committed, each piece gets the aborted transactions from its start (a Fetch at
    read_committed returns them).
 """
@@ -46,11 +50,13 @@ from datasource.partitions import (
     OffsetRangePartition,
     ReadSettings,
     ReplicaLocation,
+    extents_problem,
     split_ranges,
 )
-from logstore.reader import AbortedTxnRange, SegmentObject, SegmentReader
+from logstore.reader import AbortedTxnRange, Located, SegmentReader
 from replication.client import TopicPartition
-from replication.errors import ReplogError
+from replication.client.admin import LogObjects
+from replication.errors import ReplogError, UnsupportedVersionError
 
 __all__ = ["Planner"]
 
@@ -81,6 +87,9 @@ class Planner:
             client_security=options.client_security,
         )
         self._readers: dict[tuple[str, TopicPartition], SegmentReader] = {}
+        #: brokers that answered DescribeLogObjects with UNSUPPORTED_VERSION (older replog):
+        #: their replicas are listed, and they are not asked again
+        self._no_log_objects: set[int] = set()
 
     def close(self) -> None:
         readers, self._readers = self._readers, {}
@@ -190,8 +199,12 @@ class Planner:
         if not ranges:
             return []
         replicas = self._replicas(ranges)
+        located = self._located(ranges, replicas)
 
         def listed(r: OffsetRange) -> OffsetRange:
+            extents = located.get(_tp(r))
+            if extents is not None:
+                return OffsetRange(r.topic, r.partition, r.start, r.end, extents)
             return self._with_objects(r, replicas.get(_tp(r), ()))
 
         def aborted(piece: OffsetRange) -> tuple[AbortedTxnRange, ...]:
@@ -199,8 +212,8 @@ class Planner:
                 return ()  # read through the brokers: the consumer asks for them itself
             return self.view.aborted_transactions(_tp(piece), piece.start)
 
-        # One storage listing per partition and one Fetch per piece: in parallel, as on S3
-        # each costs a round trip.
+        # A storage listing per partition the brokers could not describe, and one Fetch per
+        # piece: in parallel, as on S3 each costs a round trip.
         with ThreadPoolExecutor(max_workers=_PLANNING_THREADS) as pool:
             pieces = split_ranges(
                 list(pool.map(listed, ranges)),
@@ -248,6 +261,61 @@ class Planner:
             out[tp] = tuple(ReplicaLocation(g.broker_id, g.log_dir) for g in good)
         return out
 
+    def _located(
+        self,
+        ranges: list[OffsetRange],
+        replicas: Mapping[TopicPartition, tuple[ReplicaLocation, ...]],
+    ) -> dict[TopicPartition, tuple[Located, ...]]:
+        """Per partition, the extents holding its range on its first replica's storage, as
+        that replica's broker describes them (DescribeLogObjects: one request per broker, from
+        its memory; no storage request). Partitions left out are listed (``_with_objects``)."""
+        by_broker: dict[int, list[OffsetRange]] = {}
+        for r in ranges:
+            chosen = replicas.get(_tp(r), ())
+            if chosen and chosen[0].broker_id not in self._no_log_objects:
+                by_broker.setdefault(chosen[0].broker_id, []).append(r)
+        if not by_broker:
+            return {}
+
+        def ask(broker: int) -> dict[TopicPartition, LogObjects | ReplogError]:
+            wanted: dict[TopicPartition | tuple[str, int], tuple[int, int]] = {
+                _tp(r): (r.start, r.end) for r in by_broker[broker]
+            }
+            try:
+                return self.view.admin.describe_log_objects(broker, wanted)
+            except UnsupportedVersionError as err:
+                log.info(
+                    "broker %d does not describe log objects (%s); listing its replicas' "
+                    "segment objects instead",
+                    broker,
+                    err,
+                )
+                self._no_log_objects.add(broker)
+            except ReplogError as err:
+                log.info("DescribeLogObjects to broker %d failed: %s; listing instead", broker, err)
+            return {}
+
+        out: dict[TopicPartition, tuple[Located, ...]] = {}
+        with ThreadPoolExecutor(max_workers=min(len(by_broker), _PLANNING_THREADS)) as pool:
+            answers = dict(zip(by_broker, pool.map(ask, by_broker), strict=True))
+        for broker, asked in by_broker.items():
+            for r in asked:
+                tp = _tp(r)
+                found = answers[broker].get(tp)
+                if found is None:
+                    continue
+                if isinstance(found, ReplogError):
+                    log.info(
+                        "broker %d did not describe %s: %s; listing instead", broker, tp, found
+                    )
+                    continue
+                problem = _not_covering(found, r, replicas[tp][0])
+                if problem is not None:
+                    log.info("broker %d's extents of %s %s; listing instead", broker, tp, problem)
+                    continue
+                out[tp] = found.extents
+        return out
+
     def _with_objects(self, r: OffsetRange, replicas: tuple[ReplicaLocation, ...]) -> OffsetRange:
         """``r`` with the segment objects of its first replica that overlap it."""
         if not replicas:
@@ -260,7 +328,7 @@ class Planner:
         held = tuple(o for o in listing[first:] if o.base_offset < r.end)
         return OffsetRange(r.topic, r.partition, r.start, r.end, held)
 
-    def _list_objects(self, tp: TopicPartition, replica: ReplicaLocation) -> list[SegmentObject]:
+    def _list_objects(self, tp: TopicPartition, replica: ReplicaLocation) -> list[Located]:
         key = (replica.log_dir, tp)
         try:
             reader = self._readers.get(key)
@@ -268,7 +336,7 @@ class Planner:
                 options = {} if _is_local(replica.log_dir) else dict(self.settings.storage_options)
                 reader = SegmentReader.open(replica.log_dir, tp.topic, tp.partition, **options)
                 self._readers[key] = reader
-            return reader.list_objects()
+            return list(reader.list_objects())
         except ReplogError as err:
             if self.settings.mode == "direct":
                 raise
@@ -280,6 +348,13 @@ class Planner:
                 err,
             )
             return []
+
+
+def _not_covering(found: LogObjects, r: OffsetRange, replica: ReplicaLocation) -> str | None:
+    """Why ``found`` cannot be read for ``r`` from ``replica``'s storage (None: it can)."""
+    if found.log_dir != replica.log_dir:
+        return f"are on {found.log_dir}, not {replica.log_dir}"
+    return extents_problem(found.extents, r.start, r.end)
 
 
 def _tp(r: OffsetRange) -> TopicPartition:

@@ -6,9 +6,14 @@ declared schema.
 
 Which way it reads (``read.mode``):
 
-- ``direct``: from the segment objects on the storage of a replica that holds the range (the
-  planner lists them leader first). Every batch is CRC-checked; read_committed drops the
-  records of the aborted transactions the planner put in the partition, and markers.
+- ``direct``: from the objects on the storage of a replica that holds the range (the
+  planner lists the replicas leader first, with the extents the first one's broker described:
+  segment objects and byte ranges of write-ahead-log chunks). Every batch is CRC-checked;
+  read_committed drops the records of the aborted transactions the planner put in the
+  partition, and markers. An extent whose object is gone meanwhile (compacted, then deleted
+  after ``file.delete.delay.ms``) is asked of the replica's broker again (DescribeLogObjects,
+  once per place), and the read goes on from there; another replica's extents are asked of
+  its broker the same way (its segment objects are listed if it does not know the API).
 - ``broker``: through the brokers, with replog's :class:`~replication.client.Consumer`.
 - ``auto`` (default): direct; if no replica's storage can be read from here (unreachable,
   no credentials, objects missing), through the brokers. A direct read that fails after
@@ -23,19 +28,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from datasource.errors import DataLossError, ReadTimeoutError
-from datasource.partitions import OffsetRangePartition, ReplicaLocation
+from datasource.partitions import OffsetRangePartition, ReplicaLocation, extents_problem
 from datasource.schema import to_spark_batch
 from logstore.errors import OffsetOutOfRangeError
-from logstore.reader import RangeRetainedError, SegmentReader
-from replication.client import Consumer, TopicPartition
-from replication.errors import ReplogError
+from logstore.reader import Located, ObjectExtent, RangeRetainedError, SegmentReader
+from replication.client import Admin, Consumer, TopicPartition
+from replication.client.admin import LogObjects
+from replication.errors import ReplogError, UnsupportedVersionError
 
 __all__ = ["read_partition"]
 
@@ -75,11 +81,21 @@ class _RangeRead:
         self.tp = TopicPartition(partition.topic, partition.partition)
         #: everything below this offset has been handed to Spark
         self.position = partition.start
+        #: asks brokers where their replicas hold the range, opened on first need
+        self._admin: Admin | None = None
 
     def __repr__(self) -> str:
         return f"{self.tp} [{self.p.start}, {self.p.end})"
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._batches()
+        finally:
+            admin, self._admin = self._admin, None
+            if admin is not None:
+                admin.close()
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         settings = self.p.settings
         if settings.mode != "broker":
             failure: ReplogError | None = None
@@ -156,8 +172,19 @@ class _RangeRead:
     def _direct(self, replica: ReplicaLocation) -> Iterator[Chunk]:
         settings = self.p.settings
         options = {} if _is_local(replica.log_dir) else dict(settings.storage_options)
-        # The planner listed the first replica's objects; others have objects of their own.
-        objects = self.p.objects if replica == self.p.replicas[0] and self.p.objects else None
+        hint = self.p.objects
+        described = bool(hint) and isinstance(hint[0], ObjectExtent)
+        objects: Sequence[Located] | None = None
+        if replica == self.p.replicas[0] and hint:
+            objects = hint  # where the planner learned the first replica holds the range
+        elif described:
+            # The cluster describes log objects: ask this replica's broker for its own (its
+            # chunks are in WAL objects no listing of the partition finds).
+            objects = self._describe(replica, self.position)
+
+        def rediscover(at: int) -> tuple[ObjectExtent, ...] | None:
+            return self._describe(replica, at) if described else None
+
         with SegmentReader.open(replica.log_dir, self.p.topic, self.p.partition, **options) as r:
             for chunk in r.read(
                 self.position,
@@ -165,8 +192,54 @@ class _RangeRead:
                 objects=objects,
                 read_committed=settings.read_committed,
                 aborted_transactions=self.p.aborted,
+                rediscover=rediscover,
             ):
                 yield chunk.records, chunk.next_offset
+
+    def _describe(self, replica: ReplicaLocation, start: int) -> tuple[ObjectExtent, ...] | None:
+        """Where ``replica`` holds ``[start, end)`` now, asked of its broker (DescribeLogObjects:
+        no storage request); None if it cannot say (an older broker, an error, or extents
+        that do not cover the range: the caller lists, or fails over). RangeRetainedError if
+        the log starts after ``start`` now."""
+        try:
+            if self._admin is None:
+                settings = self.p.settings
+                self._admin = Admin(
+                    {
+                        **dict(settings.client_security),
+                        "bootstrap.servers": settings.bootstrap_servers,
+                        "client.id": _CONSUMER["client.id"],
+                    }
+                )
+            found = self._admin.describe_log_objects(
+                replica.broker_id, {self.tp: (start, self.p.end)}
+            ).get(self.tp)
+        except UnsupportedVersionError:
+            return None
+        except ReplogError as err:
+            log.info("asking broker %d where %r is failed: %s", replica.broker_id, self, err)
+            return None
+        if not isinstance(found, LogObjects):
+            log.info("broker %d did not describe %r: %s", replica.broker_id, self, found)
+            return None
+        if found.log_start_offset > start:
+            # Removed by retention since planning: data loss, decided by the caller, as when
+            # a listing starts past the offset.
+            raise RangeRetainedError(
+                f"{replica.log_dir}: offsets [{start}, {min(found.log_start_offset, self.p.end)})"
+                f" of {self.tp} are gone: broker {replica.broker_id}'s log now starts at "
+                f"{found.log_start_offset} (removed by retention)",
+                first_available=found.log_start_offset,
+            )
+        problem = (
+            f"are on {found.log_dir}, not {replica.log_dir}"
+            if found.log_dir != replica.log_dir
+            else extents_problem(found.extents, start, self.p.end)
+        )
+        if problem is not None:
+            log.info("broker %d's extents of %r %s", replica.broker_id, self, problem)
+            return None
+        return found.extents
 
     # --- through the brokers ------------------------------------------------------------------
 

@@ -20,6 +20,15 @@ readers (see :mod:`logstore.log`):
   :class:`~logstore.errors.CorruptRecordError` naming the object and the offset; nothing of it
   is returned.
 
+With the broker's write-ahead log, a partition's recent batches are byte ranges (chunks) of
+shared ``_replog/wal/...`` objects that no listing of ``<topic>/<partition>`` finds. The
+replica's broker knows where they are (DescribeLogObjects answers from memory), and a reader
+given its :class:`ObjectExtent` s (``objects=``) range-reads each extent's bytes only: a
+chunk costs the partition's bytes, never the whole shared object's, with the same CRC check per
+batch. Chunks live in immutable objects, but compaction deletes them after
+``file.delete.delay.ms``: an extent whose object is gone is a :class:`ReplicaRangeError` after
+the whole batches before it, so the caller asks for fresh extents or reads elsewhere.
+
 The first object of the range must start at or before ``start``; if it starts later, retention
 removed the beginning of the range (:class:`RangeRetainedError`, carrying the first offset
 still there). If the objects end before ``end``, this replica does not hold the whole range
@@ -42,7 +51,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, NamedTuple
@@ -66,7 +75,7 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     ReplogError,
 )
-from logstore.segment import base_offset_of
+from logstore.segment import ChunkSegment, Extent, base_offset_of
 from logstore.storage import LocalStorage, MemoryStorage, Storage
 
 __all__ = [
@@ -74,8 +83,11 @@ __all__ = [
     "LOCAL_CHUNK_BYTES",
     "READ_SCHEMA",
     "AbortedTxnRange",
+    "Located",
+    "ObjectExtent",
     "RangeRetainedError",
     "ReadChunk",
+    "Rediscover",
     "ReplicaRangeError",
     "SegmentObject",
     "SegmentReader",
@@ -163,6 +175,62 @@ class SegmentObject:
     name: str
     base_offset: int
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectExtent:
+    """Whole batches ``[base_offset, next_offset)`` of one partition at bytes ``[position,
+    position + size)`` of the object at ``path``, relative to the replica's storage root (as
+    the replica's broker describes them: DescribeLogObjects).
+
+    A segment object is ``<topic>/<partition>/<base:020d>.seg`` at position 0; a chunk of a
+    shared write-ahead or packed object is a byte range of ``_replog/wal/...``. Knowing the
+    byte range is what lets a reader fetch only the partition's bytes of a shared object.
+    """
+
+    path: str
+    position: int
+    size: int
+    base_offset: int
+    next_offset: int
+
+    @classmethod
+    def of(cls, extent: Extent, partition_dir: str) -> ObjectExtent:
+        """The extent of a log's :class:`~logstore.segment.LogSegment` (an object of the
+        partition's directory ``partition_dir``, ``<topic>/<partition>`` under the root) or
+        :class:`~logstore.segment.ChunkSegment` (a byte range of a shared object whose path
+        is relative to the root already)."""
+        if isinstance(extent, ChunkSegment):
+            c = extent.chunk
+            return cls(c.object, c.position, c.size, c.base_offset, c.next_offset)
+        return cls(
+            f"{partition_dir}/{extent.name}", 0, extent.size, extent.base_offset, extent.next_offset
+        )
+
+    @property
+    def name(self) -> str:
+        """The object's name (the last part of its path), as :class:`SegmentObject`'s."""
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def is_segment(self) -> bool:
+        """A whole segment object of the partition (not a chunk of a shared object)."""
+        return self.position == 0 and base_offset_of(self.path) is not None
+
+    def __post_init__(self) -> None:
+        if self.position < 0 or self.size < 0 or self.next_offset < self.base_offset:
+            raise ValueError(
+                f"extent {self.path}@{self.position}+{self.size} [{self.base_offset}, "
+                f"{self.next_offset}) is not an extent: position and size must be >= 0 and "
+                "next_offset >= base_offset"
+            )
+
+
+#: what a read may be given as a listing: segment objects, or extents (segments and chunks)
+Located = SegmentObject | ObjectExtent
+#: ``rediscover(offset)``: the extents holding ``[offset, end)`` now, or None (see
+#: :meth:`SegmentReader.batches`)
+Rediscover = Callable[[int], Sequence[ObjectExtent] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +336,16 @@ class SegmentReader:
         self,
         storage: Storage,
         *,
+        root: Storage | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         owns_storage: bool = False,
     ) -> None:
         if chunk_bytes < HEADER_SIZE:
             raise ValueError(f"chunk_bytes={chunk_bytes} is smaller than a batch header")
         self.storage = storage
+        #: the replica's storage root, where :class:`ObjectExtent` paths start (None: only
+        #: segment objects of ``storage`` can be read)
+        self.root = root
         self.chunk_bytes = chunk_bytes
         self._owns_storage = owns_storage
 
@@ -296,11 +368,13 @@ class SegmentReader:
             local = isinstance(root, LocalStorage | MemoryStorage)
             chunk_bytes = LOCAL_CHUNK_BYTES if local else DEFAULT_CHUNK_BYTES
         storage = root.child(f"{topic}/{partition}")
-        return cls(storage, chunk_bytes=chunk_bytes, owns_storage=True)
+        return cls(storage, root=root, chunk_bytes=chunk_bytes, owns_storage=True)
 
     def close(self) -> None:
         if self._owns_storage:
             self.storage.close()
+            if self.root is not None:
+                self.root.close()  # the client belongs to the root, not to its child
 
     def __enter__(self) -> SegmentReader:
         return self
@@ -331,17 +405,40 @@ class SegmentReader:
     # --- batches ------------------------------------------------------------------------------
 
     def batches(
-        self, start: int, end: int, *, objects: Sequence[SegmentObject] | None = None
+        self,
+        start: int,
+        end: int,
+        *,
+        objects: Sequence[Located] | None = None,
+        rediscover: Rediscover | None = None,
     ) -> Iterator[RecordBatch]:
         """Every batch holding offsets of ``[start, end)``, in order, CRC-checked.
 
         The first batch may begin before ``start`` and the last may end after ``end``
-        (batches are atomic). ``objects`` is a listing made earlier (for example by a planner);
-        without one, the objects are listed first. Control batches are included.
+        (batches are atomic). ``objects`` is a listing made earlier (for example by a planner):
+        :class:`SegmentObject` s of this partition, or :class:`ObjectExtent` s (as the
+        replica's broker described them, segment objects and WAL chunks; see
+        :meth:`extent_batches`); without one, the segment objects are listed first. Control
+        batches are included.
+
+        ``rediscover(offset)``, with extents: where the replica holds ``[offset, end)`` now
+        (asked of its broker again), or None if it cannot say. Called when the extents read
+        are stale (an object compacted away), once per place the read got stuck, so the read
+        goes on in this one pass (a read_committed filter keeps its state).
         """
         if start < 0 or end < start:
             raise ValueError(f"offset range [{start}, {end}) must have 0 <= start <= end")
-        listing = list(objects) if objects is not None else self.list_objects()
+        if objects and isinstance(objects[0], ObjectExtent):
+            extents = [o for o in objects if isinstance(o, ObjectExtent)]
+            if len(extents) != len(objects):
+                raise TypeError("objects mixes SegmentObject and ObjectExtent; pass one kind")
+            yield from self._rediscovering(start, end, extents, rediscover)
+            return
+        listing = [o for o in objects or () if isinstance(o, SegmentObject)]
+        if len(listing) != len(objects or ()):
+            raise TypeError("objects mixes SegmentObject and ObjectExtent; pass one kind")
+        if objects is None:
+            listing = self.list_objects()
         # A listing may be stale (objects merged or retained away since): on trouble, list
         # again and retry, once per place the read got stuck.
         fresh = objects is None
@@ -392,33 +489,146 @@ class SegmentReader:
             first_available=first,
         )
 
+    def _rediscovering(
+        self,
+        start: int,
+        end: int,
+        extents: Sequence[ObjectExtent],
+        rediscover: Rediscover | None,
+    ) -> Iterator[RecordBatch]:
+        current = start
+        stuck_at: int | None = None
+        while True:
+            try:
+                for batch in self.extent_batches(current, end, extents):
+                    yield batch
+                    current = batch.next_offset
+                return
+            except ReplicaRangeError:
+                if rediscover is None or stuck_at == current:
+                    raise
+                fresh = rediscover(current)
+                if not fresh:
+                    raise
+                stuck_at, extents = current, list(fresh)
+
+    def extent_batches(
+        self, start: int, end: int, extents: Sequence[ObjectExtent]
+    ) -> Iterator[RecordBatch]:
+        """Every batch holding offsets of ``[start, end)`` from ``extents`` (in offset order,
+        as the replica's broker described them: DescribeLogObjects), CRC-checked.
+
+        Each extent is range-read within its bytes only: a chunk of a shared WAL or packed
+        object costs the partition's bytes, never the object's. An extent's object may be
+        gone (a chunk compacted and deleted after ``file.delete.delay.ms``, a segment merged
+        away): :class:`ReplicaRangeError`, after every whole batch before it was yielded, so
+        the caller resumes elsewhere (another replica, fresh extents, the brokers) from the
+        offset reached. Nothing here lists storage.
+        """
+        if self.root is None:
+            raise ValueError(
+                f"{self!r} has no storage root to read extents from; open it with "
+                "SegmentReader.open(root_url, topic, partition) or pass root="
+            )
+        root = self.root
+        bases = [e.base_offset for e in extents]
+        current = start
+        while current < end:
+            i = bisect.bisect_right(bases, current) - 1
+            if i < 0:
+                first = bases[0] if bases else None
+                raise RangeRetainedError(
+                    f"{root.url}: offsets [{current}, {min(first or end, end)}) are in none of "
+                    f"the replica's objects: its extents start at {first} (removed by retention)",
+                    first_available=first,
+                )
+            extent = extents[i]
+            if current >= extent.next_offset:
+                raise ReplicaRangeError(
+                    f"{root.url}: offset {current} is in none of the extents described (the "
+                    f"last before it, {extent.path}@{extent.position}, ends at "
+                    f"{extent.next_offset}); ask the replica's broker again or read elsewhere"
+                )
+            try:
+                for batch in self._range_batches(
+                    root,
+                    extent.path,
+                    extent.position,
+                    extent.position + extent.size,
+                    extent.base_offset,
+                    extent.next_offset,
+                    current,
+                    end,
+                ):
+                    yield batch
+                    current = batch.next_offset
+            except ObjectNotFoundError as err:
+                raise ReplicaRangeError(
+                    f"{root.url}/{extent.path} is gone (compacted or merged, then deleted) at "
+                    f"offset {current}; ask the replica's broker where the offsets are now "
+                    "(DescribeLogObjects) or read through the brokers"
+                ) from err
+            if current < min(end, extent.next_offset):
+                raise ReplicaRangeError(
+                    f"{root.url}/{extent.path}: bytes [{extent.position}, "
+                    f"{extent.position + extent.size}) hold batches up to offset {current}, not "
+                    f"{extent.next_offset} as described (the object was cut or rewritten); "
+                    "read the rest elsewhere"
+                )
+
     def _object_batches(
         self, obj: SegmentObject, obj_end: int | None, current: int, end: int
     ) -> Iterator[RecordBatch]:
-        """Batches of ``obj`` (which ends at offset ``obj_end``, if known) from the one holding
-        ``current`` to the one holding ``end - 1``.
+        """Batches of segment object ``obj`` (which ends at offset ``obj_end``, if known) from
+        the one holding ``current`` to the one holding ``end - 1``."""
+        return self._range_batches(
+            self.storage, obj.name, 0, None, obj.base_offset, obj_end, current, end, obj.size
+        )
 
-        Read sizes follow what is needed: from the object's start, about the bytes the range
-        takes in it (from the listed size, taking records as of even size); into an object,
-        a small read that hops from header to header over batches before ``current``, never
-        reading them. Reads then double, up to ``chunk_bytes``, so a short range costs little
-        more than its own batches and a long one few requests.
+    def _range_batches(
+        self,
+        storage: Storage,
+        path: str,
+        begin: int,
+        limit: int | None,
+        base_offset: int,
+        obj_end: int | None,
+        current: int,
+        end: int,
+        size: int | None = None,
+    ) -> Iterator[RecordBatch]:
+        """Batches in bytes ``[begin, limit)`` of ``path`` (to its end if ``limit`` is None),
+        whose first batch is ``base_offset`` (and whose batches end at offset ``obj_end``, if
+        known), from the one holding ``current`` to the one holding ``end - 1``.
+
+        Read sizes follow what is needed: from the start, about the bytes the range takes in
+        it (from the size, taking records as of even size); further in, a small read that hops
+        from header to header over batches before ``current``, never reading them. Reads then
+        double, up to ``chunk_bytes``, so a short range costs little more than its own batches
+        and a long one few requests.
         """
-        where = f"{self.storage.url}/{obj.name}"
+        if size is None:
+            size = (limit - begin) if limit is not None else 0
+        where = f"{storage.url}/{path}"
+        if begin or limit is not None:
+            where += f" (bytes {begin} to {limit})"
         first_read = min(_FIRST_READ_BYTES, self.chunk_bytes)
-        position = 0
-        expected = obj.base_offset
+        position = begin
+        expected = base_offset
         want = first_read
-        if current <= obj.base_offset:
+        if current <= base_offset:
             want = self.chunk_bytes
             if obj_end is not None and end < obj_end:
-                share = (end - obj.base_offset) / max(obj_end - obj.base_offset, 1)
-                want = min(max(int(obj.size * share * 1.1) + first_read, first_read), want)
+                share = (end - base_offset) / max(obj_end - base_offset, 1)
+                want = min(max(int(size * share * 1.1) + first_read, first_read), want)
         while True:
-            data = self.storage.read_range(obj.name, position, position + want)
+            stop = position + want if limit is None else min(position + want, limit)
+            if stop <= position:
+                return  # the extent's bytes are all read
+            data = storage.read_range(path, position, stop)
             if not data:
                 return
-            at_eof = len(data) < want
+            at_eof = len(data) < stop - position or stop == limit
             view = memoryview(data)
             p = 0
             n = len(view)
@@ -481,9 +691,10 @@ class SegmentReader:
         start: int,
         end: int,
         *,
-        objects: Sequence[SegmentObject] | None = None,
+        objects: Sequence[Located] | None = None,
         read_committed: bool = False,
         aborted_transactions: Iterable[AbortedTxnRange] = (),
+        rediscover: Rediscover | None = None,
     ) -> Iterator[ReadChunk]:
         """The records with offsets in ``[start, end)``, batch by batch, with progress.
 
@@ -493,7 +704,7 @@ class SegmentReader:
         transaction still open there would be returned.
         """
         keep = _AbortedFilter(aborted_transactions).keep if read_committed else None
-        for batch in self.batches(start, end, objects=objects):
+        for batch in self.batches(start, end, objects=objects, rediscover=rediscover):
             next_offset = min(batch.next_offset, end)
             visible = keep(batch) if keep is not None else not batch.is_control
             records = to_read_batch(batch, start, end) if visible else None
@@ -504,7 +715,7 @@ class SegmentReader:
         start: int,
         end: int,
         *,
-        objects: Sequence[SegmentObject] | None = None,
+        objects: Sequence[Located] | None = None,
         read_committed: bool = False,
         aborted_transactions: Iterable[AbortedTxnRange] = (),
     ) -> Iterator[pa.RecordBatch]:

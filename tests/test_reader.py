@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,15 @@ from logstore.log import Log
 from logstore.reader import (
     READ_SCHEMA,
     AbortedTxnRange,
+    ObjectExtent,
     RangeRetainedError,
+    ReadChunk,
     ReplicaRangeError,
     SegmentReader,
 )
 from logstore.storage import Data, ObjectInfo, Storage
 from tests.conftest import S3Location
+from tests.test_wal_log import Node, values
 
 TOPIC = "events"
 
@@ -49,6 +53,12 @@ def offsets_and_values(batches: Iterator[pa.RecordBatch]) -> list[tuple[int, byt
             zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
         )
     return out
+
+
+def collect(chunks: Iterator[ReadChunk], into: list[ReadChunk]) -> None:
+    """Append what a read yields to ``into`` (kept when the read then fails)."""
+    for chunk in chunks:
+        into.append(chunk)
 
 
 def expected(start: int, end: int) -> list[tuple[int, bytes]]:
@@ -318,6 +328,223 @@ class ReaderTests:
         assert [o for o, _ in from_middle] == [o for o in visible if o >= 3]
         # read_uncommitted: every data record, never a marker.
         assert [o for o, _ in everything] == [*range(7), 9, 10, 11, 12, 14, 15, 16]
+
+    # --- extents over the broker WAL (DescribeLogObjects' answer) ---------------------------
+
+    def wal_node(self, root: tuple[str, dict[str, Any]]) -> tuple[Storage, Node]:
+        """A broker root with a WalWriter and logs of events-0, events-1 and orders-0 over it
+        (tests/test_wal_log.py's Node: objects are written when it flushes)."""
+        url, options = root
+        storage = Storage.from_url(url, **options)
+        node = Node(storage, [(TOPIC, 0), (TOPIC, 1), ("orders", 0)])
+        node.start()
+        return storage, node
+
+    def fill_wal(self, node: Node, flushes: int, per_flush: int = 3) -> None:
+        """``flushes`` WAL objects, each with ``per_flush`` 5-record batches of every log."""
+        for _ in range(flushes):
+            for log in node.logs.values():
+                for _ in range(per_flush):
+                    log.append(batch_of(log.log_end_offset, 5), leader_epoch=0)
+            node.flush()
+
+    def test_extents_of_l0_and_packed_chunks_read_back_as_the_log_reads(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        storage, node = self.wal_node(root)
+        self.fill_wal(node, 3)
+        node.compactor().compact()  # the three L0 objects into one packed L1 object
+        self.fill_wal(node, 2)  # two more L0 objects beside it
+        log = node.logs[(TOPIC, 0)]
+        extents = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        levels = sorted({e.path.split("/")[2] for e in extents})
+        assert levels == ["L0", "L1"]
+        assert all(e.position > 0 for e in extents)  # chunks of shared objects, not segments
+        end = log.log_end_offset
+        assert end == 5 * 3 * 5
+        assert values(log) == expected(0, end)  # what the broker serves
+        with self.reader(root) as reader:
+            for start, stop in [(0, end), (0, 1), (7, 23), (44, 46), (end - 1, end), (15, 60)]:
+                got = offsets_and_values(reader.read_arrow(start, stop, objects=extents))
+                assert got == expected(start, stop), (start, stop)
+        node.stop()
+        storage.close()
+
+    def test_an_extent_read_reads_only_the_chunks_bytes(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        storage, node = self.wal_node(root)
+        self.fill_wal(node, 2, per_flush=20)
+        log = node.logs[(TOPIC, 1)]
+        extents = [ObjectExtent.of(e, f"{TOPIC}/1") for e in log.extents()]
+        assert len(extents) == 2
+        counting = ReadOnlyStorage(storage)
+        reader = SegmentReader(counting.child(f"{TOPIC}/1"), root=counting)
+        got = offsets_and_values(reader.read_arrow(0, log.log_end_offset, objects=extents))
+        assert got == expected(0, 200)
+        # Each WAL object holds three partitions' chunks: the reader read only events-1's.
+        assert counting.bytes_read == sum(e.size for e in extents)
+        objects = {e.path for e in extents}
+        assert counting.bytes_read * 3 <= sum(storage.size(path) for path in objects)
+        node.stop()
+        storage.close()
+
+    def test_a_chunk_whose_object_was_deleted_is_a_replica_range_error_after_whole_batches(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        storage, node = self.wal_node(root)
+        self.fill_wal(node, 3)
+        log = node.logs[(TOPIC, 0)]
+        stale = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        # Compaction (delete delay 0) deletes the L0 objects: the second one is read below
+        node.compactor().compact()
+        assert not storage.exists(stale[1].path)
+        got: list[tuple[int, bytes]] = []
+        with self.reader(root) as reader:
+            with pytest.raises(ReplicaRangeError, match=r"is gone .* at offset 0\b"):
+                got.extend(offsets_and_values(reader.read_arrow(0, 45, objects=stale)))
+            assert got == []  # the first extent's object is gone too: nothing served
+            # Fresh extents (what the broker answers now) read it all.
+            fresh = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+            assert offsets_and_values(reader.read_arrow(0, 45, objects=fresh)) == expected(0, 45)
+            # An object gone after the first extent: the read stops at the first offset it
+            # cannot read, having served whole batches only.
+            self.fill_wal(node, 1)
+            fresh = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+            assert [e.path.split("/")[2] for e in fresh] == ["L1", "L0"]
+            storage.delete(fresh[1].path)
+            served: list[ReadChunk] = []
+            with pytest.raises(ReplicaRangeError, match=r"is gone .* at offset 45\b"):
+                collect(reader.read(0, 60, objects=fresh), served)
+            assert served[-1].next_offset == 45
+            got = offsets_and_values(c.records for c in served if c.records is not None)
+            assert got == expected(0, 45)
+        node.stop()
+        storage.close()
+
+    def test_an_extent_that_holds_less_than_described_is_never_served_in_part(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        storage, node = self.wal_node(root)
+        self.fill_wal(node, 1)
+        log = node.logs[(TOPIC, 0)]
+        (extent,) = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        with self.reader(root) as reader:
+            # The range cut inside the last batch: the whole batches before it, then an error.
+            cut = replace(extent, size=extent.size - 10)
+            served: list[ReadChunk] = []
+            with pytest.raises(CorruptRecordError, match="ends inside a batch"):
+                collect(reader.read(0, 15, objects=[cut]), served)
+            assert [c.next_offset for c in served] == [5, 10]
+            # A range that ends on a batch boundary before next_offset: a replica range error.
+            short = replace(extent, size=extent.size * 2 // 3)
+            with pytest.raises(ReplicaRangeError, match="hold batches up to offset 10, not 15"):
+                list(reader.read(0, 15, objects=[short]))
+            # Bytes of another partition's chunk: not the batches described.
+            other = next(iter(node.logs[("orders", 0)].extents()))
+            wrong = replace(extent, position=ObjectExtent.of(other, "orders/0").position)
+            wrong = replace(wrong, base_offset=3, next_offset=18)
+            with pytest.raises(CorruptRecordError, match="expected 3"):
+                list(reader.read(3, 18, objects=[wrong]))
+            # Past the extents: not this replica's to serve.
+            with pytest.raises(ReplicaRangeError, match="in none of the extents"):
+                list(reader.read(0, 20, objects=[extent]))
+            with pytest.raises(RangeRetainedError) as retained:
+                list(reader.read(0, 5, objects=[replace(extent, base_offset=5)]))
+            assert retained.value.first_available == 5
+        node.stop()
+        storage.close()
+
+    def test_rediscovered_extents_continue_one_read_committed_pass(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        """An object compacted away mid-read: the read asks for fresh extents and goes on in
+        the same pass, so the read_committed filter remembers the ABORT marker it passed (a
+        new read from the break would take producer 7's later, committed transaction for the
+        aborted one)."""
+        storage, node = self.wal_node(root)
+        log = node.logs[(TOPIC, 0)]
+
+        def append(data: bytes) -> int:
+            return log.append(data, leader_epoch=0).first_offset
+
+        def txn(pid: int, first: int, count: int) -> bytes:
+            return batch_of(
+                first, count, producer_id=pid, producer_epoch=0, base_sequence=0,
+                is_transactional=True,
+            )  # fmt: skip
+
+        def marker(pid: int, kind: ControlType) -> bytes:
+            return build_control(
+                kind, producer_id=pid, producer_epoch=0, coordinator_epoch=0, timestamp=9
+            )
+
+        append(batch_of(0, 2))  # 0-1 plain
+        a = append(txn(7, 2, 3))  # 2-4 producer 7, aborted
+        append(marker(7, ControlType.ABORT))  # 5
+        node.flush()  # the first WAL object
+        append(batch_of(6, 2))  # 6-7 plain
+        b = append(txn(7, 8, 2))  # 8-9 producer 7 again, committed
+        append(marker(7, ControlType.COMMIT))  # 10
+        node.flush()  # the second
+        assert b == 8
+        stale = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        assert len(stale) == 2
+        node.compactor().compact([stale[1].path])  # the second object, deleted at once
+        assert not storage.exists(stale[1].path)
+        asked: list[int] = []
+
+        def rediscover(at: int) -> list[ObjectExtent]:
+            asked.append(at)
+            return [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+
+        with self.reader(root) as reader:
+            chunks = reader.read(
+                0,
+                11,
+                objects=stale,
+                read_committed=True,
+                aborted_transactions=[AbortedTxnRange(7, a)],
+                rediscover=rediscover,
+            )
+            got = offsets_and_values(c.records for c in chunks if c.records is not None)
+            assert [o for o, _ in got] == [0, 1, 6, 7, 8, 9]
+            assert asked == [6]
+            # Without fresh extents: the error, after the batches before the gone object.
+            served: list[ReadChunk] = []
+            with pytest.raises(ReplicaRangeError, match="at offset 6"):
+                collect(reader.read(0, 11, objects=stale, rediscover=lambda at: None), served)
+            assert served[-1].next_offset == 6
+        node.stop()
+        storage.close()
+
+    def test_segment_objects_and_chunks_of_one_log_read_as_one_range(
+        self, root: tuple[str, dict[str, Any]]
+    ) -> None:
+        """A partition written before the WAL (segment objects) and after it (chunks)."""
+        url, options = root
+        storage = Storage.from_url(url, **options)
+        before = self.make_log(storage.child(f"{TOPIC}/0"), [10, 20])
+        before.close()
+        node = Node(storage, [(TOPIC, 0), ("orders", 0)])
+        node.start()
+        log = node.logs[(TOPIC, 0)]
+        assert log.log_end_offset == 30
+        self.fill_wal(node, 2, per_flush=2)
+        extents = [ObjectExtent.of(e, f"{TOPIC}/0") for e in log.extents()]
+        assert [e.is_segment for e in extents] == [True, True, False, False]
+        assert extents[0].path == f"{TOPIC}/0/{0:020d}.seg"
+        with self.reader(root) as reader:
+            got = offsets_and_values(reader.read_arrow(5, 45, objects=extents))
+            assert got == expected(5, 45)
+            # Old listings still read (SegmentObject), up to where the segments end.
+            listed = reader.list_objects()
+            assert [o.base_offset for o in listed] == [0, 10]
+            assert offsets_and_values(reader.read_arrow(0, 30, objects=listed)) == expected(0, 30)
+            with pytest.raises(TypeError, match="mixes"):
+                list(reader.read(0, 30, objects=[*extents[:1], *listed[1:]]))
+        node.stop()
+        storage.close()
 
 
 @pytest.mark.unit

@@ -640,6 +640,20 @@ def broker_cases() -> list[Case]:
             allowed=lambda r: T in {t.name for d in r.results for t in d.topics},
         ),
         c(
+            "DescribeLogObjects",
+            p.ApiKey.DESCRIBE_LOG_OBJECTS,
+            lambda _: p.DescribeLogObjectsRequest(
+                topics=[
+                    p.DescribeLogObjectsTopic(
+                        name=T, partitions=[p.DescribeLogObjectsPartition(partition_index=0)]
+                    )
+                ]
+            ),
+            leader(T),
+            [(Op.DESCRIBE, RT.CLUSTER, CLUSTER), (Op.READ, RT.TOPIC, T)],
+            allowed=lambda r: [pt.error_code for t in r.topics for pt in t.partitions] == [0],
+        ),
+        c(
             "ElectLeaders",
             p.ApiKey.ELECT_LEADERS,
             lambda _: p.ElectLeadersRequest(

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
-from logstore.reader import AbortedTxnRange
+from logstore.reader import AbortedTxnRange, ObjectExtent
 from replication.client.cluster import Cluster
 from replication.client.config import AdminConfig, load
 from replication.client.coordinator import CallState, CoordinatorClient
@@ -108,6 +108,10 @@ from replication.protocol import (
     DescribeConfigsResult,
     DescribeLogDirsRequest,
     DescribeLogDirsResponse,
+    DescribeLogObjectsPartition,
+    DescribeLogObjectsRequest,
+    DescribeLogObjectsResponse,
+    DescribeLogObjectsTopic,
     DescribeSinkRequest,
     DescribeSinkResponse,
     ElectLeadersRequest,
@@ -142,7 +146,13 @@ from replication.security.scram import (
     salted_password,
 )
 
-__all__ = ["Admin", "ConfigResourceType", "OffsetSpec", "UserScramCredentialUpsertion"]
+__all__ = [
+    "Admin",
+    "ConfigResourceType",
+    "LogObjects",
+    "OffsetSpec",
+    "UserScramCredentialUpsertion",
+]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +186,24 @@ TRANSACTION_STATES = (
 _COMMITTED_STATES = frozenset({"PrepareCommit", "CompleteCommit"})
 _ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort"})
 _DESCRIBE_LOG_DIRS_VERSION: Final = 0
+_DESCRIBE_LOG_OBJECTS_VERSION: Final = 0
+
+
+@dataclass(frozen=True)
+class LogObjects:
+    """Where one replica holds an offset range on its storage (DescribeLogObjects)."""
+
+    broker_id: int
+    #: the broker's storage root (``log.dir``): the extents' paths are relative to it
+    log_dir: str
+    high_watermark: int
+    #: the end of what is in the replica's storage; the extents stop there
+    durable_end_offset: int
+    log_start_offset: int
+    #: the extents holding the range, in offset order
+    extents: tuple[ObjectExtent, ...]
+
+
 #: A Fetch without a session (KIP-227's FINAL_EPOCH).
 _NO_SESSION_EPOCH: Final = -1
 
@@ -1107,6 +1135,88 @@ class Admin:
             max_workers=len(ids), thread_name_prefix="describe-log-dirs"
         ) as pool:
             return dict(zip(ids, pool.map(ask, ids), strict=True))
+
+    def describe_log_objects(
+        self,
+        broker: int,
+        ranges: Mapping[TopicPartition | tuple[str, int], tuple[int, int]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, LogObjects | ReplogError]:
+        """Ask broker ``broker`` where its replicas hold offset ranges on its storage
+        (replog's DescribeLogObjects): per partition, the :class:`LogObjects` (storage root,
+        HW, durable end, log start and the extents covering ``[start, end)`` up to the
+        durable end; ``end`` -1: to the durable end), or the error of that partition.
+
+        The broker answers from memory (no storage request), which is why Spark's planner asks
+        it instead of listing storage. UnsupportedVersionError if the broker does not know the
+        API (an older replog): list the partition's segment objects instead.
+
+        Examples
+        --------
+        >>> found = admin.describe_log_objects(1, {("events", 0): (0, 100)})  # doctest: +SKIP
+        >>> [e.path for e in found[TopicPartition("events", 0)].extents]  # doctest: +SKIP
+        ['events/0/00000000000000000000.seg', '_replog/wal/L0/...']
+        """
+        self._check_open()
+        by_topic: dict[str, list[DescribeLogObjectsPartition]] = {}
+        for tp, (start, end) in ranges.items():
+            topic, index = tp
+            if start < 0 or (end >= 0 and end < start):
+                raise ValueError(
+                    f"the range [{start}, {end}) of {topic}-{index} is not a range of offsets: "
+                    "give 0 <= start <= end, or end -1 for the durable end"
+                )
+            by_topic.setdefault(topic, []).append(
+                DescribeLogObjectsPartition(
+                    partition_index=int(index), start_offset=int(start), end_offset=int(end)
+                )
+            )
+        if not by_topic:
+            return {}
+        request = DescribeLogObjectsRequest(
+            topics=[
+                DescribeLogObjectsTopic(name=t, partitions=ps) for t, ps in sorted(by_topic.items())
+            ]
+        )
+        cluster = self._cluster
+        if not cluster.bootstrapped or broker not in cluster.snapshot.brokers:
+            self.describe_cluster()  # the broker may have (re)joined since the last refresh
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        conn = cluster.connection(broker)
+        version = conn.max_version(ApiKey.DESCRIBE_LOG_OBJECTS, _DESCRIBE_LOG_OBJECTS_VERSION)
+        response: DescribeLogObjectsResponse = conn.send(
+            ApiKey.DESCRIBE_LOG_OBJECTS, version, request, timeout_ms=timeout
+        )
+        if response.error_code:
+            cls = for_code(response.error_code) or ReplogError
+            raise cls(f"broker {broker} refused DescribeLogObjects: {cls()}")
+        out: dict[TopicPartition, LogObjects | ReplogError] = {}
+        for answered in response.topics:
+            for part in answered.partitions:
+                tp = TopicPartition(answered.name, int(part.partition_index))
+                if part.error_code:
+                    cls = for_code(part.error_code) or ReplogError
+                    out[tp] = cls(part.error_message or f"broker {broker}: {cls()}")
+                    continue
+                out[tp] = LogObjects(
+                    broker_id=broker,
+                    log_dir=response.log_dir,
+                    high_watermark=int(part.high_watermark),
+                    durable_end_offset=int(part.durable_end_offset),
+                    log_start_offset=int(part.log_start_offset),
+                    extents=tuple(
+                        ObjectExtent(
+                            e.path,
+                            int(e.position),
+                            int(e.size),
+                            int(e.base_offset),
+                            int(e.next_offset),
+                        )
+                        for e in part.extents
+                    ),
+                )
+        return out
 
     def aborted_transactions(
         self,

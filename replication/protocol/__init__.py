@@ -186,6 +186,15 @@ from replication.protocol.groups import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from replication.protocol.log_objects import (
+    DescribeLogObjectsPartition,
+    DescribeLogObjectsPartitionResponse,
+    DescribeLogObjectsRequest,
+    DescribeLogObjectsResponse,
+    DescribeLogObjectsTopic,
+    DescribeLogObjectsTopicResponse,
+    LogObjectExtent,
+)
 from replication.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -404,6 +413,12 @@ __all__ = [
     "DescribeLogDirsResponse",
     "DescribeLogDirsResult",
     "DescribeLogDirsTopic",
+    "DescribeLogObjectsPartition",
+    "DescribeLogObjectsPartitionResponse",
+    "DescribeLogObjectsRequest",
+    "DescribeLogObjectsResponse",
+    "DescribeLogObjectsTopic",
+    "DescribeLogObjectsTopicResponse",
     "DescribeProducersPartitionResponse",
     "DescribeProducersRequest",
     "DescribeProducersResponse",
@@ -471,6 +486,7 @@ __all__ = [
     "ListTransactionsRequest",
     "ListTransactionsResponse",
     "ListedGroup",
+    "LogObjectExtent",
     "MemberIdentity",
     "MemberResponse",
     "MetadataRequest",

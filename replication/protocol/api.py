@@ -79,6 +79,8 @@ class ApiKey(IntEnum):
     COMMIT_SINK_BATCH = 1001
     #: replog: the last batch of a sink that was committed
     DESCRIBE_SINK = 1002
+    #: replog: where a replica's batches of an offset range are on its storage (Spark)
+    DESCRIBE_LOG_OBJECTS = 1003
 
     @property
     def kafka_name(self) -> str:

@@ -109,6 +109,10 @@ from replication.protocol.groups import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from replication.protocol.log_objects import (
+    DescribeLogObjectsRequest,
+    DescribeLogObjectsResponse,
+)
 from replication.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -209,6 +213,7 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ),
     ApiKey.COMMIT_SINK_BATCH: _Api(CommitSinkBatchRequest, CommitSinkBatchResponse, 0, 0),
     ApiKey.DESCRIBE_SINK: _Api(DescribeSinkRequest, DescribeSinkResponse, 0, 0),
+    ApiKey.DESCRIBE_LOG_OBJECTS: _Api(DescribeLogObjectsRequest, DescribeLogObjectsResponse, 0, 0),
     ApiKey.ADD_OFFSETS_TO_TXN: _Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 0),
     ApiKey.TXN_OFFSET_COMMIT: _Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 0),
     ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, 0, 0),

@@ -289,6 +289,12 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.DESCRIBE_SINK: (
         _c(_O.DESCRIBE, _R.TRANSACTIONAL_ID, "replog-sink/<sink_id>", _TXN_FAILED),
     ),
+    # replog: where a replica's batches are on storage, as DescribeLogDirs (which it refines):
+    # the answer leads to the topic's bytes, so Read on each topic too
+    ApiKey.DESCRIBE_LOG_OBJECTS: (
+        _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} (top level)"),
+        _c(_O.READ, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
+    ),
     # --- ACLs and SCRAM credentials (answered by the controller) ------------------------------
     ApiKey.DESCRIBE_ACLS: (
         _c(

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from logstore.batch import iter_batches, parse_header
 from logstore.errors import OffsetOutOfRangeError, ReplogError
+from logstore.reader import ObjectExtent
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.fetch_session import FetchSessionCache
@@ -106,6 +107,7 @@ class KafkaApis:
                     p.ApiKey.LIST_OFFSETS: self.handle_list_offsets,
                     p.ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offsets_for_leader_epoch,
                     p.ApiKey.DESCRIBE_LOG_DIRS: self.handle_describe_log_dirs,
+                    p.ApiKey.DESCRIBE_LOG_OBJECTS: self.handle_describe_log_objects,
                     p.ApiKey.DELETE_RECORDS: self.handle_delete_records,
                     p.ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
                     p.ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
@@ -1148,6 +1150,56 @@ class KafkaApis:
             ]
         )
 
+    async def handle_describe_log_objects(
+        self, header: p.RequestHeader, body: p.DescribeLogObjectsRequest
+    ) -> Any:
+        """Where this broker's replicas hold offsets ``[start, end)`` on its storage, from the
+        logs' extent lists in memory (no storage request): Spark's planner asks this instead of
+        listing ``<topic>/<p>/`` per partition per micro-batch, and learns the WAL chunks a
+        listing cannot find. Any replica answers (leader or follower): direct reads go to
+        whichever in-sync replica the planner chose.
+
+        Authorized as DescribeLogDirs, which it refines: Describe on the cluster (else
+        CLUSTER_AUTHORIZATION_FAILED for the whole request), and Read on each topic (else
+        TOPIC_AUTHORIZATION_FAILED on its partitions: the answer leads to the topic's bytes).
+        Extents end at the replica's durable end: nothing beyond it is in storage yet."""
+        api = "DescribeLogObjects"
+        err = self.auth.check(_OP.DESCRIBE, _RT.CLUSTER, api=api)
+        if err is not None:
+            return p.DescribeLogObjectsResponse(
+                error_code=err.code or -1, log_dir=self.config.log_dir
+            )
+        rm = self.replica_manager
+        names = {t.name for t in body.topics}
+        readable = self.auth.filter(_OP.READ, _RT.TOPIC, names, api=api) if names else set()
+        topics = []
+        for t in body.topics:
+            parts = []
+            for want in t.partitions:
+                try:
+                    if t.name not in readable:
+                        raise self.auth.error(_OP.READ, _RT.TOPIC, t.name)
+                    if want.start_offset < 0 or (
+                        want.end_offset >= 0 and want.end_offset < want.start_offset
+                    ):
+                        raise InvalidRequestError(
+                            f"DescribeLogObjects of {t.name}-{want.partition_index}: the range "
+                            f"[{want.start_offset}, {want.end_offset}) is not a range of offsets; "
+                            "ask for 0 <= start <= end (end -1: to the log end)"
+                        )
+                    partition = rm.get_partition(t.name, want.partition_index)
+                    parts.append(_log_objects(t.name, want, partition))
+                except ReplogError as failure:
+                    parts.append(
+                        p.DescribeLogObjectsPartitionResponse(
+                            partition_index=want.partition_index,
+                            error_code=error_code(failure),
+                            error_message=error_message(failure),
+                        )
+                    )
+            topics.append(p.DescribeLogObjectsTopicResponse(name=t.name, partitions=parts))
+        return p.DescribeLogObjectsResponse(log_dir=self.config.log_dir, topics=topics)
+
     async def handle_offsets_for_leader_epoch(
         self, header: p.RequestHeader, body: p.OffsetsForLeaderEpochRequest
     ) -> Any:
@@ -1278,3 +1330,39 @@ def _active_producers(partition: Partition) -> list[p.ProducerState]:
             )
         )
     return sorted(out, key=lambda s: s.producer_id)
+
+
+def _log_objects(
+    topic: str, want: p.DescribeLogObjectsPartition, partition: Partition
+) -> p.DescribeLogObjectsPartitionResponse:
+    """One partition's answer to DescribeLogObjects: the extents of its log that hold offsets
+    ``[start, end)`` below its durable end, as paths relative to the broker's storage root
+    (segment objects under ``<topic>/<partition>/``, chunks where the WAL put them)."""
+    plog = partition.log
+    # One snapshot of the extents, and the durable end read before it: every extent listed
+    # was written before that end was reached, so none runs past what storage holds.
+    durable = plog.durable_end_offset
+    extents = plog.extents()
+    end = durable if want.end_offset < 0 else min(want.end_offset, durable)
+    found = []
+    directory = f"{topic}/{want.partition_index}"
+    for extent in extents:
+        if extent.next_offset <= want.start_offset or extent.base_offset >= end:
+            continue
+        e = ObjectExtent.of(extent, directory)
+        found.append(
+            p.LogObjectExtent(
+                path=e.path,
+                position=e.position,
+                size=e.size,
+                base_offset=e.base_offset,
+                next_offset=e.next_offset,
+            )
+        )
+    return p.DescribeLogObjectsPartitionResponse(
+        partition_index=want.partition_index,
+        high_watermark=plog.high_watermark,
+        durable_end_offset=durable,
+        log_start_offset=plog.log_start_offset,
+        extents=found,
+    )
