@@ -10,6 +10,10 @@ then each chunk and its batches), or the ``_replog/wal`` directory (every object
 order). An object whose footer does not check is walked the way recovery walks it
 (:func:`logstore.wal_format.scan_object`), and the byte where its valid prefix ends is
 reported: what a broker would recover from it is exactly what is printed before that line.
+
+A partition directory written through the broker WAL (its checkpoint is format 2) is dumped
+as recovery reads it: its segment objects and its chunks in the WAL objects of the broker root
+two levels up, in offset order, nothing on storage changed (``Log.open(read_only=True)``).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from logstore.batch import RecordBatch, parse_header
-from logstore.errors import ConfigError, CorruptRecordError, ReplogError
-from logstore.segment import SUFFIX
+from logstore.checkpoint import CHECKPOINT_NAME, WAL_FORMAT_VERSION, Checkpoint
+from logstore.errors import ConfigError, CorruptRecordError, ObjectNotFoundError, ReplogError
+from logstore.log import open_replica_log
+from logstore.segment import SUFFIX, ChunkSegment
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX
 from logstore.wal_format import (
@@ -105,6 +111,9 @@ def dump(url: str, *, records: bool = False) -> Iterator[DumpLine]:
     A path that is missing, an object that is neither (``checkpoint.json``, say) and a
     directory without such objects raise :class:`ConfigError` naming what to give instead.
     """
+    if not url.endswith((SUFFIX, WAL_SUFFIX)) and _written_through_wal(url):
+        yield from _dump_partition_over_wal(url, records)
+        return
     storage, names = _objects(url)
     for name in names:
         yield DumpLine(f"Dumping {storage.url.rstrip('/')}/{name}")
@@ -203,6 +212,45 @@ def _dump_chunk(data: bytes, chunk: WalChunk, records: bool) -> Iterator[DumpLin
             f"the chunk's batches end at offset {expected}, it says {chunk.next_offset}",
             error=True,
         )
+
+
+def _written_through_wal(url: str) -> bool:
+    """Whether ``url`` is a partition directory whose checkpoint says its log is over the
+    broker WAL."""
+    try:
+        data = Storage.from_url(url).read(CHECKPOINT_NAME)
+        return Checkpoint.from_bytes(data).format_version == WAL_FORMAT_VERSION
+    except (ObjectNotFoundError, CorruptRecordError):
+        return False
+
+
+def _dump_partition_over_wal(url: str, records: bool) -> Iterator[DumpLine]:
+    root_url, topic, partition = url.rstrip("/").rsplit("/", 2)
+    if not partition.isdigit():
+        raise ConfigError(f"{url}: a partition directory is <log.dir>/<topic>/<partition>")
+    root = Storage.from_url(root_url)
+    log = open_replica_log(root, topic, int(partition), read_only=True)
+    extents = log.extents()
+    yield DumpLine(
+        f"Dumping {url.rstrip('/')} over the broker WAL of {root.url}: log start "
+        f"{log.log_start_offset}, end {log.log_end_offset}, {len(extents)} extent(s), as "
+        "recovery reads them"
+    )
+    for extent in extents:
+        if isinstance(extent, ChunkSegment):
+            chunk = extent.chunk
+            yield DumpLine(
+                f"Chunk {topic}-{partition} [{chunk.base_offset}, {chunk.next_offset}) in "
+                f"{chunk.object} position: {chunk.position} size: {chunk.size} seq: "
+                f"{chunk.first_seq}..{chunk.last_seq} (batch positions within the chunk)"
+            )
+            end = chunk.position + chunk.size
+            yield from dump_object(
+                root.read_range(chunk.object, chunk.position, end), records=records
+            )
+        else:
+            yield DumpLine(f"Dumping {log.storage.url.rstrip('/')}/{extent.name}")
+            yield from dump_object(log.storage.read(extent.name), records=records)
 
 
 def _relative_wal_name(name: str) -> str:

@@ -19,6 +19,7 @@ from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, BufferedSource, WalWriter
 from logstore.wal_format import ChunkInput, encode_object, object_name, scan_object
 from replication.tools.cli import app
+from tests.test_wal_log import Node, fill
 
 pytestmark = pytest.mark.unit
 
@@ -270,3 +271,34 @@ def test_dump_of_a_missing_wal_object_says_what_to_give(broker_root: Path) -> No
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no such WAL object" in result.stderr
     assert "a WAL object (*.wal) or a broker's _replog/wal directory" in result.stderr
+
+
+@pytest.mark.unit
+def test_dump_partition_directory_over_the_wal(tmp_path: Path) -> None:
+    """A partition written through the broker WAL: its directory holds only a checkpoint, the
+    dump walks the partition's chunks in the root's WAL objects, as recovery does, and a
+    packed (compacted) chunk reads the same."""
+    root = Storage.from_url(str(tmp_path / "broker-0"))
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = fill(node.logs[key], key, 3)
+    node.flush()
+    written += fill(node.logs[key], key, 2, epoch=1)
+    node.flush()
+    node.stop()
+    partition = tmp_path / "broker-0" / "orders" / "0"
+    assert not list(partition.glob("*.seg"))
+    result = CliRunner().invoke(app, ["log", "dump", str(partition), "--records"])
+    assert result.exit_code == 0, result.output
+    assert "over the broker WAL" in result.output
+    assert result.output.count("Chunk orders-0 [") == 2
+    values = re.findall(r"value: (\S+)", result.output)
+    assert values == [v.decode() for _, v in written]
+    node.start()
+    node.compactor().compact()
+    node.stop()
+    compacted = CliRunner().invoke(app, ["log", "dump", str(partition), "--records"])
+    assert compacted.exit_code == 0, compacted.output
+    assert compacted.output.count("Chunk orders-0 [") == 1
+    assert re.findall(r"value: (\S+)", compacted.output) == values

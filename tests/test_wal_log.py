@@ -1130,7 +1130,7 @@ def test_the_broker_checkpoints_hw_is_a_hint_within_the_log() -> None:
     node.writer = WalWriter(
         node.root, broker_id=0, broker_epoch=node.epoch, next_seq=node.index.next_seq
     )
-    common = {
+    common: dict[str, Any] = {
         "topic_id": TOPICS["orders"],
         "topic": "orders",
         "partition": 0,
