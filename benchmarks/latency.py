@@ -149,8 +149,12 @@ def storage_floor(root: Path, writes: int) -> dict[str, Any]:
 
 def replog_side(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     timings = broker_defaults(list(FAST_FAILOVER))
-    cluster = Cluster(work / "cluster", brokers=3, overrides=timings)
-    out: dict[str, Any] = {"storage": "local files (fsync)", "broker_timings": timings}
+    cluster = Cluster(work / "cluster", brokers=3, overrides={**timings, **args.broker_sets})
+    out: dict[str, Any] = {
+        "storage": "local files (fsync)",
+        "broker_timings": timings,
+        "broker_overrides": args.broker_sets,
+    }
     try:
         cluster.start()
         bootstrap = cluster.bootstrap
@@ -246,7 +250,18 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--no-nats", action="store_true", help="skip the peer")
     parser.add_argument("--dir", default=None, help="where the logs go (the disk measured)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker config for every broker, e.g. --set log.wal.enable=true (repeatable)",
+    )
     args = parser.parse_args()
+    try:
+        args.broker_sets = dict(kv.split("=", 1) for kv in args.set)
+    except ValueError:
+        parser.error("--set takes KEY=VALUE")
     logging.getLogger("replication").setLevel(logging.ERROR)
 
     work = Path(tempfile.mkdtemp(prefix="replog-bench-latency-", dir=args.dir))

@@ -344,14 +344,16 @@ class WalWriter:
             self._marks += 1
             self._cond.notify_all()
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self, timeout: float | None = None, *, force: bool = True) -> None:
         """Wait until everything marked dirty before this call is durable and delivered
-        (cutting a linger short, as Kafka's producer flush does). Not from the writer's event
-        loop (delivery runs there). TimeoutError after ``timeout`` s; WalClosedError if the
-        writer closed first."""
+        (cutting a linger short, as Kafka's producer flush does; ``force=False``: within the
+        linger, so the data joins the object the linger gathers, as a follower's fetched
+        batches should on an object store). Not from the writer's event loop (delivery runs
+        there). TimeoutError after ``timeout`` s; WalClosedError if the writer closed
+        first."""
         with self._cond:
             target = self._marks
-            if self._durable_marks < target:
+            if self._durable_marks < target and force:
                 self._force = True  # no linger: someone waits
                 self._cond.notify_all()
             done = self._cond.wait_for(

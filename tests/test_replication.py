@@ -75,6 +75,10 @@ class AckedProducer:
         self._thread = threading.Thread(target=loop, daemon=True)
         self._thread.start()
 
+    def halt(self) -> None:
+        """Send no more after the request in flight (which may still be acked)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         assert self._thread is not None

@@ -86,13 +86,14 @@ def test_objects_follow_flushes_not_partitions(cluster_factory: Callable[..., Cl
     partitions = 60
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, partitions, 3, **{"min.insync.replicas": "2"})
-    wait_until(
-        lambda: (
-            sum(len(v) for k, v in leaders(cluster.bootstrap, topic).items() if k >= 0)
-            == partitions
-        ),
-        message="every partition has a leader",
-    )
+
+    def every_broker_knows_every_leader() -> bool:
+        return all(
+            sum(len(v) for k, v in leaders(broker.bootstrap, topic).items() if k >= 0) == partitions
+            for broker in cluster.brokers.values()
+        )
+
+    wait_until(every_broker_knows_every_leader, message="every broker knows every leader")
     before = {b: wal_objects(broker.log_dir) for b, broker in cluster.brokers.items()}
     scraped = {b: scrape(broker) for b, broker in cluster.brokers.items()}
     for round_ in range(2):
@@ -139,6 +140,7 @@ def test_acked_records_survive_sigkill_of_every_broker(
     producer = AckedProducer(cluster, topic)
     producer.start()
     wait_until(lambda: len(producer.acked) >= 200, timeout=120, message="200 acked records")
+    producer.halt()  # its request in flight meets the kill
     for broker in cluster.brokers.values():
         broker.kill()
     producer.stop()

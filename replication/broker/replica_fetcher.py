@@ -387,7 +387,10 @@ class ReplicaFetcher:
             link = appended[0].log.wal
             assert link is not None
             try:
-                link.writer.flush(wal_timeout)
+                # not forced: on an object store the batches wait for the writer's linger and
+                # share its one PUT with every other partition's (the request rate must not
+                # follow the fetch rate); on local files the linger is 0 anyway
+                link.writer.flush(wal_timeout, force=False)
             except Exception as err:  # noqa: BLE001 - reported by the caller, as gather's
                 flushed = err
         elif len(appended) == 1:
