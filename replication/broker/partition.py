@@ -337,9 +337,13 @@ class Partition:
         name = f"{self.topic}-{self.index}"
         state = ProducerStateManager(name)
         try:
-            snapshot = ProducerStateManager.from_bytes(self.log.storage.read(SNAPSHOT_NAME), name)
-            if self.log.log_start_offset <= snapshot.map_end_offset <= self.log.log_end_offset:
-                state = snapshot
+            # an empty log has no producer state to restore (and a new partition no snapshot:
+            # on S3 the read would be one wasted GET per partition opened)
+            if self.log.log_end_offset > self.log.log_start_offset:
+                data = self.log.storage.read(SNAPSHOT_NAME)
+                snapshot = ProducerStateManager.from_bytes(data, name)
+                if self.log.log_start_offset <= snapshot.map_end_offset <= self.log.log_end_offset:
+                    state = snapshot
         except (ObjectNotFoundError, CorruptRecordError):
             pass
         offset = max(state.map_end_offset, self.log.log_start_offset)

@@ -318,7 +318,7 @@ class ReplicaManager:
                 self._start_wal()
         wanted: set[TopicPartition] = set()
         broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
-        opened = self._open_logs(image)
+        opened = self._build_partitions(image)
         for topic in image.topics:
             for index, state in enumerate(topic.partitions):
                 if self.broker_id not in state.replicas:
@@ -497,14 +497,15 @@ class ReplicaManager:
                 wal_index=self.wal_index,
             )
 
-    def _open_logs(self, image: MetadataImage) -> dict[TopicPartition, Log]:
-        """The logs of the replicas ``image`` gives this broker that are not open yet, opened
-        OPEN_PARALLELISM at a time. Each open costs a few storage requests (checkpoint, a
-        listing, a new partition's first checkpoint): on S3, 10-50 ms each, so 1,000 new
-        partitions opened one by one held the event loop for minutes (heartbeats missed,
-        the broker fenced). Still on the loop's time, but overlapped."""
+    def _build_partitions(self, image: MetadataImage) -> dict[TopicPartition, Partition]:
+        """The replicas ``image`` gives this broker that are not open yet, built (log opened,
+        producer state loaded) OPEN_PARALLELISM at a time, not yet registered. Each costs a
+        few storage requests (checkpoint, a listing, a new partition's first checkpoint, the
+        producer snapshot): on S3, 10-50 ms each, so 1,000 new partitions built one by one
+        held the event loop for minutes (heartbeats missed, the broker fenced). Still on the
+        loop's time, but overlapped."""
         missing = [
-            (topic, index)
+            (topic, index, state)
             for topic in image.topics
             for index, state in enumerate(topic.partitions)
             if self.broker_id in state.replicas
@@ -513,33 +514,36 @@ class ReplicaManager:
         if len(missing) < 2:
             return {}
 
-        def open_one(item: tuple[TopicInfo, int]) -> Log:
-            topic, index = item
-            return self._open_log(topic, index, self.topic_log_config(topic)[0])
+        def build(item: tuple[TopicInfo, int, PartitionState]) -> Partition:
+            return self._new_partition(*item)
 
         workers = min(OPEN_PARALLELISM, len(missing))
-        with concurrent.futures.ThreadPoolExecutor(workers, "open-log") as pool:
-            logs = list(pool.map(open_one, missing))
-        return {
-            TopicPartition(topic.name, index): plog
-            for (topic, index), plog in zip(missing, logs, strict=True)
-        }
+        with concurrent.futures.ThreadPoolExecutor(workers, "open-partition") as pool:
+            built = list(pool.map(build, missing))
+        return {p.key: p for p in built}
 
-    def _open_partition(
-        self, topic: TopicInfo, index: int, state: PartitionState, plog: Log | None = None
-    ) -> Partition:
+    def _new_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
+        """A replica's partition, its log opened and recovered (storage I/O; any thread)."""
         log_config, policy = self.topic_log_config(topic)
-        if plog is None:
-            plog = self._open_log(topic, index, log_config)
-        partition = Partition(
+        return Partition(
             topic.name,
             index,
-            plog,
+            self._open_log(topic, index, log_config),
             self.broker_id,
             policy,
             state,
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
+
+    def _open_partition(
+        self,
+        topic: TopicInfo,
+        index: int,
+        state: PartitionState,
+        built: Partition | None = None,
+    ) -> Partition:
+        partition = built if built is not None else self._new_partition(topic, index, state)
+        plog = partition.log
         self.partitions[TopicPartition(topic.name, index)] = partition
         if plog.wal is not None:
             self._by_topic_id[(topic.topic_id, index)] = partition
