@@ -348,6 +348,11 @@ class GroupCoordinator:
         self.partitions: dict[int, _OffsetsPartition] = {}
         self._locks: dict[str, _GroupLock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Set whenever a group's state may have moved a deadline earlier (a join, a sync, a
+        # leave, a load): the ticker (server/node.py) sleeps until the next deadline or this,
+        # instead of polling every 100 ms (Kafka arms a timer per member deadline the same way).
+        self.changed = asyncio.Event()
+        self.ticks = 0
 
     # --- becoming (and stopping being) a coordinator -----------------------------------------
 
@@ -366,6 +371,7 @@ class GroupCoordinator:
         if self.partitions.get(index) is not state:
             return  # unloaded, or loaded again at a newer epoch, meanwhile
         state.groups, state.pending, state.loaded = groups, pending, True
+        self.changed.set()
         log.info(
             "group coordinator for %s-%d (epoch %d): %d groups",
             OFFSETS_TOPIC,
@@ -405,10 +411,12 @@ class GroupCoordinator:
         return group
 
     @contextlib.asynccontextmanager
-    async def _locked(self, *group_ids: str) -> AsyncIterator[None]:
+    async def _locked(self, *group_ids: str, wake: bool = True) -> AsyncIterator[None]:
         """Hold the locks of ``group_ids``, in a fixed order. A group's lock lives only while
         someone holds or waits for it, so the map stays as small as the work in flight (a
-        group id used once leaves nothing behind)."""
+        group id used once leaves nothing behind). On release it wakes the ticker (``wake``),
+        since whatever was done under the lock may have moved a deadline; tick() itself
+        does not, or it would wake itself forever."""
         ordered = sorted(set(group_ids))
         entries = [self._locks.setdefault(g, _GroupLock()) for g in ordered]
         for entry in entries:
@@ -417,6 +425,8 @@ class GroupCoordinator:
             async with hold_all([e.lock for e in entries]):
                 yield
         finally:
+            if wake:
+                self.changed.set()
             for group_id, entry in zip(ordered, entries, strict=True):
                 entry.users -= 1
                 if entry.users == 0 and self._locks.get(group_id) is entry:
@@ -664,14 +674,54 @@ class GroupCoordinator:
             self._prepare_rebalance(group, now, f"member {member.member_id} left")
             self._maybe_complete_join(group, now)
 
+    def next_deadline_ms(self) -> int | None:
+        """The earliest time tick() has something to do: a session running out, a rebalance's
+        initial delay or timeout, an empty group's offsets expiring; None if nothing is timed.
+        Heartbeats only move deadlines later, so a ticker asleep until an older deadline wakes
+        at worst early, finds nothing and sleeps again."""
+        deadline: int | None = None
+
+        def earliest(at: int) -> None:
+            nonlocal deadline
+            deadline = at if deadline is None else min(deadline, at)
+
+        for state in self.partitions.values():
+            if not state.loaded:
+                continue
+            for group in state.groups.values():
+                for member in group.members.values():
+                    if member.join_waiter is None and member.sync_waiter is None:
+                        earliest(member.last_heartbeat_ms + member.session_timeout_ms + 1)
+                if group.is_(GroupState.PREPARING_REBALANCE):
+                    earliest(group.rebalance_not_before_ms)
+                    earliest(group.rebalance_deadline_ms)
+                elif group.is_(GroupState.EMPTY):
+                    earliest(group.state_since_ms + self.config.offsets_retention_ms)
+        return deadline
+
+    def now_ms(self) -> int:
+        """The coordinator's clock (deadlines are in it)."""
+        return self._time_ms()
+
+    def busy(self) -> bool:
+        """Whether any group has members (the ticker then also wakes at a backstop interval,
+        in case a waiter ended without a lock being taken, e.g. a dropped connection)."""
+        return any(
+            group.members
+            for state in self.partitions.values()
+            if state.loaded
+            for group in state.groups.values()
+        )
+
     async def tick(self) -> None:
         """Expire members whose session ran out, and end rebalances that reached their time."""
+        self.ticks += 1
         now = self._time_ms()
         for state in list(self.partitions.values()):
             if not state.loaded:
                 continue
             for group in list(state.groups.values()):
-                async with self._locked(group.group_id):
+                async with self._locked(group.group_id, wake=False):
                     for member in list(group.members.values()):
                         busy = member.join_waiter is not None or member.sync_waiter is not None
                         if not busy and now - member.last_heartbeat_ms > member.session_timeout_ms:

@@ -1,0 +1,107 @@
+"""An idle broker does not poll: the group coordinator's timed work (session expiry, the end
+of a rebalance) runs at its deadlines or when a request moves one, not on a fixed 100 ms tick.
+These tests count the ticker's passes over idle windows; they never time anything."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from replication.coordinator.group import (
+    GroupConfig,
+    GroupCoordinator,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    _now_ms,
+    _OffsetsPartition,
+)
+from replication.errors import MemberIdRequiredError
+from replication.metadata.image import MetadataImage
+from replication.server.node import Node
+
+pytestmark = pytest.mark.unit
+
+SESSION_MS = 300
+
+
+def coordinator() -> GroupCoordinator:
+    async def append(index: int, records: bytes) -> int:
+        return 0
+
+    c = GroupCoordinator(
+        0,
+        GroupConfig(num_partitions=1, min_session_timeout_ms=1, initial_rebalance_delay_ms=0),
+        MetadataImage,
+        append,
+        _now_ms,
+    )
+    c.partitions[0] = _OffsetsPartition(0, 0, loaded=True)
+    return c
+
+
+def join(c: GroupCoordinator, member_id: str = "") -> asyncio.Future[JoinResult]:
+    request = JoinRequest(
+        "g", member_id, None, "client", "", SESSION_MS, SESSION_MS, "consumer", (("range", b""),)
+    )
+    return asyncio.ensure_future(c.join_group(request))
+
+
+async def idle_window(seconds: float) -> None:
+    """Let the loop run with nothing to do (this is the window counted over, not a wait for
+    a condition)."""
+    await asyncio.sleep(seconds)
+
+
+def test_ticker_sleeps_with_no_groups() -> None:
+    async def main() -> None:
+        c = coordinator()
+        ticker = asyncio.create_task(Node._tick_groups(c))
+        await idle_window(1.0)  # ten 100 ms ticks' worth
+        assert c.ticks == 0
+        assert c.next_deadline_ms() is None
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    asyncio.run(main())
+
+
+def test_ticker_expires_a_silent_member_at_its_deadline() -> None:
+    """A member joins and syncs, then never heartbeats: the ticker removes it once its session
+    runs out, after a bounded number of passes (a 100 ms poll would make many more while the
+    group rebalances and waits)."""
+
+    async def main() -> None:
+        c = coordinator()
+        ticker = asyncio.create_task(Node._tick_groups(c))
+        first = await join(c)
+        assert first.error is MemberIdRequiredError
+        result = await join(c, first.member_id)
+        assert result.error is None
+        await c.sync_group("g", result.generation_id, result.member_id, None, {})
+        group = c.describe_group("g")
+        assert group is not None
+        assert group.is_(GroupState.STABLE)
+        deadline = c.next_deadline_ms()
+        member = group.members[result.member_id]
+        assert deadline == member.last_heartbeat_ms + SESSION_MS + 1
+        for _ in range(100):  # the session is 300 ms; wait for the ticker to act, bounded
+            if not group.members:
+                break
+            await idle_window(0.1)
+        assert not group.members, "the silent member's session ran out but it is still there"
+        assert group.is_(GroupState.EMPTY)
+        # one pass per join/sync wake-up and one at the deadline (plus at most a couple of
+        # backstop wake-ups while the member was there), not one per 100 ms
+        assert c.ticks <= 8, c.ticks
+        ticks = c.ticks
+        await idle_window(1.0)
+        assert c.ticks == ticks  # empty group: next deadline is offsets retention, days away
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    asyncio.run(main())
