@@ -412,6 +412,19 @@ class Controller:
                 )
             return info
 
+    def sessions_expired(self) -> bool:
+        """Whether some unfenced broker's session ran out: a cheap look (no I/O), so the
+        service's loop can skip the thread hop of check_sessions when, as nearly always,
+        none has. Without the lock on purpose: a thread may hold it through a metadata write,
+        and the event loop must not wait for that; the image is immutable and the heartbeat
+        map's get is atomic, and check_sessions decides again under the lock."""
+        now = self._time_ms()
+        last = self._last_heartbeat
+        return any(
+            not b.fenced and now - last.get(b.broker_id, now) > self.session_timeout_ms
+            for b in self.image.brokers
+        )
+
     def check_sessions(self) -> list[int]:
         """Fence brokers whose session expired; move leadership off them. Returns them."""
         with self._lock:

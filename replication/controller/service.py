@@ -58,6 +58,10 @@ class ControllerService:
             unclean_leader_election=config.unclean_leader_election_enable,
         )
         self._claim_alive_ms = _now_ms()
+        #: when a standby last read the latest claim (a LIST and a GET on the metadata store)
+        self._claim_read_ms = 0
+        #: the time of the last answered ping (differs from _claim_alive_ms after a failure)
+        self._claim_pinged_ms = -1
         self._watched: ControllerClaim | None = None
         self._ping: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -84,7 +88,8 @@ class ControllerService:
         while True:
             try:
                 if self.controller.active:
-                    await asyncio.to_thread(self.controller.check_sessions)
+                    if self.controller.sessions_expired():
+                        await asyncio.to_thread(self.controller.check_sessions)
                     if _now_ms() - last_claim_check > 1000:
                         last_claim_check = _now_ms()
                         await self._step_down_if_superseded()
@@ -103,7 +108,11 @@ class ControllerService:
                 log.warning("controller %d steps down: %s", self.config.broker_id, err)
             except ReplogError as err:
                 log.warning("controller %d: %s", self.config.broker_id, err)
-            await asyncio.sleep(interval)
+            # the active checks sessions at half the heartbeat interval (a fenced broker's
+            # leadership moves promptly); a standby pings the active once per heartbeat
+            # interval, as a broker heartbeats, and takes over after
+            # broker.session.timeout.ms of silence either way
+            await asyncio.sleep(interval if self.controller.active else 2 * interval)
 
     async def _step_down_if_superseded(self) -> None:
         claim = await asyncio.to_thread(self.store.latest_claim)
@@ -118,7 +127,19 @@ class ControllerService:
             )
 
     async def _maybe_take_over(self) -> None:
-        claim = await asyncio.to_thread(self.store.latest_claim)
+        # While the watched controller answers, a standby rereads the claim (a LIST and a GET
+        # on the metadata store, in a thread) once a second, as the active checks whether it
+        # was superseded, rather than at every ping: a newer claim is only ever written by a
+        # standby that saw the active silent for broker.session.timeout.ms. When a ping has
+        # failed it reads the claim every time, so it never takes over on a stale one.
+        claim = self._watched
+        if (
+            claim is None
+            or self._claim_alive_ms != self._claim_pinged_ms
+            or (_now_ms() - self._claim_read_ms >= 1000)
+        ):
+            claim = await asyncio.to_thread(self.store.latest_claim)
+            self._claim_read_ms = _now_ms()
         if claim is None or claim.controller_id == self.config.broker_id:
             # the first controller ever, our own earlier life, or our activation that failed
             await self._activate(claim.epoch if claim else 0)
@@ -138,7 +159,7 @@ class ControllerService:
                 p.ApiVersionsRequest(),
                 timeout_ms=self.config.broker_heartbeat_interval_ms * 2,
             )
-            self._claim_alive_ms = _now_ms()
+            self._claim_alive_ms = self._claim_pinged_ms = _now_ms()
         except BrokerUnreachableError:
             silent = _now_ms() - self._claim_alive_ms
             if silent > self.config.broker_session_timeout_ms:
