@@ -105,3 +105,35 @@ def test_ticker_expires_a_silent_member_at_its_deadline() -> None:
             await ticker
 
     asyncio.run(main())
+
+
+def test_ticker_does_not_spin_on_a_rebalance_waiting_for_members() -> None:
+    """A rebalance past its initial delay that still waits for a member to rejoin has a
+    deadline in the past that tick() cannot resolve: the ticker must sleep until the
+    rebalance timeout (or a join), not tick again at once in a loop that starves the event
+    loop. The waiting join completes at the rebalance timeout, without the old member."""
+
+    async def main() -> None:
+        c = coordinator()
+        ticker = asyncio.create_task(Node._tick_groups(c))
+        first = await join(c)
+        a = await join(c, first.member_id)
+        await c.sync_group("g", a.generation_id, a.member_id, None, {})
+        second = await join(c)
+        assert second.error is MemberIdRequiredError
+        waiting = join(c, second.member_id)  # a rebalance: member a has not rejoined
+        loop_turns = 0
+        while not waiting.done() and loop_turns < 100:
+            await idle_window(0.05)  # would never return if the ticker held the loop
+            loop_turns += 1
+        assert waiting.done(), "the rebalance never ended at its timeout"
+        b = waiting.result()
+        assert b.error is None
+        assert b.members is not None
+        assert [m[0] for m in b.members] == [second.member_id]
+        assert c.ticks <= 10, c.ticks
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    asyncio.run(main())

@@ -674,16 +674,21 @@ class GroupCoordinator:
             self._prepare_rebalance(group, now, f"member {member.member_id} left")
             self._maybe_complete_join(group, now)
 
-    def next_deadline_ms(self) -> int | None:
-        """The earliest time tick() has something to do: a session running out, a rebalance's
-        initial delay or timeout, an empty group's offsets expiring; None if nothing is timed.
-        Heartbeats only move deadlines later, so a ticker asleep until an older deadline wakes
-        at worst early, finds nothing and sleeps again."""
+    def next_deadline_ms(self, after: int = -1) -> int | None:
+        """The earliest time later than ``after`` at which tick() has something to do: a
+        session running out, a rebalance's initial delay or timeout, an empty group's offsets
+        expiring; None if nothing is timed. Heartbeats only move deadlines later, so a ticker
+        asleep until an older deadline wakes at worst early, finds nothing and sleeps again.
+        The ticker passes the time of its last tick as ``after``: a deadline that tick already
+        saw and left standing (a rebalance past its initial delay still waiting for members,
+        a failed offsets expiry) must not make it tick again at once, in a loop that would
+        never yield to the event loop."""
         deadline: int | None = None
 
         def earliest(at: int) -> None:
             nonlocal deadline
-            deadline = at if deadline is None else min(deadline, at)
+            if at > after:
+                deadline = at if deadline is None else min(deadline, at)
 
         for state in self.partitions.values():
             if not state.loaded:
@@ -713,8 +718,9 @@ class GroupCoordinator:
             for group in state.groups.values()
         )
 
-    async def tick(self) -> None:
-        """Expire members whose session ran out, and end rebalances that reached their time."""
+    async def tick(self) -> int:
+        """Expire members whose session ran out, and end rebalances that reached their time.
+        Returns the time it acted at (the ``after`` of next_deadline_ms)."""
         self.ticks += 1
         now = self._time_ms()
         for state in list(self.partitions.values()):
@@ -730,6 +736,7 @@ class GroupCoordinator:
                             )
                     self._maybe_complete_join(group, now)
                     await self._expire_offsets(state, group, now)
+        return now
 
     # --- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
 

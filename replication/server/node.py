@@ -380,9 +380,10 @@ class Node:
         have moved one earlier; never a fixed-rate poll, so an idle broker with no groups
         sleeps. While groups have members a backstop wake-up every second also runs, for a
         waiter that ended without passing through the coordinator's locks."""
+        last_tick = -1
         while True:
             coordinator.changed.clear()
-            deadline = coordinator.next_deadline_ms()
+            deadline = coordinator.next_deadline_ms(after=last_tick)
             timeout: float | None = None
             if deadline is not None:
                 timeout = max(0.0, (deadline - coordinator.now_ms()) / 1000)
@@ -392,9 +393,12 @@ class Node:
             if timeout is None or timeout > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(coordinator.changed.wait(), timeout)
+            else:
+                await asyncio.sleep(0)  # never hold the event loop, whatever the deadlines
             try:
-                await coordinator.tick()
+                last_tick = await coordinator.tick()
             except ReplogError as err:
+                last_tick = coordinator.now_ms()
                 log.warning("group coordinator: %s", err)
 
     @staticmethod
