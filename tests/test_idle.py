@@ -1,14 +1,19 @@
 """An idle broker does not poll: the group coordinator's timed work (session expiry, the end
-of a rebalance) runs at its deadlines or when a request moves one, not on a fixed 100 ms tick.
-These tests count the ticker's passes over idle windows; they never time anything."""
+of a rebalance) runs at its deadlines or when a request moves one, not on a fixed 100 ms tick;
+the controller renews a steady broker's session without a thread hop or a metadata write.
+These tests count passes and writes over idle windows; they never time anything."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+from pathlib import Path
 
 import pytest
 
+from logstore.storage import Storage
+from replication.controller.controller import Controller
 from replication.coordinator.group import (
     GroupConfig,
     GroupCoordinator,
@@ -20,6 +25,7 @@ from replication.coordinator.group import (
 )
 from replication.errors import MemberIdRequiredError
 from replication.metadata.image import MetadataImage
+from replication.metadata.store import MetadataStore
 from replication.server.node import Node
 
 pytestmark = pytest.mark.unit
@@ -137,3 +143,37 @@ def test_ticker_does_not_spin_on_a_rebalance_waiting_for_members() -> None:
             await ticker
 
     asyncio.run(main())
+
+
+def test_steady_heartbeat_renews_the_session_without_a_metadata_write(tmp_path: Path) -> None:
+    """The controller's loop-side heartbeat (no thread hop) renews a registered, unfenced
+    broker's session and writes nothing; a stale epoch, a fenced broker, or a lock held by
+    a metadata write fall back to heartbeat() in a thread (None here)."""
+    c = Controller(MetadataStore(Storage.from_url(tmp_path.as_uri())), 100, "127.0.0.1", 9100)
+    c.activate()
+    info = c.register_broker(0, "127.0.0.1", 9000, None)
+    writes: list[str] = []
+    c.store.storage.observer = lambda op, seconds, err: writes.append(op)
+    version = c.image.version
+    assert c.heartbeat_in_memory(0, info.epoch) == info
+    assert c.heartbeat_in_memory(0, info.epoch + 1) is None  # stale epoch: heartbeat() raises
+    assert c.heartbeat_in_memory(1, 1) is None  # unknown broker
+    assert not c.sessions_expired()
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_lock() -> None:
+        with c._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=hold_lock)
+    thread.start()
+    held.wait()
+    try:
+        assert c.heartbeat_in_memory(0, info.epoch) is None  # never waits for the lock
+    finally:
+        release.set()
+        thread.join()
+    assert writes == []
+    assert c.image.version == version
