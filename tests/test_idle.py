@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from logstore.storage import Storage
+from replication.config import BrokerConfig
 from replication.controller.controller import Controller
+from replication.controller.service import loop_pause_s
 from replication.coordinator.group import (
     GroupConfig,
     GroupCoordinator,
@@ -23,7 +26,7 @@ from replication.coordinator.group import (
     _now_ms,
     _OffsetsPartition,
 )
-from replication.errors import MemberIdRequiredError
+from replication.errors import MemberIdRequiredError, NotEnoughReplicasError
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
 from replication.server.node import Node
@@ -33,24 +36,43 @@ pytestmark = pytest.mark.unit
 SESSION_MS = 300
 
 
-def coordinator() -> GroupCoordinator:
-    async def append(index: int, records: bytes) -> int:
+def coordinator(
+    time_ms: Callable[[], int] = _now_ms,
+    append: Callable[[int, bytes], Awaitable[int]] | None = None,
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
+) -> GroupCoordinator:
+    async def appended(index: int, records: bytes) -> int:
         return 0
 
     c = GroupCoordinator(
         0,
-        GroupConfig(num_partitions=1, min_session_timeout_ms=1, initial_rebalance_delay_ms=0),
+        GroupConfig(
+            num_partitions=1,
+            min_session_timeout_ms=1,
+            initial_rebalance_delay_ms=0,
+            offsets_retention_ms=offsets_retention_ms,
+        ),
         MetadataImage,
-        append,
-        _now_ms,
+        append or appended,
+        time_ms,
     )
     c.partitions[0] = _OffsetsPartition(0, 0, loaded=True)
     return c
 
 
-def join(c: GroupCoordinator, member_id: str = "") -> asyncio.Future[JoinResult]:
+def join(
+    c: GroupCoordinator, member_id: str = "", rebalance_timeout_ms: int = SESSION_MS
+) -> asyncio.Future[JoinResult]:
     request = JoinRequest(
-        "g", member_id, None, "client", "", SESSION_MS, SESSION_MS, "consumer", (("range", b""),)
+        "g",
+        member_id,
+        None,
+        "client",
+        "",
+        SESSION_MS,
+        rebalance_timeout_ms,
+        "consumer",
+        (("range", b""),),
     )
     return asyncio.ensure_future(c.join_group(request))
 
@@ -177,3 +199,122 @@ def test_steady_heartbeat_renews_the_session_without_a_metadata_write(tmp_path: 
         thread.join()
     assert writes == []
     assert c.image.version == version
+
+
+class Clock:
+    """The coordinator's clock, moved by the test (its deadlines are in it); the ticker's
+    sleeps stay real, so a deadline passes only when the test moves the clock."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_a_member_that_waited_long_in_a_rebalance_gets_a_whole_session_after_it() -> None:
+    """A member waits in JoinGroup (no heartbeats) longer than its session while the
+    rebalance waits for a slower member; when the rebalance ends its session restarts (as
+    Kafka's completeAndScheduleNextHeartbeatExpiration), so the ticker, woken by that join,
+    does not expire it before its JoinGroup answer even reached it. Likewise a member that
+    waited in SyncGroup for the leader. The clock only moves when the test moves it."""
+
+    async def main() -> None:
+        clock = Clock()
+        c = coordinator(clock)
+        ticker = asyncio.create_task(Node._tick_groups(c))
+        first = await join(c, rebalance_timeout_ms=10 * SESSION_MS)
+        a = await join(c, first.member_id, rebalance_timeout_ms=10 * SESSION_MS)
+        await c.sync_group("g", a.generation_id, a.member_id, None, {})
+        group = c.describe_group("g")
+        assert group is not None
+        assert group.is_(GroupState.STABLE)
+        b_id = (await join(c)).member_id  # pending: the rebalance waits for b to join
+        a_waiting = join(c, a.member_id, rebalance_timeout_ms=10 * SESSION_MS)
+        await idle_window(0.05)
+        assert group.is_(GroupState.PREPARING_REBALANCE)
+        assert not a_waiting.done()
+        clock.ms += 3 * SESSION_MS  # a waits in JoinGroup three sessions long
+        b = await join(c, b_id)  # everyone is in: the rebalance ends, the ticker wakes
+        a2 = await a_waiting
+        assert a2.error is None
+        assert b.error is None
+        await idle_window(0.1)  # the ticker runs (its wake-up) at the same clock time
+        assert set(group.members) == {a.member_id, b_id}, "a was expired on the spot"
+        assert group.is_(GroupState.COMPLETING_REBALANCE)
+        # b waits in SyncGroup for the leader (a) longer than its session; a heartbeats
+        b_sync = asyncio.ensure_future(c.sync_group("g", b.generation_id, b_id, None, {}))
+        await idle_window(0.05)
+        for _ in range(3):
+            clock.ms += SESSION_MS // 2
+            await c.heartbeat("g", a2.generation_id, a.member_id, None)
+        clock.ms += SESSION_MS // 2
+        await c.sync_group("g", a2.generation_id, a.member_id, None, {a.member_id: b"x"})
+        await b_sync
+        await idle_window(0.1)
+        assert set(group.members) == {a.member_id, b_id}, "b was expired on the spot"
+        assert group.is_(GroupState.STABLE)
+        # and a session still runs out: nobody heartbeats for a whole session
+        clock.ms += SESSION_MS + 1
+        c.changed.set()  # what the next request would do; the clock moved, not real time
+        for _ in range(100):
+            if not group.members:
+                break
+            await idle_window(0.05)
+        assert not group.members
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    asyncio.run(main())
+
+
+def test_a_failed_offsets_expiry_is_tried_again_without_other_traffic() -> None:
+    """An empty group's offsets expire at offsets.retention: when that write fails (here: the
+    log refuses it once, as with too few in-sync replicas), the deadline stands. The ticker
+    must come back to it by itself, STANDING_DEADLINE_RETRY_MS later, not wait for unrelated
+    traffic that an idle broker never gets (it would keep the group and its offsets
+    forever)."""
+    refused: list[int] = []
+    fail_next = False
+
+    async def append(index: int, records: bytes) -> int:
+        nonlocal fail_next
+        if fail_next:
+            fail_next = False
+            refused.append(index)
+            raise NotEnoughReplicasError("refused once by the test")
+        return 0
+
+    async def main() -> None:
+        nonlocal fail_next
+        c = coordinator(append=append, offsets_retention_ms=200)
+        ticker = asyncio.create_task(Node._tick_groups(c))
+        first = await join(c)
+        a = await join(c, first.member_id)
+        await c.sync_group("g", a.generation_id, a.member_id, None, {})
+        fail_next = True  # the next write is the expiry's tombstones
+        assert await c.leave_group("g", [(a.member_id, None)]) == [None]
+        group = c.describe_group("g")
+        assert group is not None
+        assert group.is_(GroupState.EMPTY)
+        for _ in range(200):  # bounded wait: retention 0.2 s, one retry 1 s later
+            if c.partitions[0].groups.get("g") is None:
+                break
+            await idle_window(0.05)
+        assert refused == [0], "the expiry was never attempted"
+        assert c.partitions[0].groups.get("g") is None, "a failed expiry was never retried"
+        assert group.is_(GroupState.DEAD)
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    asyncio.run(main())
+
+
+def test_a_standby_pings_the_active_as_often_as_the_active_checks_sessions() -> None:
+    """A standby takes over at its first failed ping after broker.session.timeout.ms of
+    silence, so its pause bounds how late it notices a dead active: it stays half the
+    heartbeat interval, as before the idle work (only its claim rereads became once a
+    second); a pause of a whole interval would make every failover later."""
+    assert loop_pause_s(BrokerConfig(broker_heartbeat_interval_ms=500)) == 0.25

@@ -102,6 +102,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 SNAPSHOT_MIN_RECORDS = 1000
 #: the format of the JSON values on __consumer_offsets; 0 reads as 1
 GROUP_RECORD_FORMAT_VERSION = 1
+#: a deadline the group ticker acted on and that still stands is tried again this much later
+STANDING_DEADLINE_RETRY_MS = 1_000
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
@@ -656,6 +658,11 @@ class GroupCoordinator:
         for member in group.members.values():
             _settle(member.join_waiter, self._join_result(group, member))
             member.join_waiter = None
+            # A member waiting in JoinGroup does not heartbeat, and its session was not
+            # running; it restarts now (Kafka's completeAndScheduleNextHeartbeatExpiration),
+            # or one that joined early in a long rebalance would be expired at once, before
+            # its JoinGroup answer even reached it.
+            member.last_heartbeat_ms = now
 
     def _remove_member(
         self, group: GroupMetadata, member: MemberMetadata, now: int, why: str, *, rebalance: bool
@@ -681,14 +688,17 @@ class GroupCoordinator:
         asleep until an older deadline wakes at worst early, finds nothing and sleeps again.
         The ticker passes the time of its last tick as ``after``: a deadline that tick already
         saw and left standing (a rebalance past its initial delay still waiting for members,
-        a failed offsets expiry) must not make it tick again at once, in a loop that would
-        never yield to the event loop."""
+        an offsets expiry whose write failed, a tick that raised) must not make it tick again
+        at once, in a loop that would never yield to the event loop; nor may it be dropped,
+        or a failed expiry would wait for unrelated traffic (an idle broker has none): it
+        comes back :data:`STANDING_DEADLINE_RETRY_MS` after that tick."""
         deadline: int | None = None
 
         def earliest(at: int) -> None:
             nonlocal deadline
-            if at > after:
-                deadline = at if deadline is None else min(deadline, at)
+            if at <= after:
+                at = after + STANDING_DEADLINE_RETRY_MS
+            deadline = at if deadline is None else min(deadline, at)
 
         for state in self.partitions.values():
             if not state.loaded:
@@ -789,10 +799,14 @@ class GroupCoordinator:
             return
         if not group.is_(GroupState.COMPLETING_REBALANCE) or group.generation_id != generation:
             return  # a rebalance began meanwhile; its syncs were answered
-        group.transition(GroupState.STABLE, self._time_ms())
+        now = self._time_ms()
+        group.transition(GroupState.STABLE, now)
         for member in group.members.values():
             _settle(member.sync_waiter, member.assignment)
             member.sync_waiter = None
+            # as at the end of a join: a member that waited in SyncGroup for the leader did
+            # not heartbeat meanwhile, so its session starts again from its assignment
+            member.last_heartbeat_ms = now
 
     async def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
