@@ -318,3 +318,23 @@ def test_a_standby_pings_the_active_as_often_as_the_active_checks_sessions() -> 
     heartbeat interval, as before the idle work (only its claim rereads became once a
     second); a pause of a whole interval would make every failover later."""
     assert loop_pause_s(BrokerConfig(broker_heartbeat_interval_ms=500)) == 0.25
+
+
+def test_a_heartbeat_does_not_wake_the_ticker() -> None:
+    """Heartbeats only move deadlines later, so they leave the ticker asleep: woken by each
+    one, it would look over every member of every group per heartbeat (quadratic in the
+    members) where a 100 ms poll looked ten times a second. A join still wakes it."""
+
+    async def main() -> None:
+        c = coordinator()
+        first = await join(c)
+        a = await join(c, first.member_id)
+        await c.sync_group("g", a.generation_id, a.member_id, None, {})
+        c.changed.clear()
+        for _ in range(5):
+            await c.heartbeat("g", a.generation_id, a.member_id, None)
+        assert not c.changed.is_set()
+        await join(c)  # a new member: MEMBER_ID_REQUIRED, a pending member
+        assert c.changed.is_set()
+
+    asyncio.run(main())

@@ -811,7 +811,9 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> None:
-        async with self._locked(group_id):
+        # A heartbeat only moves its member's deadline later, so it does not wake the ticker
+        # (which would then look over every member of every group, per heartbeat).
+        async with self._locked(group_id, wake=False):
             group = self._group(group_id)
             if group is None or group.is_(GroupState.EMPTY):
                 raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
