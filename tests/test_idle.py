@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from logstore.storage import Storage
-from replication.config import BrokerConfig
+from replication.config import broker_config_from
 from replication.controller.controller import Controller
-from replication.controller.service import loop_pause_s
+from replication.controller.service import ControllerService
 from replication.coordinator.group import (
     GroupConfig,
     GroupCoordinator,
@@ -312,12 +312,64 @@ def test_a_failed_offsets_expiry_is_tried_again_without_other_traffic() -> None:
     asyncio.run(main())
 
 
-def test_a_standby_pings_the_active_as_often_as_the_active_checks_sessions() -> None:
-    """A standby takes over at its first failed ping after broker.session.timeout.ms of
-    silence, so its pause bounds how late it notices a dead active: it stays half the
-    heartbeat interval, as before the idle work (only its claim rereads became once a
-    second); a pause of a whole interval would make every failover later."""
-    assert loop_pause_s(BrokerConfig(broker_heartbeat_interval_ms=500)) == 0.25
+def test_a_standby_pings_once_per_heartbeat_while_answered_and_twice_once_not(
+    tmp_path: Path,
+) -> None:
+    """A standby controller (every broker is one by default) pings the active once per
+    heartbeat interval while it answers, and rereads the claim at most once a second. Once a
+    ping goes unanswered it pings every half interval and rereads the claim every time: it
+    takes over at its first failed ping after broker.session.timeout.ms of silence, so a dead
+    active is noticed no later than when every ping came every half interval. The active is
+    a real controller Node in this loop; the standby's passes are driven one by one."""
+    metadata = (tmp_path / "metadata").as_uri()
+    common = {
+        "metadata.log.dir": metadata,
+        "process.roles": "controller",
+        "listeners": "127.0.0.1:0",
+        "broker.heartbeat.interval.ms": 500,
+        "broker.session.timeout.ms": 60_000,  # no takeover in this test
+    }
+
+    async def main() -> None:
+        active = Node(
+            broker_config_from(
+                {**common, "broker.id": 100, "log.dir": (tmp_path / "c100").as_uri()}
+            )
+        )
+        await active.start()
+        config = broker_config_from(
+            {**common, "broker.id": 101, "log.dir": (tmp_path / "c101").as_uri()}
+        )
+        standby = ControllerService(
+            config, MetadataStore(Storage.from_url(metadata)), "127.0.0.1", 1
+        )
+        try:
+            assert active.controller_service is not None
+            service = active.controller_service
+            for _ in range(100):  # bounded: the first controller claims at once
+                if service.active:
+                    break
+                await idle_window(0.05)
+            assert service.active
+            assert standby.pause_s() == 0.25  # nothing watched yet
+            await standby._maybe_take_over()
+            assert standby._watched is not None
+            assert standby._watched.controller_id == 100
+            assert standby.pause_s() == 0.5  # answered: once per heartbeat interval
+            await active.stop()
+            await standby._maybe_take_over()  # unanswered
+            assert not standby.active
+            assert standby.pause_s() == 0.25
+            reads: list[str] = []
+            standby.store.storage.observer = lambda op, seconds, err: reads.append(op)
+            await standby._maybe_take_over()  # rereads the claim, whatever its age
+            assert reads, "a standby whose ping failed went on with its cached claim"
+            assert not standby.active
+            assert standby.pause_s() == 0.25
+        finally:
+            await standby.stop()
+
+    asyncio.run(main())
 
 
 def test_a_heartbeat_does_not_wake_the_ticker() -> None:

@@ -35,12 +35,6 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def loop_pause_s(config: BrokerConfig) -> float:
-    """The controller loop's pause between passes, the same for the active and a standby
-    (see ControllerService._run): half broker.heartbeat.interval.ms."""
-    return config.broker_heartbeat_interval_ms / 1000 / 2
-
-
 class ControllerService:
     def __init__(
         self,
@@ -66,8 +60,8 @@ class ControllerService:
         self._claim_alive_ms = _now_ms()
         #: when a standby last read the latest claim (a LIST and a GET on the metadata store)
         self._claim_read_ms = 0
-        #: the time of the last answered ping (differs from _claim_alive_ms after a failure)
-        self._claim_pinged_ms = -1
+        #: whether the standby's last ping of the watched controller was answered
+        self._ping_ok = False
         self._watched: ControllerClaim | None = None
         self._ping: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -113,15 +107,22 @@ class ControllerService:
                 log.warning("controller %d steps down: %s", self.config.broker_id, err)
             except ReplogError as err:
                 log.warning("controller %d: %s", self.config.broker_id, err)
-            # Both roles run at half the heartbeat interval: the active checks sessions (a
-            # fenced broker's leadership moves promptly), a standby pings the active. A standby
-            # takes over at its first failed ping after broker.session.timeout.ms of silence,
-            # so its pause bounds how late it notices a dead active (at most session + pause
-            # after the death): pinging only once per heartbeat interval would add a quarter
-            # second to every failover at the defaults, to save a ping that costs microseconds.
-            # What made an idle standby expensive was rereading the claim at every ping (see
-            # _maybe_take_over).
-            await asyncio.sleep(loop_pause_s(self.config))
+            await asyncio.sleep(self.pause_s())
+
+    def pause_s(self) -> float:
+        """The loop's pause before its next pass. The active checks sessions every half
+        heartbeat interval (a fenced broker's leadership moves promptly). A standby whose
+        last ping was answered pings once per heartbeat interval, as a broker heartbeats:
+        every node but the active is a standby by default (process.roles=broker,controller),
+        and their pings are most of an idle active's work. Once a ping goes unanswered (or
+        before the first) it pings every half interval again: it takes over at its first
+        failed ping after broker.session.timeout.ms of silence since the last answer, so a
+        dead active is still noticed at most session + half an interval after it died, as
+        when every ping came at that rate."""
+        half = self.config.broker_heartbeat_interval_ms / 1000 / 2
+        if self.controller.active or self._watched is None or not self._ping_ok:
+            return half
+        return 2 * half
 
     async def _step_down_if_superseded(self) -> None:
         claim = await asyncio.to_thread(self.store.latest_claim)
@@ -139,14 +140,12 @@ class ControllerService:
         # While the watched controller answers, a standby rereads the claim (a LIST and a GET
         # on the metadata store, in a thread) once a second, as the active checks whether it
         # was superseded, rather than at every ping: a newer claim is only ever written by a
-        # standby that saw the active silent for broker.session.timeout.ms. When a ping has
-        # failed it reads the claim every time, so it never takes over on a stale one.
+        # standby that saw the active silent for broker.session.timeout.ms. Once a ping has
+        # gone unanswered it reads the claim every time, so it does not try to succeed a
+        # controller that a newer one already replaced (that claim would fail; harmless, but
+        # a lost pass).
         claim = self._watched
-        if (
-            claim is None
-            or self._claim_alive_ms != self._claim_pinged_ms
-            or (_now_ms() - self._claim_read_ms >= 1000)
-        ):
+        if claim is None or not self._ping_ok or (_now_ms() - self._claim_read_ms >= 1000):
             claim = await asyncio.to_thread(self.store.latest_claim)
             self._claim_read_ms = _now_ms()
         if claim is None or claim.controller_id == self.config.broker_id:
@@ -162,13 +161,15 @@ class ControllerService:
                 claim.host, claim.port, client_id=f"controller-{self.config.broker_id}"
             )
         assert self._ping is not None
+        self._ping_ok = False  # until answered, whatever the ping raises
         try:
             await self._ping.request(
                 p.ApiKey.API_VERSIONS,
                 p.ApiVersionsRequest(),
                 timeout_ms=self.config.broker_heartbeat_interval_ms * 2,
             )
-            self._claim_alive_ms = self._claim_pinged_ms = _now_ms()
+            self._claim_alive_ms = _now_ms()
+            self._ping_ok = True
         except BrokerUnreachableError:
             silent = _now_ms() - self._claim_alive_ms
             if silent > self.config.broker_session_timeout_ms:
