@@ -412,6 +412,36 @@ class Controller:
                 )
             return info
 
+    def heartbeat_in_memory(self, broker_id: int, broker_epoch: int) -> BrokerInfo | None:
+        """heartbeat() for the steady case, callable on the event loop: a registered,
+        unfenced broker at its current epoch only has its session renewed, no metadata
+        write. None when that is not the case or the lock is busy (a thread may hold it
+        through a metadata write, which the loop must not wait for): then call heartbeat()
+        in a thread, which also unfences or raises."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            info = self.image.broker(broker_id)
+            if info is None or info.epoch != broker_epoch or info.fenced:
+                return None
+            self._last_heartbeat[broker_id] = self._time_ms()
+            return info
+        finally:
+            self._lock.release()
+
+    def sessions_expired(self) -> bool:
+        """Whether some unfenced broker's session ran out: a cheap look (no I/O), so the
+        service's loop can skip the thread hop of check_sessions when, as nearly always,
+        none has. Without the lock on purpose: a thread may hold it through a metadata write,
+        and the event loop must not wait for that; the image is immutable and the heartbeat
+        map's get is atomic, and check_sessions decides again under the lock."""
+        now = self._time_ms()
+        last = self._last_heartbeat
+        return any(
+            not b.fenced and now - last.get(b.broker_id, now) > self.session_timeout_ms
+            for b in self.image.brokers
+        )
+
     def check_sessions(self) -> list[int]:
         """Fence brokers whose session expired; move leadership off them. Returns them."""
         with self._lock:

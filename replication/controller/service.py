@@ -58,6 +58,10 @@ class ControllerService:
             unclean_leader_election=config.unclean_leader_election_enable,
         )
         self._claim_alive_ms = _now_ms()
+        #: when a standby last read the latest claim (a LIST and a GET on the metadata store)
+        self._claim_read_ms = 0
+        #: whether the standby's last ping of the watched controller was answered
+        self._ping_ok = False
         self._watched: ControllerClaim | None = None
         self._ping: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -77,14 +81,14 @@ class ControllerService:
             await self._ping.close()
 
     async def _run(self) -> None:
-        interval = self.config.broker_heartbeat_interval_ms / 1000 / 2
         last_claim_check = 0
         last_rebalance = _now_ms()
         rebalance_ms = self.config.leader_imbalance_check_interval_seconds * 1000
         while True:
             try:
                 if self.controller.active:
-                    await asyncio.to_thread(self.controller.check_sessions)
+                    if self.controller.sessions_expired():
+                        await asyncio.to_thread(self.controller.check_sessions)
                     if _now_ms() - last_claim_check > 1000:
                         last_claim_check = _now_ms()
                         await self._step_down_if_superseded()
@@ -103,7 +107,22 @@ class ControllerService:
                 log.warning("controller %d steps down: %s", self.config.broker_id, err)
             except ReplogError as err:
                 log.warning("controller %d: %s", self.config.broker_id, err)
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.pause_s())
+
+    def pause_s(self) -> float:
+        """The loop's pause before its next pass. The active checks sessions every half
+        heartbeat interval (a fenced broker's leadership moves promptly). A standby whose
+        last ping was answered pings once per heartbeat interval, as a broker heartbeats:
+        every node but the active is a standby by default (process.roles=broker,controller),
+        and their pings are most of an idle active's work. Once a ping goes unanswered (or
+        before the first) it pings every half interval again: it takes over at its first
+        failed ping after broker.session.timeout.ms of silence since the last answer, so a
+        dead active is still noticed at most session + half an interval after it died, as
+        when every ping came at that rate."""
+        half = self.config.broker_heartbeat_interval_ms / 1000 / 2
+        if self.controller.active or self._watched is None or not self._ping_ok:
+            return half
+        return 2 * half
 
     async def _step_down_if_superseded(self) -> None:
         claim = await asyncio.to_thread(self.store.latest_claim)
@@ -118,7 +137,17 @@ class ControllerService:
             )
 
     async def _maybe_take_over(self) -> None:
-        claim = await asyncio.to_thread(self.store.latest_claim)
+        # While the watched controller answers, a standby rereads the claim (a LIST and a GET
+        # on the metadata store, in a thread) once a second, as the active checks whether it
+        # was superseded, rather than at every ping: a newer claim is only ever written by a
+        # standby that saw the active silent for broker.session.timeout.ms. Once a ping has
+        # gone unanswered it reads the claim every time, so it does not try to succeed a
+        # controller that a newer one already replaced (that claim would fail; harmless, but
+        # a lost pass).
+        claim = self._watched
+        if claim is None or not self._ping_ok or (_now_ms() - self._claim_read_ms >= 1000):
+            claim = await asyncio.to_thread(self.store.latest_claim)
+            self._claim_read_ms = _now_ms()
         if claim is None or claim.controller_id == self.config.broker_id:
             # the first controller ever, our own earlier life, or our activation that failed
             await self._activate(claim.epoch if claim else 0)
@@ -132,6 +161,7 @@ class ControllerService:
                 claim.host, claim.port, client_id=f"controller-{self.config.broker_id}"
             )
         assert self._ping is not None
+        self._ping_ok = False  # until answered, whatever the ping raises
         try:
             await self._ping.request(
                 p.ApiKey.API_VERSIONS,
@@ -139,6 +169,7 @@ class ControllerService:
                 timeout_ms=self.config.broker_heartbeat_interval_ms * 2,
             )
             self._claim_alive_ms = _now_ms()
+            self._ping_ok = True
         except BrokerUnreachableError:
             silent = _now_ms() - self._claim_alive_ms
             if silent > self.config.broker_session_timeout_ms:

@@ -102,6 +102,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 SNAPSHOT_MIN_RECORDS = 1000
 #: the format of the JSON values on __consumer_offsets; 0 reads as 1
 GROUP_RECORD_FORMAT_VERSION = 1
+#: a deadline the group ticker acted on and that still stands is tried again this much later
+STANDING_DEADLINE_RETRY_MS = 1_000
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
@@ -348,6 +350,11 @@ class GroupCoordinator:
         self.partitions: dict[int, _OffsetsPartition] = {}
         self._locks: dict[str, _GroupLock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Set whenever a group's state may have moved a deadline earlier (a join, a sync, a
+        # leave, a load): the ticker (server/node.py) sleeps until the next deadline or this,
+        # instead of polling every 100 ms (Kafka arms a timer per member deadline the same way).
+        self.changed = asyncio.Event()
+        self.ticks = 0
 
     # --- becoming (and stopping being) a coordinator -----------------------------------------
 
@@ -366,6 +373,7 @@ class GroupCoordinator:
         if self.partitions.get(index) is not state:
             return  # unloaded, or loaded again at a newer epoch, meanwhile
         state.groups, state.pending, state.loaded = groups, pending, True
+        self.changed.set()
         log.info(
             "group coordinator for %s-%d (epoch %d): %d groups",
             OFFSETS_TOPIC,
@@ -405,10 +413,12 @@ class GroupCoordinator:
         return group
 
     @contextlib.asynccontextmanager
-    async def _locked(self, *group_ids: str) -> AsyncIterator[None]:
+    async def _locked(self, *group_ids: str, wake: bool = True) -> AsyncIterator[None]:
         """Hold the locks of ``group_ids``, in a fixed order. A group's lock lives only while
         someone holds or waits for it, so the map stays as small as the work in flight (a
-        group id used once leaves nothing behind)."""
+        group id used once leaves nothing behind). On release it wakes the ticker (``wake``),
+        since whatever was done under the lock may have moved a deadline; tick() itself
+        does not, or it would wake itself forever."""
         ordered = sorted(set(group_ids))
         entries = [self._locks.setdefault(g, _GroupLock()) for g in ordered]
         for entry in entries:
@@ -417,6 +427,8 @@ class GroupCoordinator:
             async with hold_all([e.lock for e in entries]):
                 yield
         finally:
+            if wake:
+                self.changed.set()
             for group_id, entry in zip(ordered, entries, strict=True):
                 entry.users -= 1
                 if entry.users == 0 and self._locks.get(group_id) is entry:
@@ -646,6 +658,11 @@ class GroupCoordinator:
         for member in group.members.values():
             _settle(member.join_waiter, self._join_result(group, member))
             member.join_waiter = None
+            # A member waiting in JoinGroup does not heartbeat, and its session was not
+            # running; it restarts now (Kafka's completeAndScheduleNextHeartbeatExpiration),
+            # or one that joined early in a long rebalance would be expired at once, before
+            # its JoinGroup answer even reached it.
+            member.last_heartbeat_ms = now
 
     def _remove_member(
         self, group: GroupMetadata, member: MemberMetadata, now: int, why: str, *, rebalance: bool
@@ -664,14 +681,63 @@ class GroupCoordinator:
             self._prepare_rebalance(group, now, f"member {member.member_id} left")
             self._maybe_complete_join(group, now)
 
-    async def tick(self) -> None:
-        """Expire members whose session ran out, and end rebalances that reached their time."""
+    def next_deadline_ms(self, after: int = -1) -> int | None:
+        """The earliest time later than ``after`` at which tick() has something to do: a
+        session running out, a rebalance's initial delay or timeout, an empty group's offsets
+        expiring; None if nothing is timed. Heartbeats only move deadlines later, so a ticker
+        asleep until an older deadline wakes at worst early, finds nothing and sleeps again.
+        The ticker passes the time of its last tick as ``after``: a deadline that tick already
+        saw and left standing (a rebalance past its initial delay still waiting for members,
+        an offsets expiry whose write failed, a tick that raised) must not make it tick again
+        at once, in a loop that would never yield to the event loop; nor may it be dropped,
+        or a failed expiry would wait for unrelated traffic (an idle broker has none): it
+        comes back :data:`STANDING_DEADLINE_RETRY_MS` after that tick."""
+        deadline: int | None = None
+
+        def earliest(at: int) -> None:
+            nonlocal deadline
+            if at <= after:
+                at = after + STANDING_DEADLINE_RETRY_MS
+            deadline = at if deadline is None else min(deadline, at)
+
+        for state in self.partitions.values():
+            if not state.loaded:
+                continue
+            for group in state.groups.values():
+                for member in group.members.values():
+                    if member.join_waiter is None and member.sync_waiter is None:
+                        earliest(member.last_heartbeat_ms + member.session_timeout_ms + 1)
+                if group.is_(GroupState.PREPARING_REBALANCE):
+                    earliest(group.rebalance_not_before_ms)
+                    earliest(group.rebalance_deadline_ms)
+                elif group.is_(GroupState.EMPTY):
+                    earliest(group.state_since_ms + self.config.offsets_retention_ms)
+        return deadline
+
+    def now_ms(self) -> int:
+        """The coordinator's clock (deadlines are in it)."""
+        return self._time_ms()
+
+    def busy(self) -> bool:
+        """Whether any group has members (the ticker then also wakes at a backstop interval,
+        in case a waiter ended without a lock being taken, e.g. a dropped connection)."""
+        return any(
+            group.members
+            for state in self.partitions.values()
+            if state.loaded
+            for group in state.groups.values()
+        )
+
+    async def tick(self) -> int:
+        """Expire members whose session ran out, and end rebalances that reached their time.
+        Returns the time it acted at (the ``after`` of next_deadline_ms)."""
+        self.ticks += 1
         now = self._time_ms()
         for state in list(self.partitions.values()):
             if not state.loaded:
                 continue
             for group in list(state.groups.values()):
-                async with self._locked(group.group_id):
+                async with self._locked(group.group_id, wake=False):
                     for member in list(group.members.values()):
                         busy = member.join_waiter is not None or member.sync_waiter is not None
                         if not busy and now - member.last_heartbeat_ms > member.session_timeout_ms:
@@ -680,6 +746,7 @@ class GroupCoordinator:
                             )
                     self._maybe_complete_join(group, now)
                     await self._expire_offsets(state, group, now)
+        return now
 
     # --- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
 
@@ -732,15 +799,21 @@ class GroupCoordinator:
             return
         if not group.is_(GroupState.COMPLETING_REBALANCE) or group.generation_id != generation:
             return  # a rebalance began meanwhile; its syncs were answered
-        group.transition(GroupState.STABLE, self._time_ms())
+        now = self._time_ms()
+        group.transition(GroupState.STABLE, now)
         for member in group.members.values():
             _settle(member.sync_waiter, member.assignment)
             member.sync_waiter = None
+            # as at the end of a join: a member that waited in SyncGroup for the leader did
+            # not heartbeat meanwhile, so its session starts again from its assignment
+            member.last_heartbeat_ms = now
 
     async def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
     ) -> None:
-        async with self._locked(group_id):
+        # A heartbeat only moves its member's deadline later, so it does not wake the ticker
+        # (which would then look over every member of every group, per heartbeat).
+        async with self._locked(group_id, wake=False):
             group = self._group(group_id)
             if group is None or group.is_(GroupState.EMPTY):
                 raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")

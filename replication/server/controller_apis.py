@@ -571,7 +571,12 @@ class ControllerApis:
         if controller is None:
             return p.BrokerHeartbeatResponse(error_code=NotControllerError.code)
         try:
-            info = await asyncio.to_thread(controller.heartbeat, body.broker_id, body.broker_epoch)
+            # the steady case renews the session on the loop: no thread hop per heartbeat
+            info = controller.heartbeat_in_memory(body.broker_id, body.broker_epoch)
+            if info is None:
+                info = await asyncio.to_thread(
+                    controller.heartbeat, body.broker_id, body.broker_epoch
+                )
         except ReplogError as err:
             return p.BrokerHeartbeatResponse(
                 error_code=error_code(err), controller_epoch=controller.epoch

@@ -10,6 +10,7 @@ flush and checkpoint every log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -64,6 +65,10 @@ KAFKA_READY_LINE = "Kafka listener of broker {broker_id} on {host}:{port}"
 #: printed before READY_LINE by a node with a metrics endpoint (metrics.port >= 0), for the
 #: same reason not starting with "replog "
 METRICS_READY_LINE = "metrics of {role} {broker_id} on {host}:{port}"
+
+
+GROUP_TICK_BACKSTOP_S = 1.0
+"""While any group has members, the group ticker also wakes this often (see _tick_groups)."""
 
 
 def listener_security(
@@ -370,11 +375,30 @@ class Node:
 
     @staticmethod
     async def _tick_groups(coordinator: GroupCoordinator) -> None:
+        """Run the coordinator's timed work at its next deadline (a session running out, a
+        rebalance's delay or timeout, offsets expiring), or when a join/sync/leave/load may
+        have moved one earlier; never a fixed-rate poll, so an idle broker with no groups
+        sleeps. While groups have members a backstop wake-up every second also runs, for a
+        waiter that ended without passing through the coordinator's locks."""
+        last_tick = -1
         while True:
-            await asyncio.sleep(0.1)
+            coordinator.changed.clear()
+            deadline = coordinator.next_deadline_ms(after=last_tick)
+            timeout: float | None = None
+            if deadline is not None:
+                timeout = max(0.0, (deadline - coordinator.now_ms()) / 1000)
+            if coordinator.busy():
+                backstop = GROUP_TICK_BACKSTOP_S
+                timeout = backstop if timeout is None else min(timeout, backstop)
+            if timeout is None or timeout > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(coordinator.changed.wait(), timeout)
+            else:
+                await asyncio.sleep(0)  # never hold the event loop, whatever the deadlines
             try:
-                await coordinator.tick()
+                last_tick = await coordinator.tick()
             except ReplogError as err:
+                last_tick = coordinator.now_ms()
                 log.warning("group coordinator: %s", err)
 
     @staticmethod
