@@ -22,9 +22,12 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from logstore.storage import Storage
 
 #: The tier markers (pyproject.toml's ``markers``): every test carries at least one.
 TIERS = ("unit", "s3", "cluster", "spark", "chaos")
@@ -127,3 +130,31 @@ def s3_url(s3_endpoint: str, _s3_admin: Any) -> S3Location:
 # Real broker processes (tests/cluster.py): `broker` (module-shared) and `broker_factory`.
 from tests.cluster import broker, broker_factory, cluster_factory  # noqa: E402, F401
 from tests.spark_session import spark  # noqa: E402, F401
+
+#: the storage kinds a test of a broker root runs on: memory and local files (unit tier), moto's
+#: S3 server (s3 tier); see :func:`open_broker_root`
+BROKER_ROOT_KINDS = [
+    pytest.param("memory", marks=pytest.mark.unit),
+    pytest.param("local", marks=pytest.mark.unit),
+    pytest.param("s3", marks=pytest.mark.s3),
+]
+
+
+def memory_broker_root(prefix: str) -> Storage:
+    """A fresh broker root in memory (a unique bucket named after ``prefix``)."""
+    return Storage.from_url(f"memory://{prefix}-{uuid.uuid4().hex}/broker-0")
+
+
+def open_broker_root(
+    request: pytest.FixtureRequest, tmp_path: Path, prefix: str
+) -> Iterator[Storage]:
+    """A broker root of the kind ``request.param`` names (one of BROKER_ROOT_KINDS), for a
+    fixture parametrized over them."""
+    if request.param == "memory":
+        yield memory_broker_root(prefix)
+    elif request.param == "local":
+        yield Storage.from_url(str(tmp_path / "broker-0"))
+    else:
+        s3: S3Location = request.getfixturevalue("s3_url")
+        with Storage.from_url(s3.url, **s3.storage_options) as storage:
+            yield storage

@@ -28,7 +28,12 @@ from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
 from logstore.wal_format import WalObjectIndex, object_name
 from tests.compaction_worker import ExtentTable
-from tests.conftest import S3Location
+from tests.conftest import (
+    BROKER_ROOT_KINDS,
+    S3Location,
+    memory_broker_root,
+    open_broker_root,
+)
 from tests.faulty_fs import FaultyStorage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,26 +43,13 @@ Key = tuple[str, int]
 
 
 def memory_root() -> Storage:
-    return Storage.from_url(f"memory://test-compaction-{uuid.uuid4().hex}/broker-0")
+    return memory_broker_root("test-compaction")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", marks=pytest.mark.unit),
-        pytest.param("local", marks=pytest.mark.unit),
-        pytest.param("s3", marks=pytest.mark.s3),
-    ]
-)
+@pytest.fixture(params=BROKER_ROOT_KINDS)
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     """A broker root on memory, local files, or moto S3."""
-    if request.param == "memory":
-        yield memory_root()
-    elif request.param == "local":
-        yield Storage.from_url(str(tmp_path / "broker-0"))
-    else:
-        s3: S3Location = request.getfixturevalue("s3_url")
-        with Storage.from_url(s3.url, **s3.storage_options) as storage:
-            yield storage
+    yield from open_broker_root(request, tmp_path, "test-compaction")
 
 
 def write_l0(

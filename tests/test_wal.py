@@ -35,7 +35,12 @@ from logstore.wal import (
     WalWriter,
 )
 from logstore.wal_format import ChunkInput, UnsupportedWalFormatError, encode_object, object_name
-from tests.conftest import S3Location
+from tests.conftest import (
+    BROKER_ROOT_KINDS,
+    S3Location,
+    memory_broker_root,
+    open_broker_root,
+)
 from tests.faulty_fs import FaultyStorage
 from tests.helpers import wait_until
 from tests.wal_worker import TOPIC_ID, recover
@@ -68,26 +73,13 @@ def wal_objects(storage: Storage) -> list[str]:
 
 
 def memory_root() -> Storage:
-    return Storage.from_url(f"memory://test-wal-{uuid.uuid4().hex}/broker-0")
+    return memory_broker_root("test-wal")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", marks=pytest.mark.unit),
-        pytest.param("local", marks=pytest.mark.unit),
-        pytest.param("s3", marks=pytest.mark.s3),
-    ]
-)
+@pytest.fixture(params=BROKER_ROOT_KINDS)
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     """A broker root on memory, local files, or moto S3."""
-    if request.param == "memory":
-        yield memory_root()
-    elif request.param == "local":
-        yield Storage.from_url(str(tmp_path / "broker-0"))
-    else:
-        s3: S3Location = request.getfixturevalue("s3_url")
-        with Storage.from_url(s3.url, **s3.storage_options) as storage:
-            yield storage
+    yield from open_broker_root(request, tmp_path, "test-wal")
 
 
 # --- one object per flush ---------------------------------------------------------------------

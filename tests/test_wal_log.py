@@ -31,7 +31,12 @@ from logstore.segment import ChunkSegment, LogSegment
 from logstore.storage import Data, Storage
 from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalWriter
 from logstore.wal_format import ChunkInput, encode_object, object_name
-from tests.conftest import S3Location
+from tests.conftest import (
+    BROKER_ROOT_KINDS,
+    S3Location,
+    memory_broker_root,
+    open_broker_root,
+)
 from tests.faulty_fs import OPERATIONS, FaultyStorage
 from tests.wal_log_worker import TOPIC as WORKER_TOPIC
 from tests.wal_log_worker import TOPIC_ID as WORKER_TOPIC_ID
@@ -149,26 +154,13 @@ def wal_objects(root: Storage) -> list[str]:
 
 
 def memory_root() -> Storage:
-    return Storage.from_url(f"memory://test-wal-log-{uuid.uuid4().hex}/broker-0")
+    return memory_broker_root("test-wal-log")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("memory", marks=pytest.mark.unit),
-        pytest.param("local", marks=pytest.mark.unit),
-        pytest.param("s3", marks=pytest.mark.s3),
-    ]
-)
+@pytest.fixture(params=BROKER_ROOT_KINDS)
 def root(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     """A broker root on memory, local files, or moto S3."""
-    if request.param == "memory":
-        yield memory_root()
-    elif request.param == "local":
-        yield Storage.from_url(str(tmp_path / "broker-0"))
-    else:
-        s3: S3Location = request.getfixturevalue("s3_url")
-        with Storage.from_url(s3.url, **s3.storage_options) as storage:
-            yield storage
+    yield from open_broker_root(request, tmp_path, "test-wal-log")
 
 
 def fill(log: Log, key: tuple[str, int], count: int, epoch: int = 0) -> list[tuple[int, bytes]]:
