@@ -5,7 +5,6 @@ listing storage)."""
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from dataclasses import replace
 from typing import Any
@@ -22,7 +21,6 @@ from logstore.reader import ObjectExtent, SegmentObject
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.admin import LogObjects
-from replication.config import BrokerConfig
 from replication.errors import (
     InvalidRequestError,
     ReplogError,
@@ -46,9 +44,6 @@ pytestmark = [pytest.mark.cluster]
 
 N = 600  # records per partition
 
-#: the broker on this checkout writes through the WAL when asked (the key landed with the
-#: broker wiring; before it, a broker refuses the unknown key)
-WAL_BROKERS = "log_wal_enable" in {f.name for f in dataclasses.fields(BrokerConfig)}
 #: the storage layouts the brokers are run with: segment objects per partition, or the broker
 #: WAL with compaction held off (every extent an L0 chunk)
 LAYOUTS = pytest.mark.parametrize(
@@ -56,9 +51,7 @@ LAYOUTS = pytest.mark.parametrize(
     [
         pytest.param({}, id="segments"),
         pytest.param(
-            {"log.wal.enable": "true", "wal.compaction.l0.max.age.ms": "3600000"},
-            id="wal",
-            marks=pytest.mark.skipif(not WAL_BROKERS, reason="no log.wal.enable on this checkout"),
+            {"log.wal.enable": "true", "wal.compaction.l0.max.age.ms": "3600000"}, id="wal"
         ),
     ],
 )

@@ -10,7 +10,6 @@ fallback, read_committed over raw-protocol transactions, and data loss.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import pickle
@@ -53,7 +52,6 @@ from logstore.batch import Record, build
 from logstore.reader import AbortedTxnRange, ObjectExtent, SegmentObject, SegmentReader
 from replication import protocol as p
 from replication.client import Admin, Producer, TopicPartition
-from replication.config import BrokerConfig
 from replication.errors import UnknownTopicOrPartitionError
 from tests.cluster import BrokerProcess
 from tests.conftest import S3Location
@@ -650,10 +648,6 @@ def test_direct_reads_from_s3_match_the_broker_and_fall_back_when_unreachable(
 
 # --- direct reads over the broker WAL (log.wal.enable) --------------------------------------
 
-#: the broker on this checkout writes through the WAL when asked (the key landed with the
-#: broker wiring; before it, a broker refuses the unknown key)
-WAL_BROKERS = "log_wal_enable" in {f.name for f in dataclasses.fields(BrokerConfig)}
-
 
 def _planned_extents(bootstrap: str, topic: str) -> list[ObjectExtent]:
     """The extents of a direct read of every partition of ``topic`` to its end, as the planner
@@ -680,7 +674,6 @@ def _levels(extents: list[ObjectExtent]) -> set[str]:
 
 @pytest.mark.spark
 @pytest.mark.cluster
-@pytest.mark.skipif(not WAL_BROKERS, reason="brokers on this checkout have no log.wal.enable yet")
 def test_direct_reads_of_wal_chunks_match_the_broker_before_and_after_compaction(
     spark: Any, cluster_factory: Any
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import re
 import time
@@ -468,16 +469,19 @@ class ReplicaManager:
         storage = self.storage.child(f"{topic.name}/{index}")
         if self.wal_writer is None or self.wal_index is None:
             return Log.open(storage, log_config)
+        open_over_wal = functools.partial(
+            Log.open,
+            storage,
+            log_config,
+            topic_id=topic.topic_id,
+            topic=topic.name,
+            partition=index,
+            wal_writer=self.wal_writer,
+            wal_index=self.wal_index,
+        )
         try:
-            return Log.open(
-                storage,
-                log_config,
-                topic_id=topic.topic_id,
-                topic=topic.name,
-                partition=index,
-                wal_writer=self.wal_writer,
-                wal_index=self.wal_index,
-                high_watermark_hint=self._hw_hints.get(f"{topic.topic_id}:{index}", 0),
+            return open_over_wal(
+                high_watermark_hint=self._hw_hints.get(f"{topic.topic_id}:{index}", 0)
             )
         except LogLayoutError as err:
             # The topic was deleted and re-created under its name while this broker was down
@@ -487,15 +491,7 @@ class ReplicaManager:
                 "%s-%d: %s; deleting the old log and starting empty", topic.name, index, err
             )
             storage.delete_all()
-            return Log.open(
-                storage,
-                log_config,
-                topic_id=topic.topic_id,
-                topic=topic.name,
-                partition=index,
-                wal_writer=self.wal_writer,
-                wal_index=self.wal_index,
-            )
+            return open_over_wal()
 
     def _build_partitions(self, image: MetadataImage) -> dict[TopicPartition, Partition]:
         """The replicas ``image`` gives this broker that are not open yet, built (log opened,
