@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -316,6 +317,8 @@ class WalWriter:
         self._closing = False
         self._force = False  # flush() waits: skip the linger
         self._failed: BaseException | None = None
+        #: (marks target, future) of :meth:`wait_durable` callers on ``loop``, in mark order
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="wal-writer", daemon=True)
         self._started = False
@@ -369,6 +372,60 @@ class WalWriter:
                 f"WAL writer of {self.storage.url} closed before the data was written"
             ) from self._failed
 
+    async def wait_durable(self, *, force: bool = False) -> None:
+        """The event loop's :meth:`flush`: await until everything marked dirty before this
+        call is durable and delivered, without a thread waiting for it (a follower's fetcher
+        makes its appended batches durable this way: no hop to a worker thread and back, the
+        writer's completion on the loop resolves it). Only on the writer's ``loop``; within
+        the linger unless ``force``. WalClosedError if the writer closed first; bound it
+        with ``asyncio.wait_for``."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("wait_durable needs a writer that delivers on an event loop")
+        with self._cond:
+            target = self._marks
+            if self._durable_marks >= target:
+                return
+            if self._closing:
+                raise WalClosedError(
+                    f"WAL writer of {self.storage.url} closed before the data was written"
+                ) from self._failed
+            if force:
+                self._force = True
+                self._cond.notify_all()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((target, waiter))
+        await waiter
+
+    def _wake_waiters(self) -> None:
+        """On the loop: resolve the :meth:`wait_durable` callers whose marks are durable, or
+        fail them all once the writer is closing."""
+        with self._cond:
+            durable, closing, failed = self._durable_marks, self._closing, self._failed
+            ready: list[asyncio.Future[None]] = []
+            while self._waiters and (closing or self._waiters[0][0] <= durable):
+                ready.append(self._waiters.popleft()[1])
+        for waiter in ready:
+            if waiter.done():  # cancelled (wait_for's timeout)
+                continue
+            if closing:
+                err = WalClosedError(
+                    f"WAL writer of {self.storage.url} closed before the data was written"
+                )
+                err.__cause__ = failed
+                waiter.set_exception(err)
+            else:
+                waiter.set_result(None)
+
+    def _post_wake_waiters(self) -> None:
+        """From any thread: let the loop fail the waiters of a closing writer."""
+        if self._loop is None:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._wake_waiters)
+        except RuntimeError:  # the loop is closed: nobody awaits on it any more
+            pass
+
     def close(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """Stop the writer. With ``drain``, first wait (up to ``timeout``) until what is
         marked is durable. Chunks taken but not written are handed back (``wal_aborted``)."""
@@ -382,6 +439,7 @@ class WalWriter:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+        self._post_wake_waiters()
         if self._started:
             self._thread.join(timeout)
 
@@ -410,6 +468,7 @@ class WalWriter:
                 self._failed = err
                 self._closing = True
                 self._cond.notify_all()
+            self._post_wake_waiters()
 
     def _flush_once(self) -> bool:
         """Wait for dirty sources, write one object; False once closing."""
@@ -612,6 +671,8 @@ class WalWriter:
         with self._cond:
             self._durable_marks = max(self._durable_marks, marks)
             self._cond.notify_all()
+        if self._loop is not None:  # on the loop: its awaiting callers
+            self._wake_waiters()
 
 
 # --- a minimal source -----------------------------------------------------------------------

@@ -244,6 +244,106 @@ def test_hooks_on_the_io_thread_and_on_flushed_on_the_loop() -> None:
     assert seen_by_loop == [2, 2, 2, 2]
 
 
+@pytest.mark.unit
+def test_wait_durable_resolves_on_the_loop_once_the_object_is_written() -> None:
+    """A follower awaits its appended batches on the loop: wait_durable returns only after
+    the object holding them is written and on_flushed ran, and a writer whose store keeps
+    failing keeps it waiting, then fails it when closed."""
+    storage = FaultyStorage(memory_root())
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=loop,
+            hooks_on_loop=False,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=5,
+            on_flushed=lambda result: order.append(f"flushed {result.seq}"),
+        )
+        sources = sources_for(writer, 2)
+        await writer.wait_durable()  # nothing marked: at once
+        for source in sources:
+            append(source)
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        order.append("awake")
+        assert all(s.durable_end_offset == 2 for s in sources)
+
+        storage.fail("write", times=1_000, path_prefix=WAL_PREFIX)
+        append(sources[0])
+        waiting = asyncio.ensure_future(writer.wait_durable())
+        await asyncio.to_thread(
+            wait_until, lambda: writer.stats.failures >= 3, message="three failed writes"
+        )
+        assert not waiting.done()
+        assert sources[0].durable_end_offset == 2
+        with pytest.raises(TimeoutError):  # wait_for's timeout leaves the writer intact
+            await asyncio.wait_for(writer.wait_durable(), 0.05)
+        await asyncio.to_thread(writer.close, drain=False)
+        with pytest.raises(WalClosedError):
+            await asyncio.wait_for(waiting, 30)
+        with pytest.raises(WalClosedError):
+            await writer.wait_durable()
+        assert sources[0].durable_end_offset == 2
+
+    asyncio.run(main())
+    assert order[-1] == "awake"
+    assert order[0].startswith("flushed")
+
+
+@pytest.mark.unit
+def test_wait_durable_waits_for_its_own_marks_not_an_earlier_object() -> None:
+    """Batches appended while an object is being written are durable only with the next one:
+    the earlier object's completion wakes the waiters of its own marks and no later one."""
+    storage = FaultyStorage(memory_root())
+    storage.stall("write", 0.3, times=1, path_prefix=WAL_PREFIX)
+
+    async def main() -> None:
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=asyncio.get_running_loop(),
+            hooks_on_loop=False,
+            retry_backoff_ms=1,
+            retry_backoff_max_ms=5,
+        )
+        first, second = sources_for(writer, 2)[:2]
+        append(first)
+        early = asyncio.ensure_future(writer.wait_durable())
+        await asyncio.to_thread(  # the first object is being written (stalled)
+            wait_until, lambda: writer.stats.write_calls >= 1, message="the first write"
+        )
+        storage.fail("write", times=1_000, path_prefix=WAL_PREFIX)  # the second one fails
+        append(second)
+        late = asyncio.ensure_future(writer.wait_durable())
+        await asyncio.wait_for(early, 30)
+        await asyncio.to_thread(
+            wait_until, lambda: writer.stats.failures >= 3, message="three failed writes"
+        )
+        assert not late.done()
+        assert second.durable_end_offset == 0
+        storage.heal()
+        await asyncio.wait_for(late, 30)
+        assert second.durable_end_offset == 2
+        assert writer.stats.objects == 2
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_wait_durable_needs_a_loop() -> None:
+    writer = WalWriter(memory_root(), broker_id=0, broker_epoch=1, autostart=False)
+    with pytest.raises(RuntimeError, match="event loop"):
+        asyncio.run(writer.wait_durable())
+
+
 # --- failures: nothing is durable unless a write returned -----------------------------------------
 
 

@@ -8,7 +8,8 @@ object before the next fetch, so the fetch offset a follower reports is its dura
 leader's HW (min LEO over the ISR) then counts only data that is on every ISR member's storage.
 All partitions of one response are appended in one thread hop and flushed concurrently; over
 the broker WAL (``log.wal.enable``) one WAL object holds them all, so a response costs one write
-whatever the number of partitions in it.
+whatever the number of partitions in it, and a small response (a tailing follower's) is
+appended on the event loop, which then awaits the WAL object without any thread hop.
 
 The next fetch follows at once: the leader's long poll paces an idle follower, so only errors
 pause it (``replica.fetch.backoff.ms``, as Kafka's fetchBackOffMs): a failed request or a
@@ -33,6 +34,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Final
 
 from logstore.epoch_cache import UNDEFINED_EPOCH
 from logstore.errors import ReplogError
@@ -337,9 +339,29 @@ class ReplicaFetcher:
         if not work:
             return set()
         wal_timeout = self.config.replica_lag_time_max_ms / 1000
-        appended, failed, flushed = await asyncio.to_thread(
-            self._append_in_memory, work, wal_timeout
-        )
+        partitions = [pt for pt, _ in work]
+        if (
+            _over_wal(partitions)
+            and sum(len(records) for _, records in work) <= INLINE_APPEND_BYTES
+            and all(pt.log.log_end_offset == pt.log.durable_end_offset for pt in partitions)
+        ):
+            # Small responses (a tailing follower's): append on the loop (a CRC check of a few
+            # KiB; the leader appends produced batches on its loop the same way) and await the
+            # WAL object on the loop. Through a worker thread the same wait cost three thread
+            # hops per fetch (loop -> worker -> writer's completion on the loop -> worker ->
+            # loop), the largest share of an acks=all round trip on a busy 2-core machine.
+            appended, failed, _ = self._append_in_memory(work, None)
+            link = appended[0].log.wal if appended else None
+            flushed: BaseException | int | None = None
+            if link is not None:
+                try:
+                    await asyncio.wait_for(link.writer.wait_durable(), wal_timeout)
+                except (TimeoutError, ReplogError) as wal_err:
+                    flushed = wal_err
+        else:
+            appended, failed, flushed = await asyncio.to_thread(
+                self._append_in_memory, work, wal_timeout
+            )
         for partition, err in failed:
             log.warning("%r: could not append fetched batches: %s", partition, err)
             self._delay(partition.key)
@@ -361,7 +383,7 @@ class ReplicaFetcher:
 
     @staticmethod
     def _append_in_memory(
-        work: list[tuple[Partition, bytes]], wal_timeout: float
+        work: list[tuple[Partition, bytes]], wal_timeout: float | None
     ) -> tuple[list[Partition], list[tuple[Partition, ReplogError]], BaseException | int | None]:
         """Append each partition's batches; the partitions appended, those that failed, and
         if only one was appended, the outcome of flushing it here too (one hop in all: the
@@ -369,7 +391,8 @@ class ReplicaFetcher:
         appended partition is made durable by one wait here: the appends marked their logs
         dirty, and one object holds them all (waiting at most ``wal_timeout``: a store that
         does not take writes must not keep this fetcher from seeing role changes; the
-        batches stay pending and the next fetch starts from the durable end)."""
+        batches stay pending and the next fetch starts from the durable end). ``wal_timeout``
+        None: no wait here (the caller awaits the WAL on the loop)."""
         appended: list[Partition] = []
         failed: list[tuple[Partition, ReplogError]] = []
         for partition, records in work:
@@ -384,6 +407,8 @@ class ReplicaFetcher:
                 appended.append(partition)
         flushed: BaseException | int | None = None
         if appended and _over_wal(appended):
+            if wal_timeout is None:
+                return appended, failed, None
             link = appended[0].log.wal
             assert link is not None
             try:
@@ -522,6 +547,12 @@ class ReplicaFetcherManager:
             task.cancel()
         await asyncio.gather(*self._retiring, return_exceptions=True)
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
+
+
+#: A fetch response over the WAL up to this size is appended on the event loop (no worker
+#: thread): a tailing follower's responses are a few KiB; bulk catch-up goes to a thread so
+#: CRC checks of megabytes do not hold the loop.
+INLINE_APPEND_BYTES: Final = 256 * 1024
 
 
 def _over_wal(partitions: list[Partition]) -> bool:
