@@ -699,6 +699,13 @@ def to_record_schema(data: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
     type; null or absent means now) and ``headers`` (list of struct<key, value>, or a map) are
     optional. Other columns are ignored.
     """
+    if (
+        isinstance(data, pa.RecordBatch)
+        and data.schema.equals(RECORD_SCHEMA)
+        and not data.column(2).null_count  # null timestamps mean now: filled below
+    ):
+        _check_input_not_null(data)  # already in shape (a producer's own batch)
+        return data
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     rows = table.num_rows
     names = set(table.schema.names)

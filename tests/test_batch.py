@@ -173,6 +173,28 @@ def test_arrow_timestamp_types_and_null_timestamps() -> None:
     assert parse_header(build(int32)).records()[0].timestamp == 7
 
 
+def test_a_batch_already_in_record_schema_is_taken_as_it_is() -> None:
+    """The producer builds its batches in RECORD_SCHEMA; they skip the conversion, but a null
+    timestamp still means now and a null in a non-nullable field is still refused."""
+    headers = pa.array([[("h", b"1")], None], B.HEADERS_TYPE)
+    columns = [pa.array([b"k", None]), pa.array([b"a", None]), pa.array([5, 6]), headers]
+    ready = pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA)
+    assert B.to_record_schema(ready) is ready
+    records = parse_header(build(ready)).records()
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in records] == [
+        (b"k", b"a", 5, (("h", b"1"),)),
+        (None, None, 6, ()),
+    ]
+    before = time.time_ns() // 1_000_000
+    stamps = pa.array([None, 6], pa.int64())
+    now = pa.RecordBatch.from_arrays([*columns[:2], stamps, headers], schema=RECORD_SCHEMA)
+    assert parse_header(build(now)).records()[0].timestamp >= before
+    bad_header = pa.array([[{"key": None, "value": b"1"}], None], B.HEADERS_TYPE)
+    broken = pa.RecordBatch.from_arrays([*columns[:3], bad_header], schema=RECORD_SCHEMA)
+    with pytest.raises(ValueError, match="null"):
+        build(broken)
+
+
 def test_arrow_map_headers() -> None:
     headers = pa.array([[("a", b"1"), ("b", None)]], pa.map_(pa.string(), pa.binary()))
     table = pa.table({"value": [b"v"], "headers": headers})
