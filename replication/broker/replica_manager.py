@@ -537,6 +537,8 @@ class ReplicaManager:
                     pool, self._new_partition, info, key.partition, _NO_ROLE
                 )
                 self._opening[key] = (future, info.topic_id)
+            if self._to_delete:
+                continue
             if not self._opening and not self._to_open:
                 return
             wake = self._open_wake = loop.create_future()
@@ -564,7 +566,7 @@ class ReplicaManager:
                 else:
                     unwanted.append(built)
             if registered:
-                log.info(
+                log.debug(
                     "registered %d opened replica(s); %d still opening, %d waiting",
                     registered,
                     len(self._opening),
