@@ -478,11 +478,18 @@ class ReplicaManager:
             if not self._register_opened(built, info.topic_id):
                 built.log.delete()
 
-    async def wait_for_opens(self) -> None:
-        """Until no replica waits to be opened (for tests and tools that apply an image and
-        then use its partitions; a replica whose open keeps failing keeps this waiting)."""
+    async def wait_for_opens(self, timeout_s: float | None = None) -> bool:
+        """Wait until no replica waits to be opened, or ``timeout_s``; whether none does (for
+        callers that applied an image and use its partitions next: a broker answering a
+        controller change, tests; a replica whose open keeps failing keeps this waiting)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
         while self._open_task is not None and not self._open_task.done():
-            await asyncio.wait([self._open_task])
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait([self._open_task], timeout=left)
+        return True
 
     def _pending_open(self, key: TopicPartition) -> bool:
         return key in self._to_open or key in self._opening
