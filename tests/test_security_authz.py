@@ -180,6 +180,7 @@ class Node:
 
         async def apply() -> None:
             self.rm.apply_image(image)
+            await self.rm.wait_for_opens()  # replicas open off the loop
 
         self.loop.run_until_complete(apply())
 

@@ -69,6 +69,20 @@ OBJECT_STORE_FLUSH_INTERVAL_MS = 250
 FLUSH_RETRY_BACKOFF_MS = 10
 #: how many partition logs a broker opens at once when an image gives it several
 OPEN_PARALLELISM = 16
+#: the pause before retrying a replica whose open failed (a storage error): doubled at each
+#: consecutive failure up to OPEN_RETRY_BACKOFF_MAX_MS (as Kafka's retry.backoff.ms and
+#: retry.backoff.max.ms), so a store that is down is not hammered and one that heals is
+#: noticed within seconds
+OPEN_RETRY_BACKOFF_MS = 100
+OPEN_RETRY_BACKOFF_MAX_MS = 10_000
+#: the state a replica is built with off the loop: no role yet (the roles of the newest image
+#: are applied on the loop when it is registered)
+_NO_ROLE = PartitionState((), (), -1, -1, -1)
+
+
+def open_retry_backoff_ms(failures: int) -> int:
+    """The pause after ``failures`` consecutive failed opens of one replica."""
+    return min(OPEN_RETRY_BACKOFF_MAX_MS, OPEN_RETRY_BACKOFF_MS << min(failures - 1, 20))
 
 
 def flush_interval_ms(config: BrokerConfig, storage: Storage) -> int:
@@ -164,7 +178,6 @@ class ReplicaManager:
         self.topic_stats = BrokerTopicStats()
         self.isr_shrinks = 0
         self.isr_expands = 0
-        self._strays_checked = False
         #: registered, unfenced brokers in the image applied last: the only ones an ISR
         #: expansion proposes (KIP-841)
         self._live: frozenset[int] = frozenset()
@@ -187,6 +200,32 @@ class ReplicaManager:
         #: set when a WAL object is written: the compaction loop waits on it while the WAL
         #: holds nothing to compact (an idle broker's loop sleeps)
         self._wal_written = asyncio.Event()
+        # Opening replicas costs storage requests (a few per log on S3, the WAL index before
+        # any): it runs in the background (:meth:`_open_replicas`), never on the event loop,
+        # which must keep heartbeating and serving the partitions already open.
+        #: the newest image carrying this process's registration: roles come from it only
+        self._roles_image: MetadataImage | None = None
+        #: replicas that image gives this broker, not open yet and not being opened, each
+        #: with the loop time of its next try (0: now; later after a failed open)
+        self._to_open: dict[TopicPartition, float] = {}
+        #: opens running in the open pool (one per partition at most), with the topic id
+        #: each was opened for
+        self._opening: dict[TopicPartition, tuple[asyncio.Future[Partition], str]] = {}
+        #: consecutive failed opens per replica (for the backoff)
+        self._open_failures: dict[TopicPartition, int] = {}
+        #: replicas dropped by an image before they were opened: their storage is deleted (as
+        #: an open replica's would be) before any other open starts
+        self._to_delete: set[TopicPartition] = set()
+        #: replicas being opened that an image dropped meanwhile: deleted when their open
+        #: ends, never registered (opened again from empty if a later image gives them back)
+        self._open_dropped: set[TopicPartition] = set()
+        #: stray replicas deleted and, over the WAL, its index loaded (before any open)
+        self._storage_ready = False
+        self._open_task: asyncio.Task[None] | None = None
+        #: completed by apply_image to wake the opener (new replicas, or ones dropped)
+        self._open_wake: asyncio.Future[None] | None = None
+        #: the threads that open replicas (storage I/O), shut down and waited for at shutdown
+        self._open_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -205,12 +244,14 @@ class ReplicaManager:
     async def shutdown(self) -> None:
         """Flush and checkpoint every log (graceful shutdown)."""
         self._stopping = True
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._open_task] if self._open_task is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        unregistered = await self._stop_opening()
         self.produce_purgatory.complete_all()
         self.fetch_purgatory.complete_all()
-        logs = [p.log for p in self.partitions.values()]
+        logs = [p.log for p in self.partitions.values()] + unregistered
         writer = self.wal_writer
         if writer is not None:
             # what was appended becomes durable in one last object; the logs' checkpoints follow
@@ -298,6 +339,13 @@ class ReplicaManager:
         controller fences that incarnation when this one registers (see
         ``Controller.register_broker``), so acting on the stored image would append at a
         leader epoch whose earlier records followers may already hold, different ones.
+
+        Runs on the event loop, so it does only what is cheap here: configs, the live set,
+        the roles of partitions already open, deletions. Replicas not open yet are opened in
+        the background (:meth:`_open_replicas`: storage I/O, a few requests per log on S3),
+        and take the roles of the newest image when they are registered; until then requests
+        for them get a retriable NOT_LEADER_OR_FOLLOWER (:meth:`get_partition`). Without a
+        running event loop (tools, unit tests) there is no loop to keep free: they open here.
         """
         if image.version <= self.image.version:
             return
@@ -312,14 +360,9 @@ class ReplicaManager:
                 image.version,
             )
             return
-        if not self._strays_checked:
-            self._strays_checked = True
-            self._delete_stray_replicas(image)
-            if self.config.log_wal_enable:
-                self._start_wal()
+        self._roles_image = image
         wanted: set[TopicPartition] = set()
         broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
-        opened = self._build_partitions(image)
         for topic in image.topics:
             for index, state in enumerate(topic.partitions):
                 if self.broker_id not in state.replicas:
@@ -328,27 +371,18 @@ class ReplicaManager:
                 wanted.add(key)
                 partition = self.partitions.get(key)
                 if partition is None:
-                    partition = self._open_partition(topic, index, state, opened.get(key))
-                    changed = True
-                else:
-                    changed = partition.apply_state(state)
-                if partition.is_leader:
-                    partition.note_follower_registrations(broker_epochs)
-                if changed:
-                    events.event(
-                        log,
-                        events.BECOME_LEADER if partition.is_leader else events.BECOME_FOLLOWER,
-                        topic=topic.name,
-                        partition=index,
-                        leader=state.leader,
-                        leader_epoch=state.leader_epoch,
-                        partition_epoch=state.partition_epoch,
-                        isr=state.isr,
-                        log_end_offset=partition.log.log_end_offset,
-                        high_watermark=partition.high_watermark,
-                    )
-                    self._role_changed(partition)
-                    self._partition_changed(partition)
+                    if key not in self._opening:
+                        self._to_open.setdefault(key, 0.0)
+                    continue
+                self._roles_applied(partition, state, broker_epochs, partition.apply_state(state))
+        for key in set(self._to_open) - wanted:
+            # dropped before it was opened: its storage goes as an open replica's would (even
+            # if a later image gives it back: that is a new replica, or another topic's)
+            del self._to_open[key]
+            self._to_delete.add(key)
+        self._open_dropped.update(set(self._opening) - wanted)
+        for key in set(self._open_failures) - wanted:
+            del self._open_failures[key]
         for key in set(self.partitions) - wanted:
             partition = self.partitions.pop(key)
             self._dirty.discard(partition)
@@ -369,6 +403,309 @@ class ReplicaManager:
                     err,
                 )
             self.topic_stats.retain(tp.topic for tp in self.partitions)
+        self._start_opening()
+
+    def _roles_applied(
+        self,
+        partition: Partition,
+        state: PartitionState,
+        broker_epochs: dict[int, int],
+        changed: bool,
+    ) -> None:
+        """What follows a partition's new state: followers' registrations, and on a change of
+        leader or epoch the event, the fetchers and the parked requests."""
+        if partition.is_leader:
+            partition.note_follower_registrations(broker_epochs)
+        if changed:
+            events.event(
+                log,
+                events.BECOME_LEADER if partition.is_leader else events.BECOME_FOLLOWER,
+                topic=partition.topic,
+                partition=partition.index,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                partition_epoch=state.partition_epoch,
+                isr=state.isr,
+                log_end_offset=partition.log.log_end_offset,
+                high_watermark=partition.high_watermark,
+            )
+            self._role_changed(partition)
+            self._partition_changed(partition)
+
+    # --- opening replicas, off the event loop -----------------------------------------------------
+
+    def _start_opening(self) -> None:
+        """Wake the opener, or start it, if there is something to open or delete (or, once,
+        the storage to prepare)."""
+        if self._stopping:
+            return
+        if self._storage_ready and not self._to_open and not self._to_delete:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._open_inline()
+            return
+        if self._open_wake is not None and not self._open_wake.done():
+            self._open_wake.set_result(None)
+        if self._open_task is None or self._open_task.done():
+            self._open_task = loop.create_task(self._open_replicas(), name="open-replicas")
+            self._open_task.add_done_callback(self._opener_ended)
+
+    def _opener_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # a bug; the next image starts it again
+            log.error("opening replicas failed", exc_info=task.exception())
+
+    def _open_inline(self) -> None:
+        """No event loop runs (tools, unit tests): prepare the storage and open every replica
+        on this thread, as the opener would in the background."""
+        if not self._storage_ready:
+            index, hints = self._prepare_storage(self._roles_image or self.image)
+            if index is not None:
+                self._start_wal(index, hints)
+            self._storage_ready = True
+        for key in sorted(self._to_delete):
+            self._delete_unopened(key)
+        self._to_delete.clear()
+        image = self._roles_image
+        for key in list(self._to_open):
+            info = image.topic(key.topic) if image is not None else None
+            if info is None:
+                continue
+            built = self._new_partition(info, key.partition, _NO_ROLE)
+            del self._to_open[key]
+            if not self._register_opened(built, info.topic_id):
+                built.log.delete()
+
+    async def wait_for_opens(self, timeout_s: float | None = None) -> bool:
+        """Wait until no replica waits to be opened, or ``timeout_s``; whether none does (for
+        callers that applied an image and use its partitions next: a broker answering a
+        controller change, tests; a replica whose open keeps failing keeps this waiting)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while self._open_task is not None and not self._open_task.done():
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait([self._open_task], timeout=left)
+        return True
+
+    def _pending_open(self, key: TopicPartition) -> bool:
+        return key in self._to_open or key in self._opening
+
+    async def _open_replicas(self) -> None:
+        """The opener: prepares the storage once (stray replicas, the WAL index: before any
+        replica opens), then opens the replicas the newest image gives this broker,
+        OPEN_PARALLELISM at a time in its own threads, and registers each batch that finished
+        with the roles of the newest image (leadership may have moved while it opened; a
+        replica the image dropped meanwhile is deleted instead). A failed open is retried
+        after open_retry_backoff_ms. Ends when nothing is left to open; apply_image starts it
+        again."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool()
+        failures = 0
+        while not self._storage_ready:
+            try:
+                image = self._roles_image or self.image
+                index, hints = await loop.run_in_executor(pool, self._prepare_storage, image)
+            except ReplogError as err:
+                failures += 1
+                delay_ms = open_retry_backoff_ms(failures)
+                log.warning(
+                    "preparing %s failed (no replica opens before it), retrying in %d ms: %s",
+                    self.storage.url,
+                    delay_ms,
+                    err,
+                )
+                await asyncio.sleep(delay_ms / 1000)
+                continue
+            if index is not None:
+                self._start_wal(index, hints)
+            self._storage_ready = True
+        while True:
+            if self._to_delete:
+                keys, self._to_delete = sorted(self._to_delete), set()
+                await loop.run_in_executor(pool, self._delete_unopened_all, keys)
+                continue  # images may have come meanwhile
+            now = loop.time()
+            for key, due in list(self._to_open.items()):
+                if len(self._opening) >= OPEN_PARALLELISM:
+                    break
+                if due > now:
+                    continue
+                del self._to_open[key]
+                found = self._replica_state(key)
+                if found is None:  # (apply_image drops these; kept safe)
+                    self._to_delete.add(key)
+                    continue
+                info = found[0]
+                future = loop.run_in_executor(
+                    pool, self._new_partition, info, key.partition, _NO_ROLE
+                )
+                self._opening[key] = (future, info.topic_id)
+            if self._to_delete:
+                continue
+            if not self._opening and not self._to_open:
+                return
+            wake = self._open_wake = loop.create_future()
+            waiting = [future for future, _ in self._opening.values()]
+            retry = min((due for due in self._to_open.values() if due > now), default=None)
+            await asyncio.wait(
+                [*waiting, wake],
+                timeout=None if retry is None else retry - now,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            self._open_wake = None
+            finished = [(k, f, t) for k, (f, t) in self._opening.items() if f.done()]
+            unwanted: list[Partition] = []
+            registered = 0
+            for key, future, topic_id in finished:
+                del self._opening[key]
+                failure = future.exception()
+                if failure is not None:
+                    self._open_failed(key, failure)
+                    continue
+                self._open_failures.pop(key, None)
+                built = future.result()
+                if self._register_opened(built, topic_id):
+                    registered += 1
+                else:
+                    unwanted.append(built)
+            if registered:
+                log.debug(
+                    "registered %d opened replica(s); %d still opening, %d waiting",
+                    registered,
+                    len(self._opening),
+                    len(self._to_open),
+                )
+            if unwanted:
+                await loop.run_in_executor(pool, self._delete_unwanted, unwanted)
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._open_pool is None:
+            self._open_pool = concurrent.futures.ThreadPoolExecutor(
+                OPEN_PARALLELISM, "open-partition"
+            )
+        return self._open_pool
+
+    def _open_failed(self, key: TopicPartition, err: BaseException) -> None:
+        """Retry ``key``'s open after the backoff, if the newest image still gives it here
+        (dropped meanwhile: its storage is deleted, as an open replica's would be)."""
+        failures = self._open_failures.get(key, 0) + 1
+        delay_ms = open_retry_backoff_ms(failures)
+        wanted = self._replica_state(key) is not None
+        if key in self._open_dropped:
+            self._open_dropped.discard(key)
+            self._to_delete.add(key)
+            if wanted:  # given back: a new replica, opened once the old storage is gone
+                self._open_failures.pop(key, None)
+                self._to_open.setdefault(key, 0.0)
+            return
+        if isinstance(err, ReplogError):
+            log.warning(
+                "%s-%d: opening the replica failed (%d time(s))%s: %s",
+                *key,
+                failures,
+                f", retrying in {delay_ms} ms" if wanted else "",
+                err,
+            )
+        else:  # a bug: say so loudly; retrying costs little and a transient cause may pass
+            log.error("%s-%d: opening the replica failed", *key, exc_info=err)
+        if not wanted:
+            self._open_failures.pop(key, None)
+            self._to_delete.add(key)
+            return
+        self._open_failures[key] = failures
+        self._to_open[key] = asyncio.get_running_loop().time() + delay_ms / 1000
+
+    def _replica_state(self, key: TopicPartition) -> tuple[TopicInfo, PartitionState] | None:
+        """The topic and state of ``key`` in the newest image carrying this registration, if
+        that image gives this broker a replica of it."""
+        image = self._roles_image
+        info = image.topic(key.topic) if image is not None else None
+        if info is None or key.partition >= len(info.partitions):
+            return None
+        state = info.partitions[key.partition]
+        return (info, state) if self.broker_id in state.replicas else None
+
+    def _register_opened(self, built: Partition, topic_id: str) -> bool:
+        """Register a replica opened off the loop, with the roles and configs of the newest
+        image; False (not registered) if that image no longer gives it here, or gives a topic
+        of that name created again (another topic id: it opens again, from empty)."""
+        key = built.key
+        found = self._replica_state(key)
+        dropped = key in self._open_dropped
+        self._open_dropped.discard(key)
+        if self._stopping or found is None or found[0].topic_id != topic_id or dropped:
+            if found is not None and not self._stopping:
+                # given back, or a new topic of that name: a new replica, opened from empty
+                # once the caller has deleted this one
+                self._to_open.setdefault(key, 0.0)
+            return False
+        info, state = found
+        try:
+            log_config, policy = self.topic_log_config(info)
+        except ReplogError as err:  # validated by the controller; kept as it was opened
+            log.warning("configs of topic %s not applied: %s", key.topic, err)
+        else:
+            if log_config != built.log.config:
+                built.log.reconfigure(log_config)
+            built.policy = policy
+        image = self._roles_image
+        assert image is not None
+        partition = self._open_partition(built)
+        partition.apply_state(state)
+        if partition.is_leader:
+            partition.maybe_increment_high_watermark()
+        broker_epochs = {b.broker_id: b.epoch for b in image.brokers}
+        self._roles_applied(partition, state, broker_epochs, True)
+        return True
+
+    def _delete_unwanted(self, built: list[Partition]) -> None:
+        """Delete replicas opened for an image that dropped them meanwhile (any thread)."""
+        for partition in built:
+            log.info(
+                "deleting %s-%d (topic deleted or replica moved away while it opened)",
+                partition.topic,
+                partition.index,
+            )
+            try:
+                partition.log.delete()
+            except ReplogError as err:
+                log.warning(
+                    "%s-%d: could not delete the replica's storage %s: %s",
+                    partition.topic,
+                    partition.index,
+                    partition.log.storage.url,
+                    err,
+                )
+
+    def _delete_unopened_all(self, keys: list[TopicPartition]) -> None:
+        for key in keys:
+            self._delete_unopened(key)
+
+    def _delete_unopened(self, key: TopicPartition) -> None:
+        """Delete the storage of a replica dropped before it was opened (any thread): what
+        deleting it open would have removed."""
+        log.info("deleting %s-%d (topic deleted or replica moved away before it opened)", *key)
+        try:
+            self.storage.child(f"{key.topic}/{key.partition}").delete_all()
+        except ReplogError as err:  # as for an open replica: its storage stays
+            log.warning("%s-%d: could not delete the replica's storage: %s", *key, err)
+
+    async def _stop_opening(self) -> list[Log]:
+        """At shutdown, after the opener is cancelled: wait for the opens running in its
+        threads (no thread touches storage after shutdown), and return the logs opened but
+        never registered, to be closed with the others."""
+        pool, self._open_pool = self._open_pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        futures = [future for future, _ in self._opening.values()]
+        self._opening.clear()
+        self._to_open.clear()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        return [built.log for built in outcomes if isinstance(built, Partition)]
 
     def _delete_stray_replicas(self, image: MetadataImage) -> None:
         """Delete the replicas on this broker's storage that the metadata does not give it:
@@ -418,12 +755,21 @@ class ReplicaManager:
             except ReplogError as err:
                 log.warning("could not delete stray replica %s-%d: %s", topic, index, err)
 
-    def _start_wal(self) -> None:
-        """Load the WAL index of this broker's root (one LIST, one footer read per object)
-        and start its writer; the compactor runs once every partition of this image is open
+    def _prepare_storage(self, image: MetadataImage) -> tuple[WalIndex | None, dict[str, int]]:
+        """Before any replica opens (storage I/O; any thread): delete the stray replicas,
+        and over the WAL load its index (one LIST, one footer read per object) and the broker
+        checkpoint's HWs. A storage error leaves it to be done again (the stray check is
+        idempotent; it only warns if it cannot list)."""
+        self._delete_stray_replicas(image)
+        if not self.config.log_wal_enable:
+            return None, {}
+        return WalIndex.load(self.storage), self._read_broker_checkpoint()
+
+    def _start_wal(self, index: WalIndex, hints: dict[str, int]) -> None:
+        """Start the writer of the broker WAL whose index was loaded (on the loop: its hooks
+        call back into it); the compactor runs once every partition of the image is open
         (see :meth:`_compaction_loop`)."""
-        index = WalIndex.load(self.storage)
-        self._hw_hints = self._read_broker_checkpoint()
+        self._hw_hints = hints
         if index.zombies:
             log.warning(
                 "WAL objects written by an older incarnation after a newer one started are "
@@ -493,31 +839,6 @@ class ReplicaManager:
             storage.delete_all()
             return open_over_wal()
 
-    def _build_partitions(self, image: MetadataImage) -> dict[TopicPartition, Partition]:
-        """The replicas ``image`` gives this broker that are not open yet, built (log opened,
-        producer state loaded) OPEN_PARALLELISM at a time, not yet registered. Each costs a
-        few storage requests (checkpoint, a listing, a new partition's first checkpoint, the
-        producer snapshot): on S3, 10-50 ms each, so 1,000 new partitions built one by one
-        held the event loop for minutes (heartbeats missed, the broker fenced). Still on the
-        loop's time, but overlapped."""
-        missing = [
-            (topic, index, state)
-            for topic in image.topics
-            for index, state in enumerate(topic.partitions)
-            if self.broker_id in state.replicas
-            and TopicPartition(topic.name, index) not in self.partitions
-        ]
-        if len(missing) < 2:
-            return {}
-
-        def build(item: tuple[TopicInfo, int, PartitionState]) -> Partition:
-            return self._new_partition(*item)
-
-        workers = min(OPEN_PARALLELISM, len(missing))
-        with concurrent.futures.ThreadPoolExecutor(workers, "open-partition") as pool:
-            built = list(pool.map(build, missing))
-        return {p.key: p for p in built}
-
     def _new_partition(self, topic: TopicInfo, index: int, state: PartitionState) -> Partition:
         """A replica's partition, its log opened and recovered (storage I/O; any thread)."""
         log_config, policy = self.topic_log_config(topic)
@@ -531,21 +852,16 @@ class ReplicaManager:
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
-    def _open_partition(
-        self,
-        topic: TopicInfo,
-        index: int,
-        state: PartitionState,
-        built: Partition | None = None,
-    ) -> Partition:
-        partition = built if built is not None else self._new_partition(topic, index, state)
+    def _open_partition(self, built: Partition) -> Partition:
+        """Register a replica opened (log recovered, producer state loaded): requests and
+        the WAL's hooks find it from now on."""
+        partition = built
         plog = partition.log
-        self.partitions[TopicPartition(topic.name, index)] = partition
-        if plog.wal is not None:
-            self._by_topic_id[(topic.topic_id, index)] = partition
-            self._holders.register(topic.topic_id, index, plog)
-        if partition.is_leader:
-            partition.maybe_increment_high_watermark()
+        self.partitions[partition.key] = partition
+        link = plog.wal
+        if link is not None:
+            self._by_topic_id[(link.topic_id, link.partition)] = partition
+            self._holders.register(link.topic_id, link.partition, plog)
         log.info(
             "opened %r: log start %d, LEO %d, HW %d",
             partition,
@@ -580,6 +896,12 @@ class ReplicaManager:
                     raise NotLeaderOrFollowerError(
                         f"broker {self.broker_id} is starting: it serves no partition until it "
                         "has registered with the controller; retry"
+                    )
+                if self._pending_open(TopicPartition(topic, index)):
+                    # Kafka answers so for a replica it has not made leader or follower yet
+                    raise NotLeaderOrFollowerError(
+                        f"broker {self.broker_id} is still opening its replica of "
+                        f"{topic}-{index} (reading it from storage); retry"
                     )
                 raise NotLeaderOrFollowerError(
                     f"broker {self.broker_id} hosts no replica of {topic}-{index}; refresh "
@@ -962,7 +1284,11 @@ class ReplicaManager:
     def _every_replica_open(self) -> bool:
         """Whether every replica the current image gives this broker is open. Until then
         the WAL's garbage must not be collected nor compacted: a partition not open holds
-        no references, so its chunks would look dead."""
+        no references, so its chunks would look dead. So false too while any open runs or
+        waits (even of a replica an image dropped since: its log holds references until it
+        is deleted)."""
+        if self._to_open or self._opening or not self._storage_ready:
+            return False
         for topic in self.image.topics:
             for index, state in enumerate(topic.partitions):
                 if self.broker_id in state.replicas and (

@@ -70,6 +70,9 @@ CLUSTER_CHECKED: dict[p.ApiKey, AclOperation] = {
 #: the transactional id a sink's batches are committed under (the sink's own id is checked
 #: as one, see api_acls)
 SINK_TRANSACTIONAL_PREFIX = "replog-sink/"
+#: how long a broker answering a controller change (CreateTopics...) waits for the replicas it
+#: gave this broker to open (see KafkaApis._after_controller_change)
+CONTROLLER_CHANGE_OPEN_WAIT_MS = 5000
 
 
 class KafkaApis:
@@ -179,9 +182,15 @@ class KafkaApis:
         )
 
     async def _after_controller_change(self) -> None:
-        """Make this process's own view of metadata include what the controller just did."""
+        """Make this process's own view of metadata include what the controller just did,
+        and the replicas it gave this broker open (they open in the background, off the event
+        loop): a client's next request usually uses them. At most
+        CONTROLLER_CHANGE_OPEN_WAIT_MS, so a change of thousands of partitions on a slow
+        store still answers in time (its replicas answer NOT_LEADER_OR_FOLLOWER, retriable,
+        until they are open)."""
         if self.lifecycle is not None:
             await self.lifecycle.refresh_metadata()
+            await self.replica_manager.wait_for_opens(CONTROLLER_CHANGE_OPEN_WAIT_MS / 1000)
 
     async def handle_metadata(self, header: p.RequestHeader, body: p.MetadataRequest) -> Any:
         """Brokers and topics. Named topics the principal may not Describe answer

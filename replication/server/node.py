@@ -249,6 +249,10 @@ class Node:
         lifecycle.start()
         rm.start()
         await lifecycle.registered.wait()
+        # As Kafka's broker loads its logs before it reports itself started: the replicas the
+        # metadata gives this broker open (in the background: it heartbeats meanwhile) before
+        # it says it is ready.
+        await rm.wait_for_opens()
 
     def _start_metrics(self, metrics: MetricsEndpoint) -> None:
         """Register this node's collectors and serve them (the metrics.port 0 case learns
