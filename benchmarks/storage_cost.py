@@ -202,6 +202,23 @@ def scrape(cluster: Cluster) -> list[dict[str, float]]:
     return out
 
 
+def replicas_hosted(cluster: Cluster) -> list[int]:
+    """Each broker's open replicas (``kafka_server_replicamanager_partitioncount``): brokers
+    open new replicas in the background, after the metadata already names their leaders."""
+    counts = []
+    for broker in cluster.brokers.values():
+        with urllib.request.urlopen(broker.metrics_url, timeout=30) as response:
+            text = response.read().decode()
+        counts.append(
+            next(
+                int(float(line.rpartition(" ")[2]))
+                for line in text.splitlines()
+                if line.startswith("kafka_server_replicamanager_partitioncount ")
+            )
+        )
+    return counts
+
+
 def scrape_or_none(cluster: Cluster) -> list[dict[str, float]] | None:
     try:
         return scrape(cluster)
@@ -389,7 +406,12 @@ def run_partitions(
             parts = describe_topic_waiting(admin, topic, 60_000).partitions
         except ReplogError:
             return False
-        return all(x.leader >= 0 and len(x.isr) == 3 for x in parts)
+        if not all(x.leader >= 0 and len(x.isr) == 3 for x in parts):
+            return False
+        try:  # every broker holds a replica of every partition (RF 3 on 3 brokers), opened
+            return all(n >= partitions for n in replicas_hosted(cluster))
+        except OSError:
+            return False
 
     try:
         wait_until(healthy, timeout=args.create_timeout, interval=1, message="a full ISR")
