@@ -99,7 +99,7 @@ class BrokerConfig:
         ),
     )
     log_wal_enable: bool = field(
-        default=False,
+        default=True,
         metadata=k(
             "log.wal.enable",
             "write every partition's batches through one per-broker write-ahead object per "
