@@ -14,6 +14,7 @@ listener.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -169,30 +170,42 @@ def test_incremental_alteration_sets_and_deletes_and_legacy_alteration_replaces(
 
 @pytest.mark.unit
 def test_a_replica_manager_reconfigures_its_logs_when_it_applies_new_metadata() -> None:
-    metadata, c = controller_with_topic()
-    c.create_topic("plain", 1, 3)
-    rm = ReplicaManager(
-        BrokerConfig(broker_id=0), Storage.from_url(f"memory://rm-{uuid.uuid4().hex}/logs")
-    )
-    rm.registered(c.image.broker(0).epoch)  # type: ignore[union-attr]
-    rm.apply_image(metadata.read_latest())
-    t, plain = rm.partitions[TP("t", 0)], rm.partitions[TP("plain", 0)]
-    assert t.log.config.retention_ms == 1000
-    assert plain.log.config.retention_ms == 7 * 24 * 3600 * 1000
-    c.alter_topic_configs("t", [(SET, "retention.ms", "42"), (SET, "min.insync.replicas", "3")])
-    c.alter_broker_configs("", [(SET, "retention.ms", "77"), (SET, "segment.bytes", "4096")])
-    rm.apply_image(metadata.read_latest())
-    assert rm.partitions[TP("t", 0)] is t  # the same open log, reconfigured
-    assert (t.log.config.retention_ms, t.policy.min_insync_replicas) == (42, 3)
-    assert t.log.config.segment_bytes == 4096  # the broker default under the topic's own
-    assert (plain.log.config.retention_ms, plain.policy.min_insync_replicas) == (77, 1)
-    c.alter_broker_configs("0", [(SET, "retention.ms", "88")])  # this broker's over the default
-    c.alter_broker_configs("1", [(SET, "retention.ms", "99")])  # another broker's: not here
-    rm.apply_image(metadata.read_latest())
-    assert plain.log.config.retention_ms == 88
-    c.alter_topic_configs("t", [(DELETE, "retention.ms", None)])
-    rm.apply_image(metadata.read_latest())
-    assert t.log.config.retention_ms == 88
+    # A ReplicaManager runs on the broker's event loop (its WAL writer is bound to it).
+    async def scenario() -> None:
+        metadata, c = controller_with_topic()
+        c.create_topic("plain", 1, 3)
+        rm = ReplicaManager(
+            BrokerConfig(broker_id=0), Storage.from_url(f"memory://rm-{uuid.uuid4().hex}/logs")
+        )
+        try:
+            rm.registered(c.image.broker(0).epoch)  # type: ignore[union-attr]
+            rm.apply_image(metadata.read_latest())
+            t, plain = rm.partitions[TP("t", 0)], rm.partitions[TP("plain", 0)]
+            assert t.log.config.retention_ms == 1000
+            assert plain.log.config.retention_ms == 7 * 24 * 3600 * 1000
+            c.alter_topic_configs(
+                "t", [(SET, "retention.ms", "42"), (SET, "min.insync.replicas", "3")]
+            )
+            c.alter_broker_configs(
+                "", [(SET, "retention.ms", "77"), (SET, "segment.bytes", "4096")]
+            )
+            rm.apply_image(metadata.read_latest())
+            assert rm.partitions[TP("t", 0)] is t  # the same open log, reconfigured
+            assert (t.log.config.retention_ms, t.policy.min_insync_replicas) == (42, 3)
+            assert t.log.config.segment_bytes == 4096  # the broker default under the topic's own
+            assert (plain.log.config.retention_ms, plain.policy.min_insync_replicas) == (77, 1)
+            # this broker's over the default; another broker's: not here
+            c.alter_broker_configs("0", [(SET, "retention.ms", "88")])
+            c.alter_broker_configs("1", [(SET, "retention.ms", "99")])
+            rm.apply_image(metadata.read_latest())
+            assert plain.log.config.retention_ms == 88
+            c.alter_topic_configs("t", [(DELETE, "retention.ms", None)])
+            rm.apply_image(metadata.read_latest())
+            assert t.log.config.retention_ms == 88
+        finally:
+            await rm.shutdown()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.unit
