@@ -1109,6 +1109,8 @@ def test_read_committed_hides_aborted_and_open_transactions(
 # --- data loss ------------------------------------------------------------------------------
 
 RETENTION = {"log.retention.check.interval.ms": "200"}
+#: wal.compaction.window.bytes of the retention-during-a-read test over the WAL
+WINDOW = 64 * 1024
 
 
 def _retained_topic(bootstrap: str, expire_in_ms: int) -> str:
@@ -1155,13 +1157,15 @@ def test_offsets_removed_by_retention_fail_the_query_or_are_skipped(
     "layout",
     [
         pytest.param({"log.wal.enable": "false"}, id="segments"),
-        # Over the WAL the expired records' object goes once compaction has rewritten what is
-        # live in it (L0 objects are due as old as the records' expiry: after planning, as the
-        # retention itself) and nothing refers to it (file.delete.delay.ms=0).
+        # Over the WAL the expired records' object goes once a compaction round has dropped
+        # its dead chunk and nothing refers to it (file.delete.delay.ms=0). Compaction is held
+        # off by age and made due by bytes, after retention (below): compacted earlier, the
+        # expired chunk would share a packed extent with live records.
         pytest.param(
             {
                 "log.wal.enable": "true",
-                "wal.compaction.l0.max.age.ms": "4000",
+                "wal.compaction.l0.max.age.ms": "3600000",
+                "wal.compaction.window.bytes": str(WINDOW),
                 "file.delete.delay.ms": "0",
             },
             id="wal",
@@ -1185,6 +1189,8 @@ def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
     # Retention moves the log start, then the objects of the expired records are deleted
     # (segment objects: file.delete.delay.ms=0; over the WAL, see the layout above).
     wait_until(lambda: _earliest(b.bootstrap, topic) == 100, timeout=60, message="retention")
+    # a record past the read's range, big enough to make the WAL's compaction due
+    produce(b.bootstrap, topic, [0], [b"x" * 2 * WINDOW], [int(time.time() * 1000) + 3_600_000])
     wait_until(
         lambda: not any(root.exists(path) for path in expired),
         timeout=60,
