@@ -99,12 +99,14 @@ class BrokerConfig:
         ),
     )
     log_wal_enable: bool = field(
-        default=False,
+        default=True,
         metadata=k(
             "log.wal.enable",
             "write every partition's batches through one per-broker write-ahead object per "
             "flush (_replog/wal/), compacted later, so the object-store request rate does not "
-            "grow with the partition count; false: one segment object per partition per flush",
+            "grow with the partition count (the default); false: the per-partition layout, one "
+            "segment object per partition per flush (a log dir once written through the WAL "
+            "refuses it)",
         ),
     )
     wal_compaction_window_bytes: int = field(

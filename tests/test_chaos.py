@@ -305,23 +305,24 @@ def test_plans_are_seeded_and_cycle_through_every_class() -> None:
 # --- real schedules ---------------------------------------------------------------------------
 
 SCHEDULES = [
-    pytest.param(101, ["crash_restart_while_paused"], False, id="crash_restart_while_paused"),
+    # the brokers over the broker WAL (log.wal.enable, the default)
+    pytest.param(101, ["crash_restart_while_paused"], True, id="crash_restart_while_paused"),
     pytest.param(
         102,
         ["storage_fail", "storage_stall", "storage_tear", "net_cut", "net_stall", "pause_short"],
-        False,
+        True,
         id="storage_and_network",
     ),
     pytest.param(
-        103, ["controller_kill", "coordinator_kill"], False, id="controller_and_coordinator"
+        103, ["controller_kill", "coordinator_kill"], True, id="controller_and_coordinator"
     ),
-    # the brokers over the broker WAL (log.wal.enable): crashes mid-flush and failing,
-    # stalling and tearing writes of the shared WAL objects
+    # the per-partition layout (log.wal.enable=false), which stays available: crashes
+    # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(
         104,
         ["crash_restart_while_paused", "kill_restart_now", "storage_stall", "storage_tear"],
-        True,
-        id="wal_crashes_and_storage",
+        False,
+        id="segments_crashes_and_storage",
     ),
 ]
 

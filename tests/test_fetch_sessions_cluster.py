@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from logstore.batch import Record, build, iter_batches
-from logstore.segment import base_offset_of
+from logstore.errors import ReplogError
+from logstore.log import open_replica_log
+from logstore.storage import Storage
 from replication import protocol as p
 from replication.common import TopicPartition
 from replication.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
@@ -100,23 +102,34 @@ class ProxiedCluster:
         self.proxy.stop()
 
     def follower_values(self, topic: str, partition: int) -> list[tuple[int, bytes | None]]:
-        """(offset, value) of every record in broker 1's segment objects of the partition.
+        """(offset, value) of every record broker 1 holds durable of the partition, in either
+        layout (its segment objects, or its chunks of its WAL objects).
 
-        Read straight from its storage (objects are written whole, then renamed into place),
-        without opening the log: opening runs recovery, which must not race the live broker.
+        Read straight from its storage through a read-only log (recovery that changes nothing,
+        safe beside the live broker); an object merged or compacted away meanwhile: [] (the
+        caller polls again).
         """
         directory = Path(self.brokers[FOLLOWER].data_dir) / "logs" / topic / str(partition)
         out: list[tuple[int, bytes | None]] = []
         if not directory.is_dir():
             return out
-        for path in sorted(directory.iterdir()):
-            if base_offset_of(path.name) is None:
-                continue
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:  # merged away meanwhile: the caller polls again
-                return []
-            out += [(r.offset, r.value) for b in iter_batches(data) for r in b.records()]
+        root = Storage.from_url(self.brokers[FOLLOWER].log_dir)
+        try:
+            plog = open_replica_log(root, topic, partition, read_only=True)
+        except (ReplogError, FileNotFoundError):
+            return []
+        try:
+            offset, end = plog.log_start_offset, plog.durable_end_offset
+            while offset < end:
+                batches = list(iter_batches(plog.read(offset, 1 << 20, max_offset=end)))
+                if not batches:
+                    break
+                out += [(r.offset, r.value) for b in batches for r in b.records()]
+                offset = batches[-1].next_offset
+        except (ReplogError, FileNotFoundError):
+            return []
+        finally:
+            plog.close()
         return out
 
 
@@ -296,7 +309,7 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
                     cluster.follower_values(topic, index) == expected
                 ),
                 timeout=10,
-                message=f"the follower's segment objects of {topic}-{index}",
+                message=f"the follower's stored records of {topic}-{index}",
             )
             assert leader_values(conn, topic, index) == expected
         # The follower reports its new fetch offsets in its next requests.

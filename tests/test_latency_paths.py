@@ -225,7 +225,9 @@ def test_idle_broker_flush_loop_never_wakes_and_an_append_is_flushed_at_once(
     wakes it exactly once: one flush, no timer tick before or after it."""
 
     async def scenario() -> None:
-        async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
+        # Subject: the per-partition layout's flush loop (log.wal.enable=false stays available).
+        overrides = {"replica.fetch.wait.max.ms": 50, "log.wal.enable": False}
+        async with running(tmp_path, **overrides) as cluster:
             assert {cluster.rm(i).flush_interval_ms for i in cluster.brokers} == {0}
             await cluster.create_topic(TOPIC)
             await cluster.produce(TOPIC, 0, [b"first"])
@@ -251,7 +253,13 @@ def test_flush_interval_is_the_least_spacing_between_flush_starts(tmp_path: Path
 
     async def scenario() -> None:
         async with running(
-            tmp_path, **{"replica.fetch.wait.max.ms": 50, "log.flush.interval.ms": 600_000}
+            tmp_path,
+            # Subject: the per-partition layout's flush loop (log.wal.enable=false stays available).
+            **{
+                "replica.fetch.wait.max.ms": 50,
+                "log.flush.interval.ms": 600_000,
+                "log.wal.enable": False,
+            },
         ) as cluster:
             assert {cluster.rm(i).flush_interval_ms for i in cluster.brokers} == {600_000}
             await cluster.create_topic(TOPIC)
@@ -305,7 +313,10 @@ def test_a_fetch_response_of_many_partitions_is_stored_whole(tmp_path: Path) -> 
     partitions = 20
 
     async def scenario() -> None:
-        async with running(tmp_path, **{"replica.fetch.wait.max.ms": 50}) as cluster:
+        # Subject: one segment object per partition per flush, the per-partition layout's
+        # (log.wal.enable=false stays available; the WAL's own test: test_wal_cluster).
+        overrides = {"replica.fetch.wait.max.ms": 50, "log.wal.enable": False}
+        async with running(tmp_path, **overrides) as cluster:
             await cluster.create_topic(TOPIC, partitions)
             by_leader: dict[int, list[tuple[str, int, bytes | bytearray | memoryview | None]]] = {}
             for index in range(partitions):
@@ -351,14 +362,21 @@ class StorageRequests:
 
 
 @pytest.mark.cluster
-def test_an_idle_broker_makes_no_storage_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wal", [True, False], ids=["wal", "segments"])
+def test_an_idle_broker_makes_no_storage_request(tmp_path: Path, wal: bool) -> None:
     """L10/L13: the periodic checkpoint writes only logs that changed since their last
-    checkpoint. After traffic, once the checkpoints caught up, idle checkpoint rounds make no
-    storage request at all (no checkpoint, no flush) on any broker."""
+    checkpoint (over the WAL: the broker checkpoint only when an HW moved). After traffic, once
+    the checkpoints caught up, idle checkpoint rounds make no storage request at all (no
+    checkpoint, no flush) on any broker, in either layout."""
 
     async def scenario() -> None:
         async with running(
-            tmp_path, **{"replica.fetch.wait.max.ms": 50, "log.checkpoint.interval.ms": 100}
+            tmp_path,
+            **{
+                "replica.fetch.wait.max.ms": 50,
+                "log.checkpoint.interval.ms": 100,
+                "log.wal.enable": wal,
+            },
         ) as cluster:
             await cluster.create_topic(TOPIC, 2)
             for index in range(2):
@@ -377,6 +395,10 @@ def test_an_idle_broker_makes_no_storage_request(tmp_path: Path) -> None:
                     and part.log.high_watermark == part.log.log_end_offset
                     for rm in rms
                     for part in rm.partitions.values()
+                ) and all(
+                    # over the WAL the HWs live in the broker checkpoint: it caught up too
+                    rm.wal_writer is None or rm._hw_written == rm._wal_high_watermarks()
+                    for rm in rms
                 )
 
             await wait_for(settled, "every replica's HW at its end, checkpointed")

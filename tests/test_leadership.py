@@ -11,6 +11,7 @@ readers only once its high watermark has passed whatever its predecessor could h
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -149,22 +150,29 @@ def test_metadata_keeps_each_broker_s_kafka_listener_and_reads_format_2() -> Non
 
 
 def test_a_broker_takes_no_role_before_its_registration_is_in_the_metadata() -> None:
-    clock = Clock()
-    metadata, c = cluster(clock)
-    leader = c.image.topic("t").partitions[0].leader  # type: ignore[union-attr]
-    config = BrokerConfig(broker_id=leader)
-    rm = ReplicaManager(config, Storage.from_url(f"memory://rm-{uuid.uuid4().hex}/logs"))
-    # a restarted process reads the stored metadata, which still names it leader
-    rm.apply_image(metadata.read_latest())
-    assert rm.partitions == {}
-    assert rm.image.version == metadata.latest_version()
-    clock.now += SESSION_MS + 1
-    info = c.register_broker(leader, "127.0.0.1", 9100 + leader, None, "restarted")
-    rm.registered(info.epoch)
-    rm.apply_image(metadata.read_latest())
-    partition = rm.partitions[TopicPartition("t", 0)]
-    assert not partition.is_leader
-    assert partition.leader_epoch == c.image.topic("t").partitions[0].leader_epoch  # type: ignore[union-attr]
+    # A ReplicaManager runs on the broker's event loop (its WAL writer is bound to it).
+    async def scenario() -> None:
+        clock = Clock()
+        metadata, c = cluster(clock)
+        leader = c.image.topic("t").partitions[0].leader  # type: ignore[union-attr]
+        config = BrokerConfig(broker_id=leader)
+        rm = ReplicaManager(config, Storage.from_url(f"memory://rm-{uuid.uuid4().hex}/logs"))
+        try:
+            # a restarted process reads the stored metadata, which still names it leader
+            rm.apply_image(metadata.read_latest())
+            assert rm.partitions == {}
+            assert rm.image.version == metadata.latest_version()
+            clock.now += SESSION_MS + 1
+            info = c.register_broker(leader, "127.0.0.1", 9100 + leader, None, "restarted")
+            rm.registered(info.epoch)
+            rm.apply_image(metadata.read_latest())
+            partition = rm.partitions[TopicPartition("t", 0)]
+            assert not partition.is_leader
+            assert partition.leader_epoch == c.image.topic("t").partitions[0].leader_epoch  # type: ignore[union-attr]
+        finally:
+            await rm.shutdown()
+
+    asyncio.run(scenario())
 
 
 def test_a_new_leader_answers_readers_once_its_hw_reaches_its_epoch_start() -> None:

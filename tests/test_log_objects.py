@@ -49,7 +49,7 @@ N = 600  # records per partition
 LAYOUTS = pytest.mark.parametrize(
     "layout",
     [
-        pytest.param({}, id="segments"),
+        pytest.param({"log.wal.enable": "false"}, id="segments"),
         pytest.param(
             {"log.wal.enable": "true", "wal.compaction.l0.max.age.ms": "3600000"}, id="wal"
         ),
@@ -132,7 +132,7 @@ def test_every_replica_names_objects_whose_bytes_are_the_partitions_batches(
                 assert found.log_dir == cluster.brokers[broker_id].log_dir
                 assert found.log_start_offset == 0
                 assert len(found.extents) >= 2  # several flushes: several objects
-                if layout:  # chunks of the broker's WAL objects, shared by the partitions
+                if layout["log.wal.enable"] == "true":  # chunks of the WAL objects, shared
                     assert all(e.path.startswith("_replog/wal/L0/") for e in found.extents)
                     assert not any(e.is_segment for e in found.extents)
                 else:
@@ -293,7 +293,11 @@ def test_a_broker_without_describe_log_objects_is_listed_instead(broker_factory:
     with OlderBroker(broker_port, relay_port) as relay:
         b = broker_factory(
             port=broker_port,
-            overrides={"advertised.listeners": f"REPLOG://127.0.0.1:{relay_port}"},
+            overrides={
+                "advertised.listeners": f"REPLOG://127.0.0.1:{relay_port}",
+                # a replog without DescribeLogObjects has no WAL either: segment objects only
+                "log.wal.enable": "false",
+            },
         )
         topic = unique_name("older")
         bootstrap = relay.address

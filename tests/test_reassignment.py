@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from logstore.log import open_replica_log
 from logstore.storage import Storage
 from replication.client import Admin, Producer, TopicPartition
 from replication.client.describe import describe_topic_waiting
@@ -56,15 +57,17 @@ def partition_dir(cluster: Cluster, broker: int, topic: str, partition: int = 0)
     return cluster.brokers[broker].data_dir / "logs" / topic / str(partition)
 
 
-def stored_bytes(path: Path) -> int:
-    """Bytes of the segment objects of a replica on a broker's file storage."""
-    if not path.exists():
+def stored_bytes(cluster: Cluster, broker: int, topic: str, partition: int = 0) -> int:
+    """Bytes of a replica's log on its broker's file storage, in either layout (its segment
+    objects, or its chunks of the broker's WAL objects), as recovery reads them (read-only)."""
+    if not partition_dir(cluster, broker, topic, partition).exists():
         return 0
-    return sum(
-        f.stat().st_size
-        for f in path.rglob("*")
-        if f.is_file() and f.suffix != ".json" and not f.name.startswith(".")
-    )
+    root = Storage.from_url(cluster.brokers[broker].log_dir)
+    plog = open_replica_log(root, topic, partition, read_only=True)
+    try:
+        return plog.size_in_bytes
+    finally:
+        plog.close()
 
 
 def place(admin: Admin, topic: str, target: list[int]) -> None:
@@ -198,7 +201,7 @@ def test_a_partition_moves_under_acks_all_load_and_loses_nothing(
         timeout=30,
         message="broker 0's replica deleted",
     )
-    assert stored_bytes(partition_dir(cluster, 3, topic)) > 0
+    assert stored_bytes(cluster, 3, topic) > 0
 
 
 def test_a_throttled_move_stays_in_progress_and_cancel_reverts(
@@ -225,7 +228,7 @@ def test_a_throttled_move_stays_in_progress_and_cancel_reverts(
         )  # fmt: skip
         new_replica = partition_dir(cluster, 3, topic)
         fetched = wait_until(
-            lambda: stored_bytes(new_replica) >= 2 * rate and stored_bytes(new_replica),
+            lambda: (n := stored_bytes(cluster, 3, topic)) >= 2 * rate and n,
             timeout=60,
             message="the new replica fetching",
         )
@@ -448,7 +451,7 @@ def test_a_replica_moved_away_while_its_broker_was_down_is_deleted_when_it_retur
                 producer.send(topic, f"s{n}".encode(), partition=0)
             producer.flush(timeout=60)
         stray = partition_dir(cluster, 0, topic)
-        assert stored_bytes(stray) > 0
+        assert stored_bytes(cluster, 0, topic) > 0
         cluster.brokers[0].kill()
         wait_until(
             lambda: 0 not in describe_topic_waiting(admin, topic).partitions[0].isr,

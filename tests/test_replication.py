@@ -492,7 +492,9 @@ def test_broker_on_s3(cluster_factory: Callable[..., Cluster], s3_url: S3Locatio
     cluster = cluster_factory(
         brokers=2,
         broker_log_dirs={0: s3_url.sub("broker-0")},
-        overrides={"storage.endpoint.url": s3_url.endpoint_url},
+        # the per-partition layout on S3 (log.wal.enable=false stays available); over the WAL:
+        # test_wal_cluster::test_broker_on_s3_writes_wal_objects
+        overrides={"storage.endpoint.url": s3_url.endpoint_url, "log.wal.enable": "false"},
     )
     topic = unique_name("r")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:

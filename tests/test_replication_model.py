@@ -344,6 +344,11 @@ class ModelCluster:
                 "replica.fetch.wait.max.ms": 0,
                 "broker.session.timeout.ms": SESSION_TIMEOUT_MS,
                 "replica.lag.time.max.ms": LAG_TIME_MAX_MS,
+                # The per-partition layout (log.wal.enable=false stays available): the model
+                # takes the group commit as a step (flush_dirty) and a crash drops exactly the
+                # unflushed tail; over the WAL a writer thread commits on its own, which this
+                # model does not drive (the WAL's own models: test_wal, test_wal_log).
+                "log.wal.enable": False,
             }
         )
 

@@ -49,7 +49,8 @@ from datasource.schema import arrow_schema, spark_schema
 from datasource.source import ReplogDataSource
 from datasource.stream import ReplogStreamReader, offsets_behind_latest
 from logstore.batch import Record, build
-from logstore.reader import AbortedTxnRange, ObjectExtent, SegmentObject, SegmentReader
+from logstore.reader import AbortedTxnRange, ObjectExtent, SegmentObject
+from logstore.storage import Storage
 from replication import protocol as p
 from replication.client import Admin, Producer, TopicPartition
 from replication.errors import UnknownTopicOrPartitionError
@@ -1108,6 +1109,8 @@ def test_read_committed_hides_aborted_and_open_transactions(
 # --- data loss ------------------------------------------------------------------------------
 
 RETENTION = {"log.retention.check.interval.ms": "200"}
+#: wal.compaction.window.bytes of the retention-during-a-read test over the WAL
+WINDOW = 64 * 1024
 
 
 def _retained_topic(bootstrap: str, expire_in_ms: int) -> str:
@@ -1150,21 +1153,49 @@ def test_offsets_removed_by_retention_fail_the_query_or_are_skipped(
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["direct", "auto"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param({"log.wal.enable": "false"}, id="segments"),
+        # Over the WAL the expired records' object goes once a compaction round has dropped
+        # its dead chunk and nothing refers to it (file.delete.delay.ms=0). Compaction is held
+        # off by age and made due by bytes, after retention (below): compacted earlier, the
+        # expired chunk would share a packed extent with live records.
+        pytest.param(
+            {
+                "log.wal.enable": "true",
+                "wal.compaction.l0.max.age.ms": "3600000",
+                "wal.compaction.window.bytes": str(WINDOW),
+                "file.delete.delay.ms": "0",
+            },
+            id="wal",
+        ),
+    ],
+)
 def test_retention_during_a_read_fails_the_task_or_skips_with_a_warning(
-    broker_factory: Any, caplog: pytest.LogCaptureFixture, mode: str
+    broker_factory: Any, caplog: pytest.LogCaptureFixture, mode: str, layout: dict[str, str]
 ) -> None:
-    b = broker_factory(overrides=RETENTION)
+    b = broker_factory(overrides={**RETENTION, **layout})
     topic = _retained_topic(b.bootstrap, 4_000)
     opts = parse_source_options(options(b.bootstrap, topic, **{"read.mode": mode}), streaming=False)
     (planned,) = offset_ranges(ReplogBatchReader(opts).partitions())
     assert (planned.start, planned.end) == (0, 200)
     assert planned.replicas
-    # Retention moves the log start, then deletes the object (file.delete.delay.ms=0).
+    expired = {
+        o.path for o in planned.objects if isinstance(o, ObjectExtent) and o.base_offset < 100
+    }
+    assert expired, planned.objects  # the planner's extents name the objects of [0, 100)
+    root = Storage.from_url(planned.replicas[0].log_dir)
+    # Retention moves the log start, then the objects of the expired records are deleted
+    # (segment objects: file.delete.delay.ms=0; over the WAL, see the layout above).
     wait_until(lambda: _earliest(b.bootstrap, topic) == 100, timeout=60, message="retention")
-    with SegmentReader.open(planned.replicas[0].log_dir, topic, 0) as segments:
-        wait_until(
-            lambda: segments.list_objects()[0].base_offset == 100, message="the object deleted"
-        )
+    # a record past the read's range, big enough to make the WAL's compaction due
+    produce(b.bootstrap, topic, [0], [b"x" * 2 * WINDOW], [int(time.time() * 1000) + 3_600_000])
+    wait_until(
+        lambda: not any(root.exists(path) for path in expired),
+        timeout=60,
+        message=f"the objects of the expired records deleted: {sorted(expired)}",
+    )
     with pytest.raises(DataLossError, match=r"offsets \[0, 100\) of .* are gone"):
         list(read_partition(planned))
     lenient = replace(planned, settings=replace(planned.settings, fail_on_data_loss=False))

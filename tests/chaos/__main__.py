@@ -2,6 +2,7 @@
 
     python -m tests.chaos --seed 1 --schedules 100            # every fault class, ~25 s each
     python -m tests.chaos --seed 7 --schedules 3 --classes crash_restart_while_paused
+    python -m tests.chaos --seed 1 --schedules 8 --no-wal     # the per-partition layout
 
 Exit status 0 if no schedule found an anomaly, 1 otherwise (2 for bad arguments).
 """
@@ -37,7 +38,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--workdir", type=Path, default=None, help="where clusters keep data")
     parser.add_argument(
-        "--wal", action="store_true", help="brokers write through the broker WAL (log.wal.enable)"
+        "--wal",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="brokers write through the broker WAL (log.wal.enable, the default); --no-wal: "
+        "the per-partition layout (log.wal.enable=false)",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the data of schedules that passed too"

@@ -63,10 +63,11 @@ class LaunchedBroker(BrokerProcess):
 class ChaosCluster:
     """Processes, proxies and storage controls of one schedule's cluster."""
 
-    def __init__(self, data_dir: Path, brokers: int = 3, *, wal: bool = False) -> None:
+    def __init__(self, data_dir: Path, brokers: int = 3, *, wal: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
-        #: brokers write through the broker WAL (log.wal.enable)
+        #: brokers write through the broker WAL (log.wal.enable, the default); False: the
+        #: per-partition layout
         self.wal = wal
         common = {
             **BROKER_SETTINGS,

@@ -48,10 +48,11 @@ def run_schedule(
     workdir: Path,
     *,
     keep: bool = False,
-    wal: bool = False,
+    wal: bool = True,
 ) -> dict[str, Any]:
     """Run one schedule in ``workdir/seed-<seed>``; its directory is removed if it passed
-    (unless ``keep``). ``wal``: the brokers write through the broker WAL (log.wal.enable)."""
+    (unless ``keep``). ``wal``: the brokers write through the broker WAL (log.wal.enable, the
+    default); False: the per-partition layout."""
     began = time.monotonic()
     data_dir = workdir / f"seed-{seed}"
     if data_dir.exists():
