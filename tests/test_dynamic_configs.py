@@ -181,6 +181,7 @@ def test_a_replica_manager_reconfigures_its_logs_when_it_applies_new_metadata() 
         try:
             rm.registered(c.image.broker(0).epoch)  # type: ignore[union-attr]
             rm.apply_image(metadata.read_latest())
+            assert await rm.wait_for_opens(30)  # replicas open in the background
             t, plain = rm.partitions[TP("t", 0)], rm.partitions[TP("plain", 0)]
             assert t.log.config.retention_ms == 1000
             assert plain.log.config.retention_ms == 7 * 24 * 3600 * 1000

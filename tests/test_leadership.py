@@ -160,12 +160,14 @@ def test_a_broker_takes_no_role_before_its_registration_is_in_the_metadata() -> 
         try:
             # a restarted process reads the stored metadata, which still names it leader
             rm.apply_image(metadata.read_latest())
+            assert await rm.wait_for_opens(30)
             assert rm.partitions == {}
             assert rm.image.version == metadata.latest_version()
             clock.now += SESSION_MS + 1
             info = c.register_broker(leader, "127.0.0.1", 9100 + leader, None, "restarted")
             rm.registered(info.epoch)
             rm.apply_image(metadata.read_latest())
+            assert await rm.wait_for_opens(30)  # replicas open in the background
             partition = rm.partitions[TopicPartition("t", 0)]
             assert not partition.is_leader
             assert partition.leader_epoch == c.image.topic("t").partitions[0].leader_epoch  # type: ignore[union-attr]
