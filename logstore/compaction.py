@@ -214,7 +214,7 @@ class Compactor:
     def due_sources(
         self,
         *,
-        window_bytes: int = 256 * 1024 * 1024,
+        window_bytes: int = 64 * 1024 * 1024,
         max_age_ms: float = 60_000.0,
         now_ms: float | None = None,
     ) -> list[str]:

@@ -110,7 +110,11 @@ class BrokerConfig:
         ),
     )
     wal_compaction_window_bytes: int = field(
-        default=256 * 1024 * 1024,
+        # 64 MiB, not 256: a round's burst of reads, CRC walks and one big fsync'd write
+        # stalled foreground writes (acks=all p99 at 250k records/s: 1.4-1.6 s with 256 MiB,
+        # 0.36-0.47 s with 64 MiB, 34 ms with no compaction); the extra PUT per 64 MiB costs
+        # ~$0.08/TB.
+        default=64 * 1024 * 1024,
         metadata=k(
             "wal.compaction.window.bytes",
             "over the WAL: compact the oldest L0 objects into one packed object once this many "
