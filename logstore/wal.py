@@ -368,9 +368,7 @@ class WalWriter:
                 raise TimeoutError(
                     f"WAL writer of {self.storage.url}: not durable after {timeout} s"
                 )
-            raise WalClosedError(
-                f"WAL writer of {self.storage.url} closed before the data was written"
-            ) from self._failed
+            raise self._closed_error()
 
     async def wait_durable(self, *, force: bool = False) -> None:
         """The event loop's :meth:`flush`: await until everything marked dirty before this
@@ -387,9 +385,7 @@ class WalWriter:
             if self._durable_marks >= target:
                 return
             if self._closing:
-                raise WalClosedError(
-                    f"WAL writer of {self.storage.url} closed before the data was written"
-                ) from self._failed
+                raise self._closed_error()
             if force:
                 self._force = True
                 self._cond.notify_all()
@@ -401,7 +397,7 @@ class WalWriter:
         """On the loop: resolve the :meth:`wait_durable` callers whose marks are durable, or
         fail them all once the writer is closing."""
         with self._cond:
-            durable, closing, failed = self._durable_marks, self._closing, self._failed
+            durable, closing = self._durable_marks, self._closing
             ready: list[asyncio.Future[None]] = []
             while self._waiters and (closing or self._waiters[0][0] <= durable):
                 ready.append(self._waiters.popleft()[1])
@@ -409,13 +405,16 @@ class WalWriter:
             if waiter.done():  # cancelled (wait_for's timeout)
                 continue
             if closing:
-                err = WalClosedError(
-                    f"WAL writer of {self.storage.url} closed before the data was written"
-                )
-                err.__cause__ = failed
-                waiter.set_exception(err)
+                waiter.set_exception(self._closed_error())
             else:
                 waiter.set_result(None)
+
+    def _closed_error(self) -> WalClosedError:
+        """What a waiter gets when the writer closed before its data was written (caused by
+        the writer's failure, if one stopped it)."""
+        err = WalClosedError(f"WAL writer of {self.storage.url} closed before the data was written")
+        err.__cause__ = self._failed
+        return err
 
     def _post_wake_waiters(self) -> None:
         """From any thread: let the loop fail the waiters of a closing writer."""

@@ -93,6 +93,14 @@ class World:
         assert info is not None
         return info.partitions[index].leader
 
+    def stall_a_led_replica(self, seconds: float) -> int:
+        """Create topic t (3 partitions, RF 3) and stall every read of one replica broker 0
+        leads for ``seconds`` (its open is slow); that replica's index."""
+        self.controller.create_topic("t", 3, 3, [])
+        index = next(i for i in range(3) if self.leader_of("t", i) == 0)
+        self.storage.stall("read", seconds, times=UNTIL_CHANGED, path_prefix=f"t/{index}/")
+        return index
+
 
 @pytest.mark.unit
 def test_apply_image_returns_before_opening_and_replicas_open_in_the_background() -> None:
@@ -128,9 +136,7 @@ def test_apply_image_returns_before_opening_and_replicas_open_in_the_background(
 @pytest.mark.unit
 def test_a_produce_to_a_replica_still_opening_is_retriable_and_succeeds_once_it_is_open() -> None:
     world = World()
-    world.controller.create_topic("t", 3, 3, [])
-    led = next(i for i in range(3) if world.leader_of("t", i) == 0)
-    world.storage.stall("read", 1.0, times=UNTIL_CHANGED, path_prefix=f"t/{led}/")
+    led = world.stall_a_led_replica(1.0)
     rm = world.rm
     records = build([Record(None, b"v", 0)])
 
@@ -224,9 +230,7 @@ def test_a_replica_dropped_before_its_open_started_has_its_storage_deleted() -> 
 @pytest.mark.unit
 def test_a_leadership_change_during_the_open_is_the_role_the_replica_takes() -> None:
     world = World()
-    world.controller.create_topic("t", 3, 3, [])
-    index = next(i for i in range(3) if world.leader_of("t", i) == 0)
-    world.storage.stall("read", 2.0, times=UNTIL_CHANGED, path_prefix=f"t/{index}/")
+    index = world.stall_a_led_replica(2.0)
     rm = world.rm
     key = TP("t", index)
 

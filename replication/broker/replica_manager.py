@@ -392,16 +392,7 @@ class ReplicaManager:
             partition.state = PartitionState(partition.state.replicas, (), -1, -1, -1)
             self._role_changed(partition)
             self._partition_changed(partition)
-            log.info("deleting %s-%d (topic deleted or replica moved away)", *key)
-            try:
-                partition.log.delete()
-            except ReplogError as err:  # the replica is gone either way; its storage stays
-                log.warning(
-                    "%s-%d: could not delete the replica's storage %s: %s",
-                    *key,
-                    partition.log.storage.url,
-                    err,
-                )
+            self._delete_replica_log(partition, "")
             self.topic_stats.retain(tp.topic for tp in self.partitions)
         self._start_opening()
 
@@ -665,21 +656,27 @@ class ReplicaManager:
     def _delete_unwanted(self, built: list[Partition]) -> None:
         """Delete replicas opened for an image that dropped them meanwhile (any thread)."""
         for partition in built:
-            log.info(
-                "deleting %s-%d (topic deleted or replica moved away while it opened)",
+            self._delete_replica_log(partition, " while it opened")
+
+    @staticmethod
+    def _delete_replica_log(partition: Partition, when: str) -> None:
+        """Delete a replica's log that no image gives this broker any more (any thread)."""
+        log.info(
+            "deleting %s-%d (topic deleted or replica moved away%s)",
+            partition.topic,
+            partition.index,
+            when,
+        )
+        try:
+            partition.log.delete()
+        except ReplogError as err:  # the replica is gone either way; its storage stays
+            log.warning(
+                "%s-%d: could not delete the replica's storage %s: %s",
                 partition.topic,
                 partition.index,
+                partition.log.storage.url,
+                err,
             )
-            try:
-                partition.log.delete()
-            except ReplogError as err:
-                log.warning(
-                    "%s-%d: could not delete the replica's storage %s: %s",
-                    partition.topic,
-                    partition.index,
-                    partition.log.storage.url,
-                    err,
-                )
 
     def _delete_unopened_all(self, keys: list[TopicPartition]) -> None:
         for key in keys:
@@ -852,10 +849,9 @@ class ReplicaManager:
             producer_id_expiration_ms=self.config.producer_id_expiration_ms,
         )
 
-    def _open_partition(self, built: Partition) -> Partition:
+    def _open_partition(self, partition: Partition) -> Partition:
         """Register a replica opened (log recovered, producer state loaded): requests and
         the WAL's hooks find it from now on."""
-        partition = built
         plog = partition.log
         self.partitions[partition.key] = partition
         link = plog.wal
