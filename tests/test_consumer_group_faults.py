@@ -51,7 +51,8 @@ class MemberProcess:
     def values(self) -> set[int]:
         if not self.out.exists():
             return set()
-        lines = self.out.read_text().splitlines()
+        # the member writes while this reads: its last line may be half written (no newline)
+        lines = self.out.read_text().split("\n")[:-1]
         return {int(line.split()[2]) for line in lines if line and line[0].isdigit()}
 
     def signal(self, sig: int) -> None:
