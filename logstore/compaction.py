@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from logstore.batch import iter_batches
-from logstore.errors import CorruptRecordError, StorageError
+from logstore.errors import CorruptRecordError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalObject
 from logstore.wal_format import (
@@ -426,18 +426,15 @@ class Compactor:
         due = sorted(p for p, when in self._due.items() if when <= now)
         if due and self._superseded():
             return ()
-        deleted = []
         for path in due:
             del self._due[path]
-            # Out of the index first, atomically with the check: nobody can acquire it after.
-            if not self.index.retire(path):
-                continue  # acquired since the snapshot above
-            try:
-                self.storage.delete(path)
-            except StorageError as err:  # it stays on storage; the next load finds it again
-                log.warning("%s: deleting %s failed: %s", self.storage.url, path, err)
-                continue
-            deleted.append(path)
+        # Out of the index first, atomically with the check: nobody can acquire them after
+        # (those acquired since the snapshot above stay).
+        retired = self.index.retire_many(due)
+        failed = self.storage.delete_many(retired)
+        for path, err in failed.items():  # it stays on storage; the next load finds it again
+            log.warning("%s: deleting %s failed: %s", self.storage.url, path, err)
+        deleted = [path for path in retired if path not in failed]
         if deleted:
             log.info("%s: deleted %d unreferenced WAL object(s)", self.storage.url, len(deleted))
         return tuple(deleted)

@@ -50,7 +50,7 @@ import time
 import urllib.parse
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
@@ -277,6 +277,18 @@ class Storage(ABC):
     def delete(self, path: str) -> None:
         """Remove the object; a missing object is fine."""
 
+    def delete_many(self, paths: Iterable[str]) -> dict[str, StorageError]:
+        """Remove several objects (missing ones are fine), carrying on past failures; the
+        failures, by path (empty: every one is gone). The default deletes one by one; local
+        files make a directory's deletes durable together (one fsync)."""
+        failed: dict[str, StorageError] = {}
+        for path in paths:
+            try:
+                self.delete(path)
+            except StorageError as err:
+                failed[path] = err
+        return failed
+
     def delete_all(self) -> int:
         """Delete every object under this storage's root (and, on a local filesystem, the
         directories); returns how many objects went. For a replica that is gone for good."""
@@ -325,6 +337,17 @@ def _fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: local writes larger than this are synced in slices of this size (see ``_write_temp``)
+SYNC_SLICE_BYTES = 4 * 1024 * 1024
+
+
+def _write_all(f: Any, view: memoryview) -> None:
+    """Write every byte of ``view`` to the unbuffered file ``f`` (a raw write may be short)."""
+    while view:
+        written = f.write(view)
+        view = view[written:]
 
 
 def _unlink_quietly(path: str) -> None:
@@ -448,10 +471,20 @@ class LocalStorage(Storage):
         temp = os.path.join(directory, TEMP_PREFIX + uuid.uuid4().hex)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
-            with open(fd, "wb") as f:
-                f.write(data)
+            with open(fd, "wb", buffering=0) as f:
+                view = memoryview(data).cast("B")
+                if self._fsync and len(view) > SYNC_SLICE_BYTES:
+                    # A big object (a compaction's output) goes down in slices, each synced
+                    # before the next: the fsyncs of small foreground writes (the WAL's, for
+                    # acks=all) then wait behind one slice's write-back, not the whole
+                    # object's (64 MiB at once stalled them 35 ms here, 4 MiB slices 17 ms).
+                    for start in range(0, len(view), SYNC_SLICE_BYTES):
+                        _write_all(f, view[start : start + SYNC_SLICE_BYTES])
+                        if start + SYNC_SLICE_BYTES < len(view):
+                            os.fdatasync(f.fileno())
+                else:
+                    _write_all(f, view)
                 if self._fsync:
-                    f.flush()
                     os.fsync(f.fileno())
         except BaseException:
             _unlink_quietly(temp)
@@ -486,6 +519,33 @@ class LocalStorage(Storage):
                 return
             if self._fsync:
                 _fsync_dir(os.path.dirname(full))
+
+    def delete_many(self, paths: Iterable[str]) -> dict[str, StorageError]:
+        # One fsync per directory once its unlinks are done, not one per object: a garbage
+        # collection of thousands of WAL objects otherwise forces thousands of journal
+        # commits, and the fsyncs of foreground writes (acks=all) queue behind them.
+        failed: dict[str, StorageError] = {}
+        by_directory: dict[str, list[str]] = {}
+        for path in paths:
+            full = self._path(path)
+            try:
+                with self._translating("delete", path):
+                    try:
+                        os.unlink(full)
+                    except (FileNotFoundError, NotADirectoryError):
+                        continue
+            except StorageError as err:
+                failed[path] = err
+            else:
+                by_directory.setdefault(os.path.dirname(full), []).append(path)
+        if self._fsync:
+            for directory, removed in by_directory.items():
+                try:
+                    with _translate_errors("delete", directory, (OSError,)):
+                        _fsync_dir(directory)
+                except StorageError as err:  # gone from listings, but maybe not durably
+                    failed.update(dict.fromkeys(removed, err))
+        return failed
 
     def delete_temp_files(self, prefix: str = "") -> int:
         prefix = _check_prefix(prefix)

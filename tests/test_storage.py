@@ -29,6 +29,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+import logstore.storage as storage_module
 from logstore.errors import ObjectExistsError, ObjectNotFoundError, StorageError
 from logstore.storage import TEMP_PREFIX, FsspecStorage, ObjectInfo, Storage
 from tests.conftest import S3Location
@@ -296,6 +297,13 @@ class StorageTests:
         storage.delete("obj")
         assert storage.list() == []
 
+    def test_delete_many(self, storage: Storage) -> None:
+        for name in ("a/x", "a/y", "b/z", "keep"):
+            storage.write(name, name.encode())
+        assert storage.delete_many(["a/x", "never/was", "b/z", "a/y", "a/x"]) == {}
+        assert storage.list() == [ObjectInfo("keep", 4)]
+        assert storage.delete_many([]) == {}
+
     def test_exists_and_size(self, storage: Storage) -> None:
         assert not storage.exists("obj")
         storage.write("dir/obj", b"12345")
@@ -460,6 +468,37 @@ class TestLocalStorage(StorageTests):
         storage.write("a/b/c", b"1")
         storage.put_if_absent("a/b/d", b"2")
         assert storage.list("a") == [ObjectInfo("a/b/c", 1), ObjectInfo("a/b/d", 1)]
+
+    def test_delete_many_syncs_each_directory_once(
+        self, storage: Storage, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """Thousands of garbage WAL objects deleted together cost one directory fsync per
+        directory, not one per object (each is a journal commit the foreground writes'
+        fsyncs would queue behind)."""
+        names = [f"wal/L0/{i:04d}" for i in range(50)] + ["other/a", "other/b"]
+        for name in names:
+            storage.write(name, b"1")
+        synced: list[str] = []
+        real = storage_module._fsync_dir
+        monkeypatch.setattr(storage_module, "_fsync_dir", lambda d: (synced.append(d), real(d))[1])
+        assert storage.delete_many(names) == {}
+        assert storage.list() == []
+        assert sorted(os.path.relpath(d, tmp_path / "root") for d in synced) == ["other", "wal/L0"]
+
+    @pytest.mark.parametrize("extra", [-1, 0, 1, 4096 + 3])
+    def test_a_big_write_is_synced_in_slices(
+        self, storage: Storage, monkeypatch: pytest.MonkeyPatch, extra: int
+    ) -> None:
+        """Objects over SYNC_SLICE_BYTES go down in slices, each synced before the next; the
+        object reads back whole at every size around the slice boundary."""
+        monkeypatch.setattr(storage_module, "SYNC_SLICE_BYTES", 4096)
+        syncs: list[int] = []
+        real = os.fdatasync
+        monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+        data = os.urandom(2 * 4096 + extra)
+        storage.write("big", data)
+        assert storage.read("big") == data
+        assert len(syncs) == -(-len(data) // 4096) - 1  # every slice but the last
 
     def test_leftover_temp_file_is_ignored(self, storage: Storage, tmp_path: Path) -> None:
         storage.write("topic/0/seg", b"whole")
@@ -679,6 +718,15 @@ class TestFaultyStorage(StorageTests):
         assert storage.read("x") == b"new"
         assert storage.calls["write"] == 4
         assert storage.pending == 0
+
+    def test_delete_many_carries_on_past_a_failure(self, storage: FaultyStorage) -> None:
+        for name in ("a", "b", "c"):
+            storage.write(name, b"1")
+        storage.fail("delete", path_prefix="b")
+        failed = storage.delete_many(["a", "b", "c"])
+        assert list(failed) == ["b"]
+        assert isinstance(failed["b"], InjectedStorageError)
+        assert storage.list() == [ObjectInfo("b", 1)], "the others went; b stays"
 
     def test_fail_after_is_outcome_unknown(self, storage: FaultyStorage) -> None:
         storage.fail("put_if_absent", after=True)

@@ -737,6 +737,37 @@ def test_references() -> None:
     assert reloaded.partitions() == set()
 
 
+@pytest.mark.unit
+def test_retire_many_forgets_only_the_unreferenced() -> None:
+    """The garbage collector's batch: unreferenced objects go together, their chunks leave
+    every partition's list, and referenced ones (and unknown paths) stay as they were."""
+    storage = memory_root()
+    index = WalIndex.load(storage)
+    writer = WalWriter(storage, broker_id=0, broker_epoch=1, index=index)
+    sources = sources_for(writer, 2)
+    for _ in range(4):
+        for source in sources:
+            append(source)
+        writer.flush(timeout=30)
+    writer.close()
+    fence, *data = (o.path for o in index.objects())
+    assert len(data) >= 4
+    for path in data:
+        index.release(path, index.references(path))
+    held = data[1]
+    index.acquire(held)  # a reader still holds it
+    before = {(s.topic_id, s.partition): index.chunks_for(s.topic_id, s.partition) for s in sources}
+    gone = index.retire_many([fence, *data, f"{WAL_PREFIX}/L0/never-was.wal"])
+    assert sorted(gone) == sorted({fence, *data} - {held})
+    assert [o.path for o in index.objects()] == [held]
+    for key, extents in before.items():
+        assert index.chunks_for(*key) == [e for e in extents if e.object == held]
+    index.release(held)
+    assert index.retire_many([held]) == [held]
+    assert index.objects() == []
+    assert index.partitions() == set()
+
+
 # --- SIGKILL mid-flush ------------------------------------------------------------------------
 
 
