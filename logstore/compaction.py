@@ -198,16 +198,17 @@ class Compactor:
         """L0 objects holding live chunks, oldest first (up to ``max_bytes`` of them, at least
         one): what the next round would compact. Fence objects (no chunks) and objects no
         holder refers to (compacted already, waiting for their delete) are left."""
-        chosen: list[str] = []
+        return [obj.path for obj in self._l0_live(max_bytes)]
+
+    def _l0_live(self, max_bytes: int | None = None) -> list[WalObject]:
+        chosen: list[WalObject] = []
         total = 0
-        for obj in sorted(self.index.objects(), key=lambda o: o.name.max_seq):
+        for obj in self.index.referenced_objects():  # by seq
             if obj.name.level != 0 or not obj.index.chunks:
-                continue
-            if self.index.references(obj.path) == 0:
                 continue
             if max_bytes is not None and chosen and total + obj.index.object_size > max_bytes:
                 break
-            chosen.append(obj.path)
+            chosen.append(obj)
             total += obj.index.object_size
         return chosen
 
@@ -226,16 +227,36 @@ class Compactor:
         memory of a round and make busy brokers write big packed objects; the age bounds how
         many small objects an idle or slow broker keeps (each costs a GET per reader and a
         footer read per recovery)."""
-        candidates = self.l0_sources()
+        return self.next_round(window_bytes=window_bytes, max_age_ms=max_age_ms, now_ms=now_ms)[0]
+
+    def next_round(
+        self,
+        *,
+        window_bytes: int = 64 * 1024 * 1024,
+        max_age_ms: float = 60_000.0,
+        now_ms: float | None = None,
+    ) -> tuple[list[str], float | None]:
+        """:meth:`due_sources`, and when the next round falls due if none is now: the seconds
+        until the oldest live L0 object is ``max_age_ms`` old (None: no live L0 object; 0: a
+        round is due). Unless more is written meanwhile (the bytes trigger), nothing changes
+        before then, so a broker idle after traffic can sleep that long instead of
+        checking."""
+        candidates = self._l0_live()
         if not candidates:
-            return []
-        objects = {obj.path: obj for obj in self.index.objects()}
-        total = sum(objects[p].index.object_size for p in candidates)
+            return [], None
+        total = sum(obj.index.object_size for obj in candidates)
         now = time.time() * 1000 if now_ms is None else now_ms
-        oldest = min(objects[p].index.created_ms for p in candidates)
+        oldest = min(obj.index.created_ms for obj in candidates)
         if total < window_bytes and now - oldest < max_age_ms:
-            return []
-        return self.l0_sources(max_bytes=window_bytes)
+            return [], (oldest + max_age_ms - now) / 1000
+        chosen: list[str] = []
+        size = 0
+        for obj in candidates:  # the oldest, up to window_bytes (at least one)
+            if chosen and size + obj.index.object_size > window_bytes:
+                break
+            chosen.append(obj.path)
+            size += obj.index.object_size
+        return chosen, 0.0
 
     # --- one round ------------------------------------------------------------------------------
 

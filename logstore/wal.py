@@ -1010,6 +1010,14 @@ class WalIndex:
         with self._lock:
             return self._refs[path]
 
+    def referenced_objects(self) -> list[WalObject]:
+        """The live objects some log refers to, by seq (one snapshot under the lock: what
+        the compactor chooses from, once per check, among thousands of objects)."""
+        with self._lock:
+            held = [self._objects[p] for p, n in self._refs.items() if n > 0]
+        held.sort(key=lambda o: (o.name.max_seq, o.name.level))
+        return held
+
     def unreferenced(self) -> list[str]:
         """Live objects no log refers to: garbage once every partition of the broker was
         opened (before that, a partition not yet open makes its chunks look unreferenced)."""

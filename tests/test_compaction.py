@@ -173,6 +173,12 @@ def test_due_sources_by_bytes_and_by_age() -> None:
     assert compactor.due_sources(window_bytes=10 * sum(sizes), now_ms=old) == sources
     # a window smaller than one object still makes progress
     assert compactor.due_sources(window_bytes=1, now_ms=young) == sources[:1]
+    # when nothing is due: the seconds until the oldest comes of age (the broker's compaction
+    # loop sleeps that long unless more is written, rather than checking every second)
+    assert compactor.next_round(window_bytes=sum(sizes) + 1, now_ms=young) == ([], 59.0)
+    assert compactor.next_round(window_bytes=window, now_ms=young) == (sources[:4], 0.0)
+    compactor.compact(sources)
+    assert compactor.next_round(now_ms=young) == ([], None)
 
 
 @pytest.mark.unit

@@ -1297,18 +1297,21 @@ class ReplicaManager:
         """Over the WAL: compact L0 objects into packed objects once
         wal.compaction.window.bytes of them are live or the oldest is
         wal.compaction.l0.max.age.ms old, and delete the objects nobody refers to any more
-        (after file.delete.delay.ms). Sleeps on an event while the WAL has no L0 object to
-        compact (an idle broker does not wake), else checks every second."""
+        (after file.delete.delay.ms). No idle polling: it sleeps on an event while the WAL has
+        no L0 object to compact, and otherwise until the oldest comes of age, checking the
+        bytes trigger again (at most every second) only while WAL objects are written."""
         config = self.config
         check_s = min(1.0, config.wal_compaction_l0_max_age_ms / 4000)
         while True:
+            # cleared before looking: a write from now on wakes the waits below
+            self._wal_written.clear()
             compactor = self.compactor
             if compactor is None or not compactor.l0_sources():
-                self._wal_written.clear()
                 await self._wal_written.wait()
                 continue
+            wait_s = check_s
             if self._every_replica_open():
-                sources = compactor.due_sources(
+                sources, due_in = compactor.next_round(
                     window_bytes=config.wal_compaction_window_bytes,
                     max_age_ms=config.wal_compaction_l0_max_age_ms,
                 )
@@ -1325,6 +1328,16 @@ class ReplicaManager:
                         self.compactions += 1
                         log.debug("WAL compaction: %s", result)
                         continue
+                    await asyncio.sleep(check_s)
+                    continue
+                if due_in is not None:
+                    wait_s = max(due_in, 0.01)
+            # Nothing is due before wait_s unless more is written: sleep until then, or
+            # until a write, and then look again after check_s (not at every write).
+            try:
+                await asyncio.wait_for(self._wal_written.wait(), wait_s)
+            except TimeoutError:
+                continue
             await asyncio.sleep(check_s)
 
     async def flush_dirty(self) -> bool:
