@@ -165,6 +165,7 @@ class Node:
         self.start_writer()  # the logs' close flushes through it
         for log in self.logs.values():
             log.close()
+        assert self.writer is not None
         self.writer.close(timeout=30)
 
 
