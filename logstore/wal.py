@@ -327,7 +327,7 @@ class WalWriter:
         self._marks = 0  # mark_dirty calls so far
         self._durable_marks = 0  # marks whose data is durable (and delivered)
         self._closing = False
-        self._force = False  # flush() waits: skip the linger
+        self._force = False  # flush() waits: skip the spacing
         self._failed: BaseException | None = None
         #: (marks target, future) of :meth:`wait_durable` callers on ``loop``, in mark order
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
@@ -359,15 +359,15 @@ class WalWriter:
 
     def flush(self, timeout: float | None = None, *, force: bool = True) -> None:
         """Wait until everything marked dirty before this call is durable and delivered
-        (cutting a linger short, as Kafka's producer flush does; ``force=False``: within the
-        linger, so the data joins the object the linger gathers, as a follower's fetched
-        batches should on an object store). Not from the writer's event loop (delivery runs
-        there). TimeoutError after ``timeout`` s; WalClosedError if the writer closed
-        first."""
+        (cutting the linger's spacing short, as Kafka's producer flush does; ``force=False``:
+        within the spacing, so the data joins the object being gathered, as a follower's
+        fetched batches should on an object store). Not from the writer's event loop
+        (delivery runs there). TimeoutError after ``timeout`` s; WalClosedError if the writer
+        closed first."""
         with self._cond:
             target = self._marks
             if self._durable_marks < target and force:
-                self._force = True  # no linger: someone waits
+                self._force = True  # no spacing: someone waits
                 self._cond.notify_all()
             done = self._cond.wait_for(
                 lambda: self._durable_marks >= target or self._closing, timeout
@@ -385,8 +385,8 @@ class WalWriter:
         call is durable and delivered, without a thread waiting for it (a follower's fetcher
         makes its appended batches durable this way: no hop to a worker thread and back, the
         writer's completion on the loop resolves it). Only on the writer's ``loop``; within
-        the linger unless ``force``. WalClosedError if the writer closed first; bound it
-        with ``asyncio.wait_for``."""
+        the linger's spacing unless ``force``. WalClosedError if the writer closed first;
+        bound it with ``asyncio.wait_for``."""
         loop = self._loop
         if loop is None:
             raise RuntimeError("wait_durable needs a writer that delivers on an event loop")
