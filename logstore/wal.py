@@ -27,12 +27,12 @@ Group commit without a timer: the I/O thread sleeps until a source is marked dir
 everything pending, writes one object, and meanwhile new appends gather for the next one (one
 flush in flight, so each partition's chunks become durable in offset order). For remote stores
 ``linger_ms`` is the least spacing between two object starts, to bound the PUT rate (at most
-one object per ``linger_ms``, plus those ``max_bytes`` pending triggers): an idle writer
-writes a lone mark at once, marks made less than ``linger_ms`` after the previous object's
-start gather until then (Kafka-style group commit, as the per-partition layout's
-``log.flush.interval.ms``). A failed write is retried with backoff, with the same name and bytes (a
-write whose outcome is unknown may have landed; rewriting it is harmless); the batches stay
-pending meanwhile and nothing is reported durable unless a write returned.
+one object per ``linger_ms``, plus those that ``max_bytes`` pending start early): an idle
+writer writes a lone mark at once, marks made less than ``linger_ms`` after the previous
+object's start gather until then (Kafka-style group commit, as the per-partition layout's
+``log.flush.interval.ms``). A failed write is retried with backoff, with the same name and
+bytes (a write whose outcome is unknown may have landed; rewriting it is harmless); the
+batches stay pending meanwhile and nothing is reported durable unless a write returned.
 
 At start (before the writer), :meth:`WalIndex.load` rebuilds what the WAL holds from one LIST
 of ``_replog/wal/`` and one tail read per object (its footer), scanning an object whose footer
