@@ -91,13 +91,13 @@ class Node:
     def start(self, *, autostart: bool | None = None, linger_ms: float = 3_600_000) -> None:
         """A new incarnation. With the default linger (an hour) objects are written only when
         ``flush()`` asks (deterministic chunk boundaries). The writer spaces object starts by
-        its linger but writes a mark on an idle writer at once, so here it starts (writing
-        its fence) only at the first ``flush()`` with something to write (or ``stop()``):
-        that object takes every mark made before, and the hour after its start outlasts any
-        test (the fence is no start: it would not do). ``linger_ms=0`` is the
-        local-files policy (write as soon as the previous write is done), started at once.
-        ``autostart``: True starts the writer at once, False leaves it to the test (or the
-        first ``flush()``); None (the default): at once only with ``linger_ms=0``."""
+        its linger but writes a mark on an idle writer at once (its fence is no start), so
+        here it starts only at the first ``flush()`` with something to write (or ``stop()``):
+        its first object takes every mark made before, and the hour after that start
+        outlasts any test. ``linger_ms=0`` is the local-files policy (write as soon as the
+        previous write is done), started at once. ``autostart``: True starts the writer at
+        once, False leaves it to the test (or the first ``flush()``); None (the default): at
+        once only with ``linger_ms=0``."""
         if autostart is None:
             autostart = linger_ms == 0
         self.writer_started = autostart
@@ -146,7 +146,7 @@ class Node:
         assert self.writer is not None
         if not self.writer_started:  # see start
             if all(log.durable_end_offset == log.log_end_offset for log in self.logs.values()):
-                return  # nothing to write (an empty first object would open no spacing)
+                return  # nothing to write: a started writer would take nothing, start nothing
             self.start_writer()
         self.writer.flush(timeout=30)
 
