@@ -26,10 +26,13 @@ The hand-over is a small protocol (:class:`WalSource`), which ``Log`` implements
 Group commit without a timer: the I/O thread sleeps until a source is marked dirty, takes
 everything pending, writes one object, and meanwhile new appends gather for the next one (one
 flush in flight, so each partition's chunks become durable in offset order). For remote stores
-``linger_ms`` holds the first dirty mark that long (or until ``max_bytes`` are pending) to
-bound the PUT rate. A failed write is retried with backoff, with the same name and bytes (a
-write whose outcome is unknown may have landed; rewriting it is harmless); the batches stay
-pending meanwhile and nothing is reported durable unless a write returned.
+``linger_ms`` is the least spacing between two object starts, to bound the PUT rate (at most
+one object per ``linger_ms``, plus those that ``max_bytes`` pending start early): an idle
+writer writes a lone mark at once, marks made less than ``linger_ms`` after the previous
+object's start gather until then (Kafka-style group commit, as the per-partition layout's
+``log.flush.interval.ms``). A failed write is retried with backoff, with the same name and
+bytes (a write whose outcome is unknown may have landed; rewriting it is harmless); the
+batches stay pending meanwhile and nothing is reported durable unless a write returned.
 
 At start (before the writer), :meth:`WalIndex.load` rebuilds what the WAL holds from one LIST
 of ``_replog/wal/`` and one tail read per object (its footer), scanning an object whose footer
@@ -253,8 +256,16 @@ class WalWriter:
         loop, and a truncation waiting on the loop thread for an in-flight chunk cannot
         deadlock.
     linger_ms, max_bytes
-        Wait up to ``linger_ms`` after the first dirty mark, or until ``max_bytes`` are
-        marked, before taking (0: none, for local files and memory).
+        Group commit by spacing: an object starts (its pending batches are taken) no sooner
+        than ``linger_ms`` after the previous object's start; a mark on an idle writer is
+        written at once, marks made meanwhile gather for the next object. ``max_bytes``
+        marked, or a forced flush (:meth:`flush`, ``wait_durable(force=True)``), cut the wait
+        short. 0: no spacing, for local files and memory (an object starts as soon as the
+        previous write returned). The fence object does not count as a start: it holds no
+        data and is written once per incarnation (one PUT more at most), and counting it
+        would make the first append after a start wait ``linger_ms`` for nothing (the
+        per-partition layout's first flush after a start does not wait either). A retried
+        write is not a new start.
     retry_backoff_ms, retry_backoff_max_ms
         A failed write is retried after this backoff, doubling up to the max.
     on_flushed
@@ -311,11 +322,12 @@ class WalWriter:
         self._cond = threading.Condition()
         self._dirty: dict[int, WalSource] = {}
         self._dirty_bytes = 0
-        self._first_dirty_at = 0.0
+        #: clock() when the last object (not the fence) was started; None: none yet
+        self._last_start: float | None = None  # only the I/O thread uses it
         self._marks = 0  # mark_dirty calls so far
         self._durable_marks = 0  # marks whose data is durable (and delivered)
         self._closing = False
-        self._force = False  # flush() waits: skip the linger
+        self._force = False  # flush() waits: skip the spacing
         self._failed: BaseException | None = None
         #: (marks target, future) of :meth:`wait_durable` callers on ``loop``, in mark order
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
@@ -340,8 +352,6 @@ class WalWriter:
         with self._cond:
             if self._closing:
                 raise WalClosedError(f"WAL writer of {self.storage.url} is closed")
-            if not self._dirty:
-                self._first_dirty_at = self._clock()
             self._dirty[id(source)] = source
             self._dirty_bytes += nbytes
             self._marks += 1
@@ -349,15 +359,15 @@ class WalWriter:
 
     def flush(self, timeout: float | None = None, *, force: bool = True) -> None:
         """Wait until everything marked dirty before this call is durable and delivered
-        (cutting a linger short, as Kafka's producer flush does; ``force=False``: within the
-        linger, so the data joins the object the linger gathers, as a follower's fetched
-        batches should on an object store). Not from the writer's event loop (delivery runs
-        there). TimeoutError after ``timeout`` s; WalClosedError if the writer closed
-        first."""
+        (cutting the linger's spacing short, as Kafka's producer flush does; ``force=False``:
+        within the spacing, so the data joins the object being gathered, as a follower's
+        fetched batches should on an object store). Not from the writer's event loop
+        (delivery runs there). TimeoutError after ``timeout`` s; WalClosedError if the writer
+        closed first."""
         with self._cond:
             target = self._marks
             if self._durable_marks < target and force:
-                self._force = True  # no linger: someone waits
+                self._force = True  # no spacing: someone waits
                 self._cond.notify_all()
             done = self._cond.wait_for(
                 lambda: self._durable_marks >= target or self._closing, timeout
@@ -375,8 +385,8 @@ class WalWriter:
         call is durable and delivered, without a thread waiting for it (a follower's fetcher
         makes its appended batches durable this way: no hop to a worker thread and back, the
         writer's completion on the loop resolves it). Only on the writer's ``loop``; within
-        the linger unless ``force``. WalClosedError if the writer closed first; bound it
-        with ``asyncio.wait_for``."""
+        the linger's spacing unless ``force``. WalClosedError if the writer closed first;
+        bound it with ``asyncio.wait_for``."""
         loop = self._loop
         if loop is None:
             raise RuntimeError("wait_durable needs a writer that delivers on an event loop")
@@ -470,20 +480,22 @@ class WalWriter:
             self._post_wake_waiters()
 
     def _flush_once(self) -> bool:
-        """Wait for dirty sources, write one object; False once closing."""
+        """Wait for dirty sources and for the spacing after the previous object's start, write
+        one object; False once closing."""
         with self._cond:
             while not self._dirty and not self._closing:
                 self._cond.wait()
             if self._closing:
                 return False
-            if self._linger_s > 0:
-                deadline = self._first_dirty_at + self._linger_s
+            if self._linger_s > 0 and self._last_start is not None:
+                deadline = self._last_start + self._linger_s
                 while not self._closing and not self._force and self._dirty_bytes < self._max_bytes:
                     left = deadline - self._clock()
                     if left <= 0:
                         break
                     self._cond.wait(left)
             self._force = False
+            started = self._clock()
             sources = list(self._dirty.values())
             self._dirty.clear()
             self._dirty_bytes = 0
@@ -498,12 +510,19 @@ class WalWriter:
         if not taken:
             self._deliver((), None, marks)
             return True
-        return self._write_object(taken, marks)
+        return self._write_object(taken, marks, started=started)
 
     def _write_object(
-        self, taken: list[tuple[WalSource, PendingChunk]], marks: int, *, fence: bool = False
+        self,
+        taken: list[tuple[WalSource, PendingChunk]],
+        marks: int,
+        *,
+        fence: bool = False,
+        started: float | None = None,
     ) -> bool:
-        """Encode and write one object (retrying), then deliver it. False if closed first."""
+        """Encode and write one object (retrying), then deliver it. False if closed first.
+        ``started``: when its batches were taken (the next object's spacing counts from
+        there; the fence passes none: it is no start)."""
         seq = self._next_seq  # only this thread changes it
         taken = self._one_per_partition(taken)
         try:
@@ -515,6 +534,8 @@ class WalWriter:
                 return True
             data, index = self._encode(taken, seq)
         path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
+        if started is not None:
+            self._last_start = started  # its retries are not new starts
         attempts = self._write_with_retry(path, data)
         if attempts == 0:
             for source, pending in taken:
@@ -562,8 +583,6 @@ class WalWriter:
             if key in seen:
                 source.wal_aborted(pending)
                 with self._cond:  # take it again in the next object
-                    if not self._dirty:
-                        self._first_dirty_at = self._clock()
                     self._dirty[id(source)] = source
                 continue
             seen.add(key)

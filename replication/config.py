@@ -93,8 +93,9 @@ class BrokerConfig:
         metadata=k(
             "log.flush.interval.ms",
             "group commit: least time between two flush starts (an append to an idle log is "
-            "flushed at once; appends during a flush join the next); -1: per storage kind, 0 "
-            "for local files and memory, 250 for object stores",
+            "flushed at once; appends during a flush join the next; over the broker WAL, "
+            "between two WAL objects of the broker: an append to an idle broker is written at "
+            "once); -1: per storage kind, 0 for local files and memory, 250 for object stores",
             minimum=-1,
         ),
     )

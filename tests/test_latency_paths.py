@@ -23,6 +23,7 @@ import pytest
 
 from logstore.batch import Record, build
 from logstore.storage import Storage
+from logstore.wal import WAL_PREFIX
 from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.broker.replica_manager import ReplicaManager, flush_interval_ms
@@ -244,29 +245,44 @@ def test_idle_broker_flush_loop_never_wakes_and_an_append_is_flushed_at_once(
     asyncio.run(scenario())
 
 
+def wal_objects_written(rm: ReplicaManager) -> int:
+    """The L0 objects under the broker root (the WAL's fence included); 0 without the WAL."""
+    return len(rm.storage.list(f"{WAL_PREFIX}/L0")) if rm.wal_writer is not None else 0
+
+
 @pytest.mark.cluster
-def test_flush_interval_is_the_least_spacing_between_flush_starts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wal", [True, False], ids=["wal", "segments"])
+def test_flush_interval_is_the_least_spacing_between_flush_starts(
+    tmp_path: Path, wal: bool
+) -> None:
     """An explicit log.flush.interval.ms wins over the per-storage default. The first append
-    is flushed at once (nothing flushed in the last interval); the next one, appended right
-    after, waits for the interval: the followers have it (replication overlaps the leader's
-    flush) while the leader's durable end has not moved."""
+    is flushed at once (nothing flushed in the last interval; over the WAL: one object, the
+    fence written at start is no flush start); the next one, appended right after, waits for
+    the interval: the followers have it (replication overlaps the leader's flush) while the
+    leader's durable end has not moved and it started no flush (wrote no WAL object). In the
+    per-partition layout the followers store it too (they flush what they fetch at once);
+    over the WAL their writers space their objects the same way (not asserted: a follower
+    stops waiting after replica.lag.time.max.ms)."""
 
     async def scenario() -> None:
         async with running(
             tmp_path,
-            # Subject: the per-partition layout's flush loop (log.wal.enable=false stays available).
             **{
                 "replica.fetch.wait.max.ms": 50,
                 "log.flush.interval.ms": 600_000,
-                "log.wal.enable": False,
+                "log.wal.enable": wal,
             },
         ) as cluster:
             assert {cluster.rm(i).flush_interval_ms for i in cluster.brokers} == {600_000}
             await cluster.create_topic(TOPIC)
+            rm = cluster.rm(cluster.leader(TOPIC))
+            objects = wal_objects_written(rm)
             await cluster.produce(TOPIC, 0, [b"first"])  # acks=all: flushed without the timer
             leader = await steady(cluster, TOPIC)
-            rm = cluster.rm(leader)
+            assert cluster.rm(leader) is rm
+            assert wal_objects_written(rm) == (objects + 1 if wal else 0)
             flushes = rm.flushes
+            objects = wal_objects_written(rm)
             records = build([Record(None, b"second", 0)])
             result = await rm.append_records(1, 30_000, [(TOPIC, 0, records)])
             assert result[TopicPartition(TOPIC, 0)].error is None
@@ -274,12 +290,15 @@ def test_flush_interval_is_the_least_spacing_between_flush_starts(tmp_path: Path
             end = replicas[leader].log.log_end_offset
             await wait_for(
                 lambda: all(
-                    r.log.durable_end_offset == end for i, r in replicas.items() if i != leader
+                    (r.log.log_end_offset if wal else r.log.durable_end_offset) == end
+                    for i, r in replicas.items()
+                    if i != leader
                 ),
-                "the followers to store the second record",
+                "the followers to have the second record",
             )
             assert replicas[leader].log.durable_end_offset == end - 1
             assert rm.flushes == flushes
+            assert wal_objects_written(rm) == objects
 
     asyncio.run(scenario())
 

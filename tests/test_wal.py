@@ -135,11 +135,34 @@ def test_appends_during_a_write_join_the_next_object() -> None:
     assert len(second.index.chunks) == len(sources) - 1
 
 
+class ManualClock:
+    """A clock for the writer that moves only when the test moves it; counts its reads."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self.reads += 1
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
 @pytest.mark.unit
 def test_linger_gathers_until_max_bytes() -> None:
-    """With a linger (remote stores), marks gather until max_bytes are pending, then one
-    object holds them all (the linger itself is an hour here: the size trigger fired)."""
+    """With a linger (remote stores) an object starts no sooner than linger_ms after the
+    previous object's start. An idle writer writes a lone mark at once, even with an hour's
+    linger; the marks made after it gather until max_bytes are pending, then one object holds
+    them all (the hour is not over: the size trigger fired); flush() cuts the wait short.
+    The writer's clock stands still (the hour never passes); the test waits for the writer to
+    look at it after each mark, so that every mark had its chance to be written alone."""
     storage = FaultyStorage(memory_root())
+    clock = ManualClock()
     sources = sources_for(None, 30)
     batches = [batch(s.partition, 0) for s in sources]
     writer = WalWriter(
@@ -148,20 +171,97 @@ def test_linger_gathers_until_max_bytes() -> None:
         broker_epoch=1,
         fence=False,
         linger_ms=3_600_000,
-        max_bytes=sum(len(b) for b in batches),
+        max_bytes=sum(len(b) for b in batches[1:]),
+        clock=clock,
     )
+    lone = sources[0]
+    lone.writer = writer
+    lone.append(batches[0])
+    wait_until(lambda: lone.durable_end_offset == 2, message="the lone mark written at once")
+    assert storage.calls["write"] == 1
     durable = threading.Event()
     sources[-1].on_durable = lambda end: durable.set()
-    for source, data in zip(sources, batches, strict=True):
+    for source, data in zip(sources[1:], batches[1:], strict=True):
         source.writer = writer
+        reads = clock.reads
         source.append(data)
+        wait_until(lambda n=reads: clock.reads > n, message="the writer to see the mark")
     assert durable.wait(30), "the size trigger did not fire"
-    assert storage.calls["write"] == 1
-    assert all(s.durable_end_offset == 2 for s in sources)
-    # flush() cuts a linger short
-    append(sources[0])
-    writer.flush(timeout=30)
     assert storage.calls["write"] == 2
+    assert all(s.durable_end_offset == 2 for s in sources)
+    # flush() cuts the spacing short
+    append(lone)
+    writer.flush(timeout=30)
+    assert storage.calls["write"] == 3
+    writer.close()
+    first, gathered, flushed = WalIndex.load(storage).objects()
+    assert [(c.topic_id, c.partition) for c in first.index.chunks] == [(TOPICS[0], 0)]
+    assert len(gathered.index.chunks) == len(sources) - 1
+    assert [(c.topic_id, c.partition, c.base_offset) for c in flushed.index.chunks] == [
+        (TOPICS[0], 0, 2)
+    ]
+
+
+@pytest.mark.unit
+def test_marks_within_the_linger_of_a_start_wait_for_it_then_go_as_one_object() -> None:
+    """Spacing, on an injected clock: after an object started, marks made before linger_ms
+    passed (on the writer's clock) are not written, however long the test waits; once the
+    clock passes the previous start + linger_ms they go, all of them, as one object."""
+    storage = FaultyStorage(memory_root())
+    clock = ManualClock()
+    # (binary fractions of a second: the clock reaches the deadline exactly)
+    writer = WalWriter(
+        storage, broker_id=0, broker_epoch=1, fence=False, linger_ms=62.5, clock=clock
+    )
+    sources = sources_for(writer, 5)
+    append(sources[0])
+    wait_until(lambda: sources[0].durable_end_offset == 2, message="the lone mark written")
+    clock.advance(0.03125)  # within the linger of that start
+    for source in sources:
+        append(source)
+    reads = clock.reads
+    # the writer looked at the clock again after every mark was made, and waited on
+    wait_until(lambda: clock.reads >= reads + 2, message="the writer to look at the clock")
+    assert storage.calls["write"] == 1
+    assert [s.durable_end_offset for s in sources] == [2] + [0] * (len(sources) - 1)
+    clock.advance(0.03125)  # the linger since the previous start is over
+    wait_until(
+        lambda: all(s.log_end_offset == s.durable_end_offset for s in sources),
+        message="the gathered marks written",
+    )
+    assert storage.calls["write"] == 2
+    writer.close()
+    _, gathered = WalIndex.load(storage).objects()
+    assert sorted((c.topic_id, c.partition) for c in gathered.index.chunks) == sorted(
+        (s.topic_id, s.partition) for s in sources
+    )
+
+
+@pytest.mark.unit
+def test_a_retried_write_is_not_a_new_start() -> None:
+    """The spacing counts from the object's first attempt: a write that failed and was
+    retried later does not push the next object's start back."""
+    storage = FaultyStorage(memory_root())
+    clock = ManualClock()
+    storage.fail("write", 1)
+    writer = WalWriter(
+        storage,
+        broker_id=0,
+        broker_epoch=1,
+        fence=False,
+        linger_ms=1000,
+        retry_backoff_ms=10,
+        clock=clock,
+        on_error=lambda err: clock.advance(0.9),  # the retry comes 0.9 s (clock) later
+    )
+    source = sources_for(writer, 1)[0]
+    append(source)
+    wait_until(lambda: source.durable_end_offset == 2, message="the retried write")
+    assert (storage.calls["write"], writer.stats.failures) == (2, 1)
+    clock.advance(0.1)  # 1 s after the first attempt, 0.1 s after the retry
+    append(source)
+    wait_until(lambda: source.durable_end_offset == 4, message="the next object, unspaced")
+    assert writer.stats.objects == 2
     writer.close()
 
 

@@ -86,11 +86,21 @@ class Node:
         self.holders = HolderTable()
         self.index: WalIndex | None = None
         self.writer: WalWriter | None = None
+        self.writer_started = False
 
-    def start(self, *, autostart: bool = True, linger_ms: float = 3_600_000) -> None:
-        """A new incarnation. The default linger outlasts any test, so objects are written
-        when ``flush()`` asks (deterministic chunk boundaries); ``linger_ms=0`` is the
-        local-files policy (write as soon as the previous write is done)."""
+    def start(self, *, autostart: bool | None = None, linger_ms: float = 3_600_000) -> None:
+        """A new incarnation. With the default linger (an hour) objects are written only when
+        ``flush()`` asks (deterministic chunk boundaries). The writer spaces object starts by
+        its linger but writes a mark on an idle writer at once (its fence is no start), so
+        here it starts only at the first ``flush()`` with something to write (or ``stop()``):
+        its first object takes every mark made before, and the hour after that start
+        outlasts any test. ``linger_ms=0`` is the local-files policy (write as soon as the
+        previous write is done), started at once. ``autostart``: True starts the writer at
+        once, False leaves it to the test (or the first ``flush()``); None (the default): at
+        once only with ``linger_ms=0``."""
+        if autostart is None:
+            autostart = linger_ms == 0
+        self.writer_started = autostart
         self.epoch += 1
         self.root = FaultyStorage(self.base)
         self.index = WalIndex.load(self.root)
@@ -134,7 +144,16 @@ class Node:
 
     def flush(self) -> None:
         assert self.writer is not None
+        if not self.writer_started:  # see start
+            if all(log.durable_end_offset == log.log_end_offset for log in self.logs.values()):
+                return  # nothing to write: a started writer would take nothing, start nothing
+            self.start_writer()
         self.writer.flush(timeout=30)
+
+    def start_writer(self) -> None:
+        assert self.writer is not None
+        self.writer.start()
+        self.writer_started = True
 
     def crash(self) -> None:
         assert self.writer is not None
@@ -143,6 +162,7 @@ class Node:
         self.writer.close(drain=False, timeout=30)
 
     def stop(self) -> None:
+        self.start_writer()  # the logs' close flushes through it
         for log in self.logs.values():
             log.close()
         assert self.writer is not None
@@ -188,8 +208,7 @@ def test_many_logs_one_object_per_flush_and_reopen(root: Storage) -> None:
         assert (log.durable_end_offset, log.log_end_offset) == (0, 3)
         assert values(log) == written[key]  # from memory, before any write
     wal_writes = storage.calls["write"]
-    assert node.writer is not None
-    node.writer.start()
+    node.start_writer()
     node.flush()
     # one fence object, then one object for all 30 partitions
     assert wal_objects(storage) == [
