@@ -54,7 +54,7 @@ import json
 import re
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -311,6 +311,7 @@ def encode_object(
     level: int = 0,
     min_seq: int | None = None,
     created_ms: int | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> tuple[bytearray, WalObjectIndex]:
     """The bytes of one object holding ``chunks`` (sorted here by (topic_id, partition)), and
     its index. ``seq`` is the object's seq (L0) or the max source seq (packed, with
@@ -318,6 +319,8 @@ def encode_object(
     chunks name the same partition.
 
     The bytes are built in one buffer: each chunk's parts are copied once, and nothing else.
+    ``pause`` (if given) is called after each part is copied: a compaction's background
+    thread yields the GIL there (see :mod:`logstore.compaction`).
     """
     if not 0 <= level <= 255:
         raise ValueError(f"level {level} must be in [0, 255]")
@@ -353,6 +356,8 @@ def encode_object(
         out += bytes(CHUNK_HEADER_SIZE)
         for part in chunk.parts:
             out += part
+            if pause is not None:
+                pause()
         position = header_position + CHUNK_HEADER_SIZE
         size = len(out) - position
         if size > _U32_MAX:

@@ -108,6 +108,17 @@ def test_round_trip_through_footer_and_scan() -> None:
     assert read_header(data) == WalObjectName(0, 7, 7, 11)
 
 
+def test_pause_is_called_after_each_part_and_changes_no_byte() -> None:
+    """A compaction yields the GIL between copies (``pause``); the object is the same."""
+    chunks = [chunk(TOPIC_A, 0, count=4), chunk(TOPIC_B, 1, base=5)]
+    calls: list[int] = []
+    data, index = encode_object(
+        chunks, seq=7, broker_id=2, broker_epoch=11, created_ms=123, pause=lambda: calls.append(1)
+    )
+    assert len(calls) == sum(len(c.parts) for c in chunks)
+    assert (bytes(data), index) == encode(chunks)
+
+
 def test_epoch_starts_are_listed_per_chunk() -> None:
     parts = batches(0, 0, 2, epoch=3) + batches(0, 4, 1, epoch=3) + batches(0, 6, 2, epoch=5)
     data, index = encode([ChunkInput("t", TOPIC_A, 0, parts)])
