@@ -480,7 +480,12 @@ class TestLocalStorage(StorageTests):
             storage.write(name, b"1")
         synced: list[str] = []
         real = storage_module._fsync_dir
-        monkeypatch.setattr(storage_module, "_fsync_dir", lambda d: (synced.append(d), real(d))[1])
+
+        def fsync_dir(directory: str) -> None:
+            synced.append(directory)
+            real(directory)
+
+        monkeypatch.setattr(storage_module, "_fsync_dir", fsync_dir)
         assert storage.delete_many(names) == {}
         assert storage.list() == []
         assert sorted(os.path.relpath(d, tmp_path / "root") for d in synced) == ["other", "wal/L0"]
@@ -494,7 +499,12 @@ class TestLocalStorage(StorageTests):
         monkeypatch.setattr(storage_module, "SYNC_SLICE_BYTES", 4096)
         syncs: list[int] = []
         real = os.fdatasync
-        monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+
+        def fdatasync(fd: int) -> None:
+            syncs.append(fd)
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
         data = os.urandom(2 * 4096 + extra)
         storage.write("big", data)
         assert storage.read("big") == data
