@@ -425,7 +425,21 @@ def test_kafka_admin_clients_move_partitions_and_elect_leaders(cluster_factory: 
             assert py_admin.list_partition_reassignments() == {}
         finally:
             py_admin.close()
-        assert describe_topic_waiting(admin, topic).partitions[0].leader == 0  # kept its lead
+        # kept its lead: asked of a broker whose metadata has the completed move (each
+        # Metadata request may go to another broker, and one may still be catching up)
+        moved = wait_until(
+            lambda: next(
+                (
+                    p
+                    for p in describe_topic_waiting(admin, topic).partitions
+                    if p.replicas == (3, 0, 1)
+                ),
+                None,
+            ),
+            timeout=30,
+            message="a broker's metadata with the completed move",
+        )
+        assert moved.leader == 0
         confluent = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
         elected = confluent.elect_leaders(
             ElectionType.PREFERRED, [KafkaTopicPartition(topic, 0)]

@@ -1331,7 +1331,8 @@ class ReplicaManager:
                     await asyncio.sleep(check_s)
                     continue
                 if due_in is not None:
-                    wait_s = max(due_in, 0.01)
+                    # at most the max age: a wall clock set back must not stall compaction
+                    wait_s = min(max(due_in, 0.01), config.wal_compaction_l0_max_age_ms / 1000)
             # Nothing is due before wait_s unless more is written: sleep until then, or
             # until a write, and then look again after check_s (not at every write).
             try:
