@@ -62,6 +62,20 @@ def run_threads(targets: list[Callable[[], None]], timeout: float = 20.0) -> Non
         raise errors[0]
 
 
+def record_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[Any]:
+    """Wrap ``module.name`` (a one-argument function) so that each call's argument is
+    recorded in the returned list; the real function still runs."""
+    calls: list[Any] = []
+    real = getattr(module, name)
+
+    def recording(arg: Any) -> Any:
+        calls.append(arg)
+        return real(arg)
+
+    monkeypatch.setattr(module, name, recording)
+    return calls
+
+
 class StorageTests:
     """The Storage contract. Subclasses override the ``storage`` fixture."""
 
@@ -478,14 +492,7 @@ class TestLocalStorage(StorageTests):
         names = [f"wal/L0/{i:04d}" for i in range(50)] + ["other/a", "other/b"]
         for name in names:
             storage.write(name, b"1")
-        synced: list[str] = []
-        real = storage_module._fsync_dir
-
-        def fsync_dir(directory: str) -> None:
-            synced.append(directory)
-            real(directory)
-
-        monkeypatch.setattr(storage_module, "_fsync_dir", fsync_dir)
+        synced = record_calls(monkeypatch, storage_module, "_fsync_dir")
         assert storage.delete_many(names) == {}
         assert storage.list() == []
         assert sorted(os.path.relpath(d, tmp_path / "root") for d in synced) == ["other", "wal/L0"]
@@ -497,14 +504,7 @@ class TestLocalStorage(StorageTests):
         """Objects over SYNC_SLICE_BYTES go down in slices, each synced before the next; the
         object reads back whole at every size around the slice boundary."""
         monkeypatch.setattr(storage_module, "SYNC_SLICE_BYTES", 4096)
-        syncs: list[int] = []
-        real = os.fdatasync
-
-        def fdatasync(fd: int) -> None:
-            syncs.append(fd)
-            real(fd)
-
-        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        syncs = record_calls(monkeypatch, os, "fdatasync")
         data = os.urandom(2 * 4096 + extra)
         storage.write("big", data)
         assert storage.read("big") == data
