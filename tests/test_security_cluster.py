@@ -17,7 +17,7 @@ import confluent_kafka
 import pytest
 
 from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from replication.errors import TopicAuthorizationFailedError
+from replication.errors import SaslAuthenticationFailedError, TopicAuthorizationFailedError
 from replication.tools.cli_common import read_properties
 from tests.helpers import unique_name, wait_until
 
@@ -101,6 +101,20 @@ def test_a_user_is_refused_until_an_acl_allows_it(secure: SecureLocalCluster) ->
     topic, group = unique_name("alice"), unique_name("g")
     with Admin(secure.client()) as admin:
         admin.create_topics([NewTopic(topic, 2, 3)])
+
+    def alice_logs_in_everywhere() -> bool:
+        """The new user reaches each broker with its next metadata (as in Kafka, `users add`
+        answers once the controller has it): what is refused below must be the ACL, not a
+        broker that has not heard of alice yet."""
+        for address in secure.bootstrap.split(","):
+            try:
+                with Admin(secure.alice(**{"bootstrap.servers": address})) as admin:
+                    admin.describe_cluster()
+            except SaslAuthenticationFailedError:
+                return False
+        return True
+
+    wait_until(alice_logs_in_everywhere, timeout=30, message="alice known to every broker")
     producer = Producer(secure.alice(**{"max.block.ms": 5000}))
     try:
         with pytest.raises(
