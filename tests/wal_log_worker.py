@@ -25,8 +25,9 @@ disowned from what replaced it. It prints, flushed, one line per event, from one
 
 With ``--compact`` a thread compacts the L0 objects into packed L1 objects round after round
 (the logs are its holders; unreferenced objects are deleted at once), racing the appends,
-flushes and truncations; ``--fault stall-l1`` stalls its writes after ``--fault-after`` WAL
-objects: ``ARMED``, then ``WRITING <path>`` as a packed object's write begins.
+flushes and truncations; ``--fault stall-l1`` stalls its writes once ``--fault-after`` WAL
+objects and one packed object were written (so every incarnation wrote one, however slow its
+compactor): ``ARMED``, then ``WRITING <path>`` as a packed object's write begins.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> None:
     index = WalIndex.load(storage)
     flushes = 0
     armed = threading.Event()
+    l1_armed = threading.Event()
 
     def on_flushed(result: FlushResult) -> None:
         nonlocal flushes
@@ -107,7 +109,13 @@ def run(args: argparse.Namespace) -> None:
         elif args.fault == "stall-checkpoint" and flushes == args.fault_after:
             armed.set()
             emit("ARMED")
-        elif args.fault == "stall-l1" and flushes == args.fault_after:
+        elif (
+            args.fault == "stall-l1"
+            and flushes >= args.fault_after
+            and not l1_armed.is_set()
+            and any(obj.name.level == 1 for obj in index.objects())
+        ):
+            l1_armed.set()  # once a packed object exists: each incarnation leaves one behind
             storage.watch.append(WAL_PREFIX + "/L1/")
             storage.stall("write", 3600, path_prefix=WAL_PREFIX + "/L1/")
             emit("ARMED")
