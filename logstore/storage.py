@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
+import mmap
 import os
 import pathlib
 import shutil
@@ -341,6 +343,50 @@ def _fsync_dir(directory: str) -> None:
 
 #: local writes larger than this are synced in slices of this size (see ``_write_temp``)
 SYNC_SLICE_BYTES = 4 * 1024 * 1024
+#: local writes at least this large bypass the page cache (O_DIRECT; see ``_write_direct``)
+DIRECT_MIN_BYTES = 4 * 1024 * 1024
+#: O_DIRECT's alignment of buffers, offsets and lengths (a page: every block size up to it)
+DIRECT_ALIGN = 4096
+#: ``os.O_DIRECT`` where the platform has it (Linux), else 0: no direct writes
+O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+
+
+def _write_direct(fd: int, view: memoryview) -> int:
+    """Write ``view`` from the start of the empty file ``fd`` (opened with O_DIRECT), through
+    the page cache for the unaligned tail only; the bytes written. Bypassing the page cache
+    is why: a compaction's 64 MiB output written through it cost the kernel a copy and a
+    writeback on top of the disk write, and while three brokers did that on one disk their
+    small fsync'd WAL writes stalled (acks=all p99 at 376k records/s 130-350 ms; written
+    direct, 37-56 ms, as with the packed objects on tmpfs). The aligned part goes through a
+    page-aligned buffer (an anonymous mmap), one slice at a time; a file system that refuses
+    O_DIRECT writes (EINVAL) gets the rest through the page cache. Durability still needs
+    the caller's fsync (the device's cache, the file's size)."""
+    written = 0
+    aligned = len(view) - len(view) % DIRECT_ALIGN
+    if aligned:
+        buffer = mmap.mmap(-1, min(SYNC_SLICE_BYTES, aligned))
+        try:
+            with memoryview(buffer) as slot:
+                while written < aligned:
+                    n = min(len(slot), aligned - written)
+                    slot[:n] = view[written : written + n]
+                    try:
+                        done = os.write(fd, slot[:n])
+                    except OSError as err:
+                        if err.errno != errno.EINVAL:
+                            raise
+                        break  # not on this file system: the page cache takes the rest
+                    if done % DIRECT_ALIGN:  # a short write off the alignment: finish buffered
+                        written += done
+                        break
+                    written += done
+        finally:
+            buffer.close()
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~O_DIRECT)
+    while written < len(view):
+        written += os.write(fd, view[written:])
+    return written
 
 
 def _write_all(f: Any, view: memoryview) -> None:
@@ -469,12 +515,30 @@ class LocalStorage(Storage):
         directory = os.path.dirname(full)
         self._makedirs(directory)
         temp = os.path.join(directory, TEMP_PREFIX + uuid.uuid4().hex)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        view = memoryview(data).cast("B")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        direct = bool(O_DIRECT) and self._fsync and len(view) >= DIRECT_MIN_BYTES
         try:
+            fd = os.open(temp, flags | O_DIRECT if direct else flags, 0o666)
+        except OSError as err:
+            if not direct or err.errno != errno.EINVAL:
+                raise
+            # tmpfs (before Linux 6.6) and others refuse O_DIRECT, some after creating the
+            # file: through the page cache
+            direct = False
+            _unlink_quietly(temp)
+            fd = os.open(temp, flags, 0o666)
+        try:
+            if direct:
+                try:
+                    _write_direct(fd, view)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                return temp
             with open(fd, "wb", buffering=0) as f:
-                view = memoryview(data).cast("B")
                 if self._fsync and len(view) > SYNC_SLICE_BYTES:
-                    # A big object (a compaction's output) goes down in slices, each synced
+                    # A big object where O_DIRECT is refused goes down in slices, each synced
                     # before the next: the fsyncs of small foreground writes (the WAL's, for
                     # acks=all) then wait behind one slice's write-back, not the whole
                     # object's (64 MiB at once stalled them 35 ms here, 4 MiB slices 17 ms).
