@@ -182,6 +182,32 @@ def test_a_failed_open_is_retried_until_the_store_heals() -> None:
 
 
 @pytest.mark.unit
+def test_a_replica_that_never_opens_does_not_hold_the_broker_start_for_ever() -> None:
+    """A starting broker waits for its replicas' opens, but once every replica still waiting
+    has failed at least once it goes on (wait_for_opens(tried_once=True) is False and names
+    them), and the failing one is still retried: it opens once the store heals."""
+    world = World()
+    world.controller.create_topic("t", 3, 3, [])
+    world.storage.fail("read", UNTIL_CHANGED, path_prefix="t/0/")
+    rm = world.rm
+
+    async def scenario() -> None:
+        world.apply()
+        assert not await rm.wait_for_opens(0.3)  # strict: t-0 keeps it waiting
+        assert not await asyncio.wait_for(rm.wait_for_opens(tried_once=True), DEADLINE_S)
+        assert {TP("t", 1), TP("t", 2)} <= set(rm.partitions)
+        assert TP("t", 0) not in rm.partitions
+        assert list(rm.failing_opens()) == [TP("t", 0)]
+        world.storage.heal()
+        assert await asyncio.wait_for(rm.wait_for_opens(), DEADLINE_S)
+        assert TP("t", 0) in rm.partitions
+        assert rm.failing_opens() == {}
+        await rm.shutdown()
+
+    run(scenario)
+
+
+@pytest.mark.unit
 def test_a_replica_deleted_while_it_opens_is_never_registered_and_its_storage_goes() -> None:
     world = World()
     world.controller.create_topic("t", 1, 3, [])

@@ -469,18 +469,43 @@ class ReplicaManager:
             if not self._register_opened(built, info.topic_id):
                 built.log.delete()
 
-    async def wait_for_opens(self, timeout_s: float | None = None) -> bool:
+    async def wait_for_opens(
+        self, timeout_s: float | None = None, *, tried_once: bool = False
+    ) -> bool:
         """Wait until no replica waits to be opened, or ``timeout_s``; whether none does (for
         callers that applied an image and use its partitions next: a broker answering a
-        controller change, tests; a replica whose open keeps failing keeps this waiting)."""
+        controller change, tests; a replica whose open keeps failing keeps this waiting).
+        With ``tried_once`` it also returns (False) once every replica still waiting has
+        failed to open at least once (and none is opening): a broker starting up says it is
+        ready then, as Kafka's does with a failed log dir, rather than never; the failing
+        replicas are retried in the background (:meth:`failing_opens`)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while self._open_task is not None and not self._open_task.done():
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 return False
-            await asyncio.wait([self._open_task], timeout=left)
+            if tried_once and self._only_failed_opens_left():
+                return False
+            wait = left
+            if tried_once:  # polled (an open may fail meanwhile); the opener's end wakes it
+                wait = 0.1 if left is None else min(0.1, left)
+            await asyncio.wait([self._open_task], timeout=wait)
         return True
+
+    def _only_failed_opens_left(self) -> bool:
+        return (
+            self._storage_ready
+            and not self._opening
+            and bool(self._to_open)
+            and all(key in self._open_failures for key in self._to_open)
+        )
+
+    def failing_opens(self) -> dict[TopicPartition, int]:
+        """Replicas waiting to be opened again after failed opens, with their failure counts."""
+        return {
+            key: self._open_failures[key] for key in self._to_open if key in self._open_failures
+        }
 
     def _pending_open(self, key: TopicPartition) -> bool:
         return key in self._to_open or key in self._opening

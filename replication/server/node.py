@@ -251,8 +251,19 @@ class Node:
         await lifecycle.registered.wait()
         # As Kafka's broker loads its logs before it reports itself started: the replicas the
         # metadata gives this broker open (in the background: it heartbeats meanwhile) before
-        # it says it is ready.
-        await rm.wait_for_opens()
+        # it says it is ready. A replica whose open keeps failing does not hold that back
+        # for ever: once every replica was tried, the broker starts and names those it retries.
+        if not await rm.wait_for_opens(tried_once=True):
+            failing = rm.failing_opens()
+            log.error(
+                "broker %d starts with %d replica(s) failing to open, retried in the "
+                "background (their partitions are unavailable here meanwhile): %s",
+                self.config.broker_id,
+                len(failing),
+                ", ".join(
+                    f"{k.topic}-{k.partition} ({n} failures)" for k, n in sorted(failing.items())
+                ),
+            )
 
     def _start_metrics(self, metrics: MetricsEndpoint) -> None:
         """Register this node's collectors and serve them (the metrics.port 0 case learns
