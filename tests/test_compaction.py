@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
-from logstore.compaction import Compactor, fences
+from logstore.compaction import Compactor, fences, round_phase
 from logstore.errors import StorageError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
@@ -179,6 +179,61 @@ def test_due_sources_by_bytes_and_by_age() -> None:
     assert compactor.next_round(window_bytes=window, now_ms=young) == (sources[:4], 0.0)
     compactor.compact(sources)
     assert compactor.next_round(now_ms=young) == ([], None)
+
+
+@pytest.mark.unit
+def test_a_phase_brings_only_the_first_round_forward() -> None:
+    """With a phase p the first bytes-triggered round comes once (1 - p) of the window is
+    live, and takes that much; later rounds wait for a whole window (replicas fed the same
+    bytes then compact at different moments). The age trigger is unchanged."""
+    storage = memory_root()
+    write_l0(storage, keys_of(2), flushes=12, batches_per_flush=4)
+    index, table = open_table(storage)
+    phased = Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=0.5)
+    plain = Compactor(storage, index, table, broker_id=1, broker_epoch=1)
+    sources = phased.l0_sources()
+    objects = {o.path: o.index for o in index.objects()}
+    sizes = [objects[p].object_size for p in sources]
+
+    def prefix(start: int, limit: int) -> list[str]:
+        """The oldest sources from ``start`` whose sizes add up to at most ``limit``."""
+        out, total = [], 0
+        for path, size in zip(sources[start:], sizes[start:], strict=True):
+            if total + size > limit:
+                break
+            out.append(path)
+            total += size
+        return out
+
+    young = min(objects[p].created_ms for p in sources) + 1000
+    window = sum(sizes[:8])
+    first = prefix(0, window // 2)
+    assert 0 < len(first) < 8
+    assert plain.next_round(window_bytes=window, now_ms=young)[0] == sources[:8]
+    # live bytes between half the window and the window: due only with the phase
+    big = sum(sizes) + sizes[0]
+    early = Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=0.5)
+    assert plain.next_round(window_bytes=big, now_ms=young)[0] == []
+    assert early.next_round(window_bytes=big, now_ms=young)[0] == prefix(0, big // 2)
+    assert phased.next_round(window_bytes=window, now_ms=young)[0] == first
+    phased.compact(first)
+    # the phase is spent: a whole window of what is left, and no round before it
+    left = sum(sizes[len(first) :])
+    oldest = objects[sources[len(first)]].created_ms
+    assert phased.next_round(window_bytes=left + 1, now_ms=young) == (
+        [],
+        (oldest + 60_000 - young) / 1000,
+    )
+    assert phased.next_round(window_bytes=window, now_ms=young)[0] == prefix(len(first), window)
+    with pytest.raises(ValueError, match="phase"):
+        Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=1.0)
+
+
+@pytest.mark.unit
+def test_round_phases_put_consecutive_broker_ids_a_third_apart() -> None:
+    for first in (0, 1, 7, 100):
+        phases = sorted(round_phase(b) for b in range(first, first + 3))
+        assert phases == [0.0, 1 / 3, 2 / 3]
 
 
 @pytest.mark.unit

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from logstore.batch import count_records
 from logstore.checkpoint import BROKER_CHECKPOINT_NAME, BrokerCheckpoint
-from logstore.compaction import Compactor, HolderTable
+from logstore.compaction import Compactor, HolderTable, round_phase
 from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
 from logstore.log import Log
@@ -824,6 +824,7 @@ class ReplicaManager:
             broker_id=self.broker_id,
             broker_epoch=self.broker_epoch,
             delete_delay_ms=self.config.log.file_delete_delay_ms,
+            phase=round_phase(self.broker_id),
         )
         log.info(
             "broker WAL of %s: %d object(s) loaded (%d partition(s)), next seq %d",
