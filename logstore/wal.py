@@ -327,7 +327,10 @@ class WalWriter:
         self._marks = 0  # mark_dirty calls so far
         self._durable_marks = 0  # marks whose data is durable (and delivered)
         self._closing = False
-        self._force = False  # flush() waits: skip the spacing
+        #: the marks a flush() waits for without the spacing (forced until an object takes
+        #: them: a force whose marks an object already took must not cut the next spacing)
+        self._force_marks = 0
+        self._taken_marks = 0  # marks an object has taken (written, or being written)
         self._failed: BaseException | None = None
         #: (marks target, future) of :meth:`wait_durable` callers on ``loop``, in mark order
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
@@ -367,7 +370,7 @@ class WalWriter:
         with self._cond:
             target = self._marks
             if self._durable_marks < target and force:
-                self._force = True  # no spacing: someone waits
+                self._force_marks = max(self._force_marks, target)  # no spacing: someone waits
                 self._cond.notify_all()
             done = self._cond.wait_for(
                 lambda: self._durable_marks >= target or self._closing, timeout
@@ -397,7 +400,7 @@ class WalWriter:
             if self._closing:
                 raise self._closed_error()
             if force:
-                self._force = True
+                self._force_marks = max(self._force_marks, target)
                 self._cond.notify_all()
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append((target, waiter))
@@ -489,19 +492,22 @@ class WalWriter:
                 return False
             if self._linger_s > 0 and self._last_start is not None:
                 deadline = self._last_start + self._linger_s
-                while not self._closing and not self._force and self._dirty_bytes < self._max_bytes:
+                while (
+                    not self._closing
+                    and self._force_marks <= self._taken_marks
+                    and self._dirty_bytes < self._max_bytes
+                ):
                     left = deadline - self._clock()
                     if left <= 0:
                         break
                     self._cond.wait(left)
-            self._force = False
             started = self._clock()
             sources = list(self._dirty.values())
             self._dirty.clear()
             self._dirty_bytes = 0
             # Every mark counted here was made after its data was appended, so the takes
             # below see that data: once this object is delivered, these marks are durable.
-            marks = self._marks
+            marks = self._taken_marks = self._marks
         taken: list[tuple[WalSource, PendingChunk]] = []
         for source in sources:
             pending = source.take_pending_for_wal()

@@ -238,6 +238,33 @@ def test_marks_within_the_linger_of_a_start_wait_for_it_then_go_as_one_object() 
 
 
 @pytest.mark.unit
+def test_a_flush_whose_marks_are_being_written_does_not_cut_the_next_spacing() -> None:
+    """flush() cuts the spacing short only for marks no object has taken yet: a flush that
+    came while the object holding its marks was being written must not leave a force behind
+    that sends the next marks at once (a CI run under load saw an object start halfway
+    through a round of appends that way)."""
+    storage = FaultyStorage(memory_root())
+    clock = ManualClock()
+    writer = WalWriter(
+        storage, broker_id=0, broker_epoch=1, fence=False, linger_ms=3_600_000, clock=clock
+    )
+    first, second = sources_for(writer, 1)[:2]
+    storage.stall("write", 2.0)
+    append(first)  # an idle writer: written at once (slowly)
+    wait_until(lambda: storage.calls["write"] == 1, message="the first object being written")
+    writer.flush(timeout=30)  # its mark is taken: nothing to force
+    assert first.durable_end_offset == 2
+    reads = clock.reads
+    append(second)
+    wait_until(lambda: clock.reads > reads, message="the writer to look at the clock")
+    assert storage.calls["write"] == 1
+    assert second.durable_end_offset == 0  # within the hour's spacing
+    writer.flush(timeout=30)  # a mark nobody took: forced
+    assert (storage.calls["write"], second.durable_end_offset) == (2, 2)
+    writer.close()
+
+
+@pytest.mark.unit
 def test_a_retried_write_is_not_a_new_start() -> None:
     """The spacing counts from the object's first attempt: a write that failed and was
     retried later does not push the next object's start back."""
@@ -413,7 +440,7 @@ def test_wait_durable_waits_for_its_own_marks_not_an_earlier_object() -> None:
             retry_backoff_ms=1,
             retry_backoff_max_ms=5,
         )
-        first, second = sources_for(writer, 2)[:2]
+        first, second = sources_for(writer, 1)[:2][:2]
         append(first)
         early = asyncio.ensure_future(writer.wait_durable())
         await asyncio.to_thread(  # the first object is being written (stalled)
