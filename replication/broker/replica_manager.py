@@ -498,7 +498,7 @@ class ReplicaManager:
             self._storage_ready
             and not self._opening
             and bool(self._to_open)
-            and all(key in self._open_failures for key in self._to_open)
+            and len(self.failing_opens()) == len(self._to_open)
         )
 
     def failing_opens(self) -> dict[TopicPartition, int]:
