@@ -213,14 +213,19 @@ class Compactor:
     def _l0_live(self, max_bytes: int | None = None) -> list[WalObject]:
         chosen: list[WalObject] = []
         total = 0
-        for obj in self.index.referenced_objects():  # by seq
-            if obj.name.level != 0 or not obj.index.chunks:
-                continue
+        for obj in self.index.l0_live():  # by seq
             if max_bytes is not None and chosen and total + obj.index.object_size > max_bytes:
                 break
             chosen.append(obj)
             total += obj.index.object_size
         return chosen
+
+    def bytes_due(self, window_bytes: int = 64 * 1024 * 1024) -> bool:
+        """Whether the live L0 objects hold enough bytes for :meth:`next_round`'s bytes
+        trigger (this broker's phase included), read from the index's running tally: the
+        compaction loop asks this at every check, and asks :meth:`next_round` (which sorts
+        every live L0 object) only when a round may be due."""
+        return self.index.l0_live_bytes() >= window_bytes * (1 - self._phase)
 
     def due_sources(
         self,

@@ -182,6 +182,51 @@ def test_due_sources_by_bytes_and_by_age() -> None:
 
 
 @pytest.mark.unit
+def test_the_live_l0_tally_follows_references() -> None:
+    """The index keeps the live L0 objects and their bytes as references change (the
+    compaction loop reads the sum at every check instead of listing every object): only L0
+    objects with chunks some log refers to count; the fence never does."""
+    storage = memory_root()
+    write_l0(storage, keys_of(2), flushes=6, batches_per_flush=4)
+    index, table = open_table(storage)
+
+    def scanned() -> list[str]:  # the tally's meaning, by a full scan
+        return sorted(
+            o.path
+            for o in index.objects()
+            if o.name.level == 0 and o.index.chunks and index.references(o.path) > 0
+        )
+
+    def size(paths: list[str]) -> int:
+        sizes = {o.path: o.index.object_size for o in index.objects()}
+        return sum(sizes[p] for p in paths)
+
+    live = scanned()
+    assert len(live) == 6  # the fence holds no chunk
+    assert [o.path for o in index.l0_live()] == live
+    assert index.l0_live_bytes() == size(live)
+    first = live[0]
+    held = index.references(first)
+    index.release(first, held)  # its holders dropped it: garbage, not a source
+    assert [o.path for o in index.l0_live()] == live[1:] == scanned()
+    assert index.l0_live_bytes() == size(live[1:])
+    index.acquire(first)
+    assert index.l0_live_bytes() == size(live)
+    index.release(first)
+    assert index.retire(first)
+    assert index.l0_live_bytes() == size(live[1:])
+    compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=0.5)
+    total = index.l0_live_bytes()
+    assert compactor.bytes_due(window_bytes=2 * total)  # half a window is due with the phase
+    assert not compactor.bytes_due(window_bytes=2 * total + 2)
+    result = compactor.compact()
+    assert result.output is not None
+    assert index.l0_live() == []
+    assert index.l0_live_bytes() == 0 == len(scanned())
+    assert not compactor.bytes_due(window_bytes=1)
+
+
+@pytest.mark.unit
 def test_a_phase_brings_only_the_first_round_forward() -> None:
     """With a phase p the first bytes-triggered round comes once (1 - p) of the window is
     live, and takes that much; later rounds wait for a whole window (replicas fed the same

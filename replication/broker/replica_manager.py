@@ -1325,40 +1325,51 @@ class ReplicaManager:
         wal.compaction.l0.max.age.ms old, and delete the objects nobody refers to any more
         (after file.delete.delay.ms). No idle polling: it sleeps on an event while the WAL has
         no L0 object to compact, and otherwise until the oldest comes of age, checking the
-        bytes trigger again (at most every second) only while WAL objects are written."""
+        bytes trigger again (at most every second) only while WAL objects are written. A
+        check reads the index's running byte tally; the live objects are listed and sorted
+        (``next_round``) only when a round may be due: at the age deadline, or once the
+        bytes are there."""
         config = self.config
         check_s = min(1.0, config.wal_compaction_l0_max_age_ms / 4000)
+        max_age_s = config.wal_compaction_l0_max_age_ms / 1000
+        due_at: float | None = None  # monotonic: when the oldest live L0 object comes of age
         while True:
             # cleared before looking: a write from now on wakes the waits below
             self._wal_written.clear()
             compactor = self.compactor
-            if compactor is None or not compactor.l0_sources():
+            if compactor is None or not compactor.index.l0_live_bytes():
+                due_at = None
                 await self._wal_written.wait()
                 continue
             wait_s = check_s
             if self._every_replica_open():
-                sources, due_in = compactor.next_round(
-                    window_bytes=config.wal_compaction_window_bytes,
-                    max_age_ms=config.wal_compaction_l0_max_age_ms,
-                )
-                if sources:
-                    try:
-                        result = await asyncio.to_thread(compactor.compact, sources)
-                    except ReplogError as err:
-                        log.warning(
-                            "WAL compaction on %s failed, retrying: %s", self.storage.url, err
-                        )
-                    except Exception:  # a bug: say so loudly, keep the broker's loop alive
-                        log.exception("WAL compaction on %s failed", self.storage.url)
-                    else:
-                        self.compactions += 1
-                        log.debug("WAL compaction: %s", result)
+                now = time.monotonic()
+                window = config.wal_compaction_window_bytes
+                if due_at is None or now >= due_at or compactor.bytes_due(window):
+                    sources, due_in = compactor.next_round(
+                        window_bytes=window, max_age_ms=config.wal_compaction_l0_max_age_ms
+                    )
+                    due_at = None
+                    if sources:
+                        try:
+                            result = await asyncio.to_thread(compactor.compact, sources)
+                        except ReplogError as err:
+                            log.warning(
+                                "WAL compaction on %s failed, retrying: %s", self.storage.url, err
+                            )
+                        except Exception:  # a bug: say so loudly, keep the broker's loop alive
+                            log.exception("WAL compaction on %s failed", self.storage.url)
+                        else:
+                            self.compactions += 1
+                            log.debug("WAL compaction: %s", result)
+                            continue
+                        await asyncio.sleep(check_s)
                         continue
-                    await asyncio.sleep(check_s)
-                    continue
-                if due_in is not None:
-                    # at most the max age: a wall clock set back must not stall compaction
-                    wait_s = min(max(due_in, 0.01), config.wal_compaction_l0_max_age_ms / 1000)
+                    if due_in is not None:
+                        # at most the max age: a wall clock set back must not stall compaction
+                        due_at = now + min(max(due_in, 0.01), max_age_s)
+                if due_at is not None:
+                    wait_s = max(due_at - now, 0.01)
             # Nothing is due before wait_s unless more is written: sleep until then, or
             # until a write, and then look again after check_s (not at every write).
             try:
