@@ -53,6 +53,7 @@ from replication.security.scram import ScramCredential
 from replication.security.tls import PrincipalMapper, server_context
 from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
+from replication.server.gc_policy import GcPolicy
 from replication.server.group_apis import GroupApis
 from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
@@ -466,6 +467,8 @@ async def _serve(config: BrokerConfig) -> None:
     await node.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    gc_policy = GcPolicy(loop)  # full collections scan what survived since, not the heap
+    gc_policy.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if node.metrics is not None:
@@ -493,6 +496,7 @@ async def _serve(config: BrokerConfig) -> None:
     )
     await stop.wait()
     log.info("shutting down: flushing and checkpointing every log")
+    gc_policy.stop()
     try:
         async with asyncio.timeout(config.shutdown_timeout_ms / 1000):
             await node.stop()

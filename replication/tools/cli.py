@@ -908,10 +908,11 @@ def perf_produce(
     (sampled), per batch in arrow mode."""
     import json
 
-    from replication.tools.perf import produce_perf
+    from replication.tools.perf import freeze_startup_heap, produce_perf
 
     if mode not in ("records", "arrow"):
         raise CommandError(f"--mode {mode!r}: expected records or arrow")
+    freeze_startup_heap()
     with _progress(num_records, f"produce {topic}", not as_json) as update:
         result = produce_perf(
             bootstrap,
