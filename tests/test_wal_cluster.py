@@ -42,6 +42,12 @@ def wal_objects(log_dir: str, level: int = 0) -> set[str]:
         return {i.path for i in root.list(f"{WAL_PREFIX}/L{level}")}
 
 
+def l0_bytes(log_dir: str) -> int:
+    """The bytes of every L0 WAL object under a broker root."""
+    with Storage.from_url(log_dir, fsync=False) as root:
+        return sum(i.size for i in root.list(f"{WAL_PREFIX}/L0"))
+
+
 def leaders(bootstrap: str, topic: str) -> dict[int, list[int]]:
     """Partitions of ``topic`` by leader broker."""
     with RawConnection(bootstrap.split(",")[0]) as conn:
@@ -113,6 +119,9 @@ def test_objects_follow_flushes_not_partitions(cluster_factory: Callable[..., Cl
             scraped[b], "replog_wal_objects_written_total"
         )
         assert exported == written[b], (b, exported, written[b])
+        # nothing compacted yet: the backlog is every L0 object but the chunkless fences
+        backlog = value(after, "replog_wal_l0_live_bytes")
+        assert 0 < backlog <= l0_bytes(broker.log_dir), (b, backlog)
         assert value(after, "replog_wal_write_failures_total") == 0
         assert value(after, "replog_log_flushes_total") >= written[b]
     for i in range(partitions):

@@ -143,6 +143,12 @@ class BrokerCollector:
                 stats.failures,
             ),
             _counter(wal + "compactions", "WAL compaction rounds done", rm.compactions),
+            _gauge(
+                wal + "l0_live_bytes",
+                "Bytes of live L0 WAL objects not compacted yet (the compaction backlog: it "
+                "stays under wal.compaction.window.bytes while compaction keeps up)",
+                0 if rm.compactor is None else rm.compactor.index.l0_live_bytes(),
+            ),
             _counter(
                 wal + "broker_checkpoints",
                 "Broker checkpoints (every partition's HW in one object) written",
