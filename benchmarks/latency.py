@@ -59,9 +59,10 @@ from benchmarks.peers import nats as nats_peer
 from benchmarks.produce import cpu_seconds, load_average, machine
 from logstore.config import keys_of
 from logstore.storage import Storage
+from replication.broker.replica_manager import compaction_window_bytes
 from replication.client import Admin, Producer
 from replication.client.describe import describe_topic_waiting
-from replication.config import BrokerConfig
+from replication.config import BrokerConfig, broker_config_from
 from replication.tools.perf import ProducePerfResult, freeze_startup_heap, produce_perf
 from tests.cluster import FAST_FAILOVER, Cluster, wait_until
 
@@ -226,12 +227,11 @@ def replog_side(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             out[f"sustained_rate_{mode}"] = perf_brief(
                 produce_perf(bootstrap, "rate", n, args.value_bytes, acks="all", mode=mode)  # type: ignore[arg-type]
             )
-        window = int(
-            args.broker_sets.get(
-                "wal.compaction.window.bytes",
-                keys_of(BrokerConfig)["wal.compaction.window.bytes"].default,
-            )
+        # the window in force on these brokers' local files (a --set one, or the default)
+        window = compaction_window_bytes(
+            broker_config_from(args.broker_sets), Storage.from_url(work.as_uri())
         )
+        out["compaction_window_bytes"] = window
         for mode in modes:
             for name, of in (("half_rate", "sustained_rate"), ("half_burst_rate", "max_rate")):
                 rate = out[f"{of}_{mode}"]["records_per_s"] / 2

@@ -111,16 +111,17 @@ class BrokerConfig:
         ),
     )
     wal_compaction_window_bytes: int = field(
-        # 64 MiB, not 256: a round's burst of reads, CRC walks and one big fsync'd write
-        # stalled foreground writes (acks=all p99 at 250k records/s: 1.4-1.6 s with 256 MiB,
-        # 0.36-0.47 s with 64 MiB, 34 ms with no compaction); the extra PUT per 64 MiB costs
-        # ~$0.08/TB.
-        default=64 * 1024 * 1024,
+        # per storage kind (replica_manager.compaction_window_bytes): the smaller the window,
+        # the shorter each round's burst of reads, CRC walks and big write, which is what the
+        # foreground writes of acks=all wait behind; on object stores each packed object is
+        # also a PUT
+        default=-1,
         metadata=k(
             "wal.compaction.window.bytes",
             "over the WAL: compact the oldest L0 objects into one packed object once this many "
-            "bytes of them are live (also the most one compaction round reads into memory)",
-            minimum=1,
+            "bytes of them are live (also the most one compaction round reads into memory); "
+            "-1: per storage kind, 16 MiB for local files and memory, 64 MiB for object stores",
+            minimum=-1,
         ),
     )
     wal_compaction_l0_max_age_ms: int = field(

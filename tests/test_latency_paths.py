@@ -22,11 +22,16 @@ from typing import Any
 import pytest
 
 from logstore.batch import Record, build
+from logstore.errors import ConfigError
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX
 from replication import protocol as p
 from replication.broker.partition import Partition
-from replication.broker.replica_manager import ReplicaManager, flush_interval_ms
+from replication.broker.replica_manager import (
+    ReplicaManager,
+    compaction_window_bytes,
+    flush_interval_ms,
+)
 from replication.common import TopicPartition
 from replication.config import broker_config_from
 from replication.protocol.rpc import AsyncConnection
@@ -322,6 +327,27 @@ def test_flush_interval_default_on_s3(s3_url: S3Location) -> None:
     storage = Storage.from_url(s3_url.url, **s3_url.storage_options)
     assert flush_interval_ms(broker_config_from({}), storage) == 250
     assert flush_interval_ms(broker_config_from({"log.flush.interval.ms": 0}), storage) == 0
+    # each packed object is a PUT there: bigger compaction windows
+    assert compaction_window_bytes(broker_config_from({}), storage) == 64 * MIB
+
+
+MIB = 1024 * 1024
+
+
+@pytest.mark.unit
+def test_compaction_window_default_follows_the_storage_kind(tmp_path: Path) -> None:
+    """-1 (the default) resolves to 16 MiB for local files and memory (short rounds: the
+    foreground writes wait behind them); any explicit value is kept; 0 is refused by name."""
+    default = broker_config_from({})
+    assert default.wal_compaction_window_bytes == -1
+    local = Storage.from_url(tmp_path.as_uri())
+    memory = Storage.from_url("memory://lat-window-default/x")
+    assert compaction_window_bytes(default, local) == 16 * MIB
+    assert compaction_window_bytes(default, memory) == 16 * MIB
+    explicit = broker_config_from({"wal.compaction.window.bytes": 4096})
+    assert compaction_window_bytes(explicit, local) == 4096
+    with pytest.raises(ConfigError, match=r"wal\.compaction\.window\.bytes=0"):
+        compaction_window_bytes(broker_config_from({"wal.compaction.window.bytes": 0}), local)
 
 
 @pytest.mark.cluster

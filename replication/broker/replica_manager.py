@@ -65,6 +65,14 @@ READ_COMMITTED = 1
 #: at 250 ms at most 4 PUT/s = $1.7/day). An append to an idle log is still flushed at once.
 LOCAL_FLUSH_INTERVAL_MS = 0
 OBJECT_STORE_FLUSH_INTERVAL_MS = 250
+#: wal.compaction.window.bytes when not set (-1), per storage kind. A round reads, checks and
+#: rewrites its window in one burst of CPU and disk; acks=all writes wait behind it (half-rate
+#: Arrow p99 at 230k records/s on local files, 2 cores, repeated runs: 133-231 ms with 64 MiB
+#: windows, 38-84 ms with 16 MiB, 54-59 ms with 8 MiB). On local files a packed object costs
+#: nothing per request, so rounds are small; on object stores each packed object is a PUT
+#: (64 MiB: ~$0.08 per TB at S3's list price, 16 MiB would be ~$0.31).
+LOCAL_COMPACTION_WINDOW_BYTES = 16 * 1024 * 1024
+OBJECT_STORE_COMPACTION_WINDOW_BYTES = 64 * 1024 * 1024
 #: the least pause before retrying a failed flush (a storage outage must not spin the loop)
 FLUSH_RETRY_BACKOFF_MS = 10
 #: how many partition logs a broker opens at once when an image gives it several
@@ -85,14 +93,34 @@ def open_retry_backoff_ms(failures: int) -> int:
     return min(OPEN_RETRY_BACKOFF_MAX_MS, OPEN_RETRY_BACKOFF_MS << min(failures - 1, 20))
 
 
+def _is_local(storage: Storage) -> bool:
+    """Local files or memory: no price per request."""
+    protocol, sep, _ = storage.url.partition("://")
+    return not sep or protocol in ("file", "local", "memory")
+
+
 def flush_interval_ms(config: BrokerConfig, storage: Storage) -> int:
     """log.flush.interval.ms in force: the configured value, or with -1 (the default) the one
     for this broker's storage kind (local files and memory: 0; object stores: 250)."""
     if config.log_flush_interval_ms >= 0:
         return config.log_flush_interval_ms
-    protocol, sep, _ = storage.url.partition("://")
-    local = not sep or protocol in ("file", "local", "memory")
-    return LOCAL_FLUSH_INTERVAL_MS if local else OBJECT_STORE_FLUSH_INTERVAL_MS
+    return LOCAL_FLUSH_INTERVAL_MS if _is_local(storage) else OBJECT_STORE_FLUSH_INTERVAL_MS
+
+
+def compaction_window_bytes(config: BrokerConfig, storage: Storage) -> int:
+    """wal.compaction.window.bytes in force: the configured value, or with -1 (the default)
+    the one for this broker's storage kind (local files and memory: 16 MiB; object stores:
+    64 MiB)."""
+    if config.wal_compaction_window_bytes > 0:
+        return config.wal_compaction_window_bytes
+    if config.wal_compaction_window_bytes == 0:
+        raise ConfigError(
+            "config wal.compaction.window.bytes=0: a round needs at least one byte; use a "
+            "size in bytes, or -1 for the storage kind's default (16 MiB local, 64 MiB S3)"
+        )
+    if _is_local(storage):
+        return LOCAL_COMPACTION_WINDOW_BYTES
+    return OBJECT_STORE_COMPACTION_WINDOW_BYTES
 
 
 class FetcherHooks(Protocol):
@@ -148,6 +176,8 @@ class ReplicaManager:
         self._flush_wanted = asyncio.Event()
         #: log.flush.interval.ms in force: the least spacing between two flush starts
         self.flush_interval_ms = flush_interval_ms(config, storage)
+        #: wal.compaction.window.bytes in force
+        self.compaction_window_bytes = compaction_window_bytes(config, storage)
         #: times the flush loop woke up, and flushes that wrote something (counters, for
         #: tests and metrics: an idle broker's stay put)
         self.flush_wakeups = 0
@@ -1344,7 +1374,7 @@ class ReplicaManager:
             wait_s = check_s
             if self._every_replica_open():
                 now = time.monotonic()
-                window = config.wal_compaction_window_bytes
+                window = self.compaction_window_bytes
                 if due_at is None or now >= due_at or compactor.bytes_due(window):
                     sources, due_in = compactor.next_round(
                         window_bytes=window, max_age_ms=config.wal_compaction_l0_max_age_ms
