@@ -166,10 +166,15 @@ class Compactor:
     clock
         Seconds, monotonic (tests give their own).
     phase
-        In [0, 1): the first round's bytes trigger comes at ``(1 - phase) * window_bytes``
-        (later rounds at the whole window). Brokers pass :func:`round_phase` of their id:
-        replicas of a partition receive the same bytes, so without it their windows fill
-        together and they all compact at the same moment.
+        In [0, 1): the bytes trigger comes at ``(1 + phase) * window_bytes`` of live L0 bytes,
+        and a round takes the oldest ``window_bytes`` (the rest waits), so this broker's
+        rounds come at ``phase`` of a window, in bytes ingested, after those of a broker with
+        phase 0, and stay there: its live bytes run between ``phase`` and ``1 + phase``
+        windows. Brokers pass :func:`round_phase` of their id: replicas of a partition
+        receive the same bytes, so without it their windows fill together and they compact at
+        the same moment. (A phase that only brought the first round forward did not last:
+        once a backlog had been compacted away, every broker was left with the same live
+        bytes below one window, and their rounds coincided again.)
     """
 
     def __init__(
@@ -188,7 +193,7 @@ class Compactor:
             raise ValueError(f"delete_delay_ms must be >= 0, not {delete_delay_ms}")
         if not 0 <= phase < 1:
             raise ValueError(f"phase must be in [0, 1), not {phase}")
-        #: the fraction of the window the first bytes-triggered round comes early by (0 after it)
+        #: the fraction of a window this broker's bytes trigger comes after a whole window
         self._phase = phase
         self.storage = storage
         self.index = index
@@ -225,7 +230,7 @@ class Compactor:
         trigger (this broker's phase included), read from the index's running tally: the
         compaction loop asks this at every check, and asks :meth:`next_round` (which sorts
         every live L0 object) only when a round may be due."""
-        return self.index.l0_live_bytes() >= window_bytes * (1 - self._phase)
+        return self.index.l0_live_bytes() >= window_bytes * (1 + self._phase)
 
     def due_sources(
         self,
@@ -236,12 +241,12 @@ class Compactor:
     ) -> list[str]:
         """The L0 objects to compact now (empty: wait): the oldest ones holding up to
         ``window_bytes`` (``wal.compaction.window.bytes``) once the live L0 objects hold at
-        least that much, or once the oldest of them is ``max_age_ms`` old
-        (``wal.compaction.l0.max.age.ms``; its age from the footer's ``created_ms``, so a
-        scanned object, which has none, counts as old). Two triggers: the bytes bound the
-        memory of a round and make busy brokers write big packed objects; the age bounds how
-        many small objects an idle or slow broker keeps (each costs a GET per reader and a
-        footer read per recovery)."""
+        least that much (and this broker's phase of a window more), or once the oldest of
+        them is ``max_age_ms`` old (``wal.compaction.l0.max.age.ms``; its age from the
+        footer's ``created_ms``, so a scanned object, which has none, counts as old). Two
+        triggers: the bytes bound the memory of a round and make busy brokers write big packed
+        objects; the age bounds how many small objects an idle or slow broker keeps (each
+        costs a GET per reader and a footer read per recovery)."""
         return self.next_round(window_bytes=window_bytes, max_age_ms=max_age_ms, now_ms=now_ms)[0]
 
     def next_round(
@@ -262,11 +267,8 @@ class Compactor:
         total = sum(obj.index.object_size for obj in candidates)
         now = time.time() * 1000 if now_ms is None else now_ms
         oldest = min(obj.index.created_ms for obj in candidates)
-        if now - oldest < max_age_ms:
-            if total < window_bytes * (1 - self._phase):
-                return [], (oldest + max_age_ms - now) / 1000
-            window_bytes = max(1, int(window_bytes * (1 - self._phase)))
-        self._phase = 0.0  # a round now: the next ones come a whole window apart
+        if now - oldest < max_age_ms and total < window_bytes * (1 + self._phase):
+            return [], (oldest + max_age_ms - now) / 1000
         chosen: list[str] = []
         size = 0
         for obj in candidates:  # the oldest, up to window_bytes (at least one)
@@ -487,11 +489,12 @@ class Compactor:
 def round_phase(broker_id: int) -> float:
     """The :class:`Compactor` phase of a broker: ``broker_id mod 3`` thirds, so that the three
     replicas of a partition on brokers with consecutive ids (the usual numbering, and RF=3 the
-    usual factor) start their rounds a third of a window apart. Measured here (3 brokers on
-    one 2-core machine, acks=all Arrow at 294k records/s after the benchmark's max-rate runs):
-    p99 47-94 ms over 8 runs with thirds (median 52), 65-161 ms over 10 without (median 91; the
-    slow batches had been the moments when two brokers compacted at once); golden-ratio phases
-    (0, 0.62, 0.24: gaps down to a quarter window) 45-94 ms over 7 (median 60)."""
+    usual factor) run their rounds a third of a window apart. Measured here (3 brokers on one
+    2-core machine, acks=all Arrow at 294k records/s after the benchmark's max-rate runs), when
+    the phase moved only the first round: p99 47-94 ms over 8 runs with thirds (median 52),
+    65-161 ms over 10 without (median 91; the slow batches had been the moments when two
+    brokers compacted at once); golden-ratio phases (0, 0.62, 0.24: gaps down to a quarter
+    window) 45-94 ms over 7 (median 60)."""
     return (broker_id % 3) / 3
 
 

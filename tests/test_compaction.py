@@ -217,8 +217,9 @@ def test_the_live_l0_tally_follows_references() -> None:
     assert index.l0_live_bytes() == size(live[1:])
     compactor = Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=0.5)
     total = index.l0_live_bytes()
-    assert compactor.bytes_due(window_bytes=2 * total)  # half a window is due with the phase
-    assert not compactor.bytes_due(window_bytes=2 * total + 2)
+    # with the phase, 1.5 windows must be live
+    assert compactor.bytes_due(window_bytes=total * 2 // 3)
+    assert not compactor.bytes_due(window_bytes=total * 2 // 3 + 2)
     result = compactor.compact()
     assert result.output is not None
     assert index.l0_live() == []
@@ -227,10 +228,12 @@ def test_the_live_l0_tally_follows_references() -> None:
 
 
 @pytest.mark.unit
-def test_a_phase_brings_only_the_first_round_forward() -> None:
-    """With a phase p the first bytes-triggered round comes once (1 - p) of the window is
-    live, and takes that much; later rounds wait for a whole window (replicas fed the same
-    bytes then compact at different moments). The age trigger is unchanged."""
+def test_a_phase_holds_every_round_back_by_its_share_of_a_window() -> None:
+    """With a phase p a round comes once (1 + p) windows are live and takes one window, so
+    the broker's live bytes run between p and 1 + p windows and its rounds stay p of a window
+    (in bytes ingested) after a broker with phase 0, round after round (replicas fed the same
+    bytes then never compact at the same moment, even after a backlog left them with equal
+    live bytes). The age trigger is unchanged."""
     storage = memory_root()
     write_l0(storage, keys_of(2), flushes=12, batches_per_flush=4)
     index, table = open_table(storage)
@@ -239,37 +242,47 @@ def test_a_phase_brings_only_the_first_round_forward() -> None:
     sources = phased.l0_sources()
     objects = {o.path: o.index for o in index.objects()}
     sizes = [objects[p].object_size for p in sources]
+    young = min(objects[p].created_ms for p in sources) + 1000
+    total = sum(sizes)
+    window = sum(sizes[:5])  # 12 objects hold more than 1.5 windows of 5
+    assert total >= 1.5 * window
 
-    def prefix(start: int, limit: int) -> list[str]:
+    def oldest(start: int, limit: int) -> list[str]:
         """The oldest sources from ``start`` whose sizes add up to at most ``limit``."""
-        out, total = [], 0
-        for path, size in zip(sources[start:], sizes[start:], strict=True):
-            if total + size > limit:
+        out: list[str] = []
+        size = 0
+        for path, n in zip(sources[start:], sizes[start:], strict=True):
+            if out and size + n > limit:
                 break
             out.append(path)
-            total += size
+            size += n
         return out
 
-    young = min(objects[p].created_ms for p in sources) + 1000
-    window = sum(sizes[:8])
-    first = prefix(0, window // 2)
-    assert 0 < len(first) < 8
-    assert plain.next_round(window_bytes=window, now_ms=young)[0] == sources[:8]
-    # live bytes between half the window and the window: due only with the phase
-    big = sum(sizes) + sizes[0]
-    early = Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=0.5)
-    assert plain.next_round(window_bytes=big, now_ms=young)[0] == []
-    assert early.next_round(window_bytes=big, now_ms=young)[0] == prefix(0, big // 2)
-    assert phased.next_round(window_bytes=window, now_ms=young)[0] == first
+    # live bytes between one and 1.5 windows: due without the phase only
+    between = int(total / 1.25)
+    assert between <= total < 1.5 * between
+    assert plain.next_round(window_bytes=between, now_ms=young)[0] == oldest(0, between)
+    assert phased.next_round(window_bytes=between, now_ms=young)[0] == []
+    assert plain.bytes_due(between)
+    assert not phased.bytes_due(between)
+    # past 1.5 windows: a round of one window, the oldest first
+    first = phased.next_round(window_bytes=window, now_ms=young)[0]
+    assert first == sources[:5]
+    assert phased.bytes_due(window)
     phased.compact(first)
-    # the phase is spent: a whole window of what is left, and no round before it
-    left = sum(sizes[len(first) :])
-    oldest = objects[sources[len(first)]].created_ms
-    assert phased.next_round(window_bytes=left + 1, now_ms=young) == (
+    # what is left (7 objects: less than 1.5 windows) waits with the phase, not without it:
+    # the phase was not spent by the round
+    left = sum(sizes[5:])
+    assert window <= left < 1.5 * window
+    assert plain.next_round(window_bytes=window, now_ms=young)[0] == oldest(5, window)
+    assert phased.next_round(window_bytes=window, now_ms=young) == (
         [],
-        (oldest + 60_000 - young) / 1000,
+        (objects[sources[5]].created_ms + 60_000 - young) / 1000,
     )
-    assert phased.next_round(window_bytes=window, now_ms=young)[0] == prefix(len(first), window)
+    assert not phased.bytes_due(window)
+    # old enough: due whatever the phase
+    old = objects[sources[5]].created_ms + 60_000
+    assert phased.next_round(window_bytes=window, now_ms=old)[0] == oldest(5, window)
     with pytest.raises(ValueError, match="phase"):
         Compactor(storage, index, table, broker_id=1, broker_epoch=1, phase=1.0)
 

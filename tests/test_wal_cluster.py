@@ -220,6 +220,40 @@ def test_compaction_replaces_wal_objects_and_loses_nothing(
     assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
 
 
+def test_the_bytes_trigger_starts_a_round_without_waiting_for_the_age(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """A broker compacts as soon as its live L0 bytes reach the window (and its phase of a
+    window more): the object written that brings them there wakes the compaction loop, which
+    otherwise sleeps until the oldest object's age (an hour here) and never polls. Each
+    broker's /metrics backlog stays under the trigger afterwards."""
+    window = 8 * 1024
+    cluster = cluster_factory(
+        brokers=3,
+        overrides={
+            **WAL,
+            "wal.compaction.window.bytes": str(window),
+            "wal.compaction.l0.max.age.ms": "3600000",
+        },
+        metrics=True,
+    )
+    topic = unique_name("wal-bytes")
+    with RawConnection(cluster.brokers[0].bootstrap) as conn:
+        create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
+    wait_for_topic(cluster, topic, 3)
+    producer = AckedProducer(cluster, topic)
+    for _ in range(120):  # an L0 object of a few hundred bytes each: several windows
+        producer.send_acked()
+    for broker in cluster.brokers.values():
+        wait_until(
+            lambda b=broker: wal_objects(b.log_dir, level=1),
+            timeout=60,
+            message=f"broker {broker.broker_id}: a packed object, long before the L0 age",
+        )
+        assert value(scrape(broker), "replog_wal_l0_live_bytes") < 2 * window
+    assert_acked_once(producer.acked, read_committed_log(cluster.bootstrap, topic))
+
+
 @pytest.mark.s3
 def test_broker_on_s3_writes_wal_objects(
     cluster_factory: Callable[..., Cluster], s3_url: S3Location

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import re
@@ -227,9 +228,11 @@ class ReplicaManager:
         self._hw_written: dict[str, int] | None = None
         #: broker checkpoints written (for tests and metrics)
         self.broker_checkpoints = 0
-        #: set when a WAL object is written: the compaction loop waits on it while the WAL
-        #: holds nothing to compact (an idle broker's loop sleeps)
+        #: set when a WAL object is written and the compaction loop should look: it holds
+        #: nothing to compact (an idle broker's loop sleeps), or the bytes trigger is met
         self._wal_written = asyncio.Event()
+        #: the compaction loop waits with no live L0 object: any write wakes it
+        self._compaction_idle = True
         # Opening replicas costs storage requests (a few per log on S3, the WAL index before
         # any): it runs in the background (:meth:`_open_replicas`), never on the event loop,
         # which must keep heartbeating and serving the partitions already open.
@@ -1310,7 +1313,11 @@ class ReplicaManager:
         """A WAL object was written (on the loop, after every log in it heard on the writer's
         thread): what flush_dirty does after its writes, for the partitions it holds."""
         self.flushes += 1
-        self._wal_written.set()
+        compactor = self.compactor
+        if self._compaction_idle or (
+            compactor is not None and compactor.bytes_due(self.compaction_window_bytes)
+        ):
+            self._wal_written.set()
         for extent in result.extents:
             partition = self._by_topic_id.get((extent.topic_id, extent.partition))
             if partition is None or self.partitions.get(partition.key) is not partition:
@@ -1354,11 +1361,12 @@ class ReplicaManager:
         wal.compaction.window.bytes of them are live or the oldest is
         wal.compaction.l0.max.age.ms old, and delete the objects nobody refers to any more
         (after file.delete.delay.ms). No idle polling: it sleeps on an event while the WAL has
-        no L0 object to compact, and otherwise until the oldest comes of age, checking the
-        bytes trigger again (at most every second) only while WAL objects are written. A
-        check reads the index's running byte tally; the live objects are listed and sorted
-        (``next_round``) only when a round may be due: at the age deadline, or once the
-        bytes are there."""
+        no L0 object to compact, and otherwise until the oldest comes of age or until a
+        written object brings the live L0 bytes to the bytes trigger (``_wal_flushed`` reads
+        the index's running tally at each object: a round starts when this broker's own
+        trigger is met, not at a shared cadence; brokers checking once a second compacted in
+        step, whatever their phases). The live objects are listed and sorted (``next_round``)
+        only when a round may be due."""
         config = self.config
         check_s = min(1.0, config.wal_compaction_l0_max_age_ms / 4000)
         max_age_s = config.wal_compaction_l0_max_age_ms / 1000
@@ -1369,9 +1377,13 @@ class ReplicaManager:
             compactor = self.compactor
             if compactor is None or not compactor.index.l0_live_bytes():
                 due_at = None
-                await self._wal_written.wait()
+                self._compaction_idle = True
+                try:
+                    await self._wal_written.wait()
+                finally:
+                    self._compaction_idle = False
                 continue
-            wait_s = check_s
+            wait_s = check_s  # replicas still opening: look again soon
             if self._every_replica_open():
                 now = time.monotonic()
                 window = self.compaction_window_bytes
@@ -1400,13 +1412,10 @@ class ReplicaManager:
                         due_at = now + min(max(due_in, 0.01), max_age_s)
                 if due_at is not None:
                     wait_s = max(due_at - now, 0.01)
-            # Nothing is due before wait_s unless more is written: sleep until then, or
-            # until a write, and then look again after check_s (not at every write).
-            try:
+            # Nothing is due before wait_s unless writes meet the bytes trigger: sleep until
+            # then, or until they do.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wal_written.wait(), wait_s)
-            except TimeoutError:
-                continue
-            await asyncio.sleep(check_s)
 
     async def flush_dirty(self) -> bool:
         """Flush every dirty partition (one object each, in parallel threads), then move their
