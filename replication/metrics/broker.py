@@ -146,7 +146,8 @@ class BrokerCollector:
             _gauge(
                 wal + "l0_live_bytes",
                 "Bytes of live L0 WAL objects not compacted yet (the compaction backlog: it "
-                "stays under wal.compaction.window.bytes while compaction keeps up)",
+                "stays under the broker's trigger, 1 to 2 x wal.compaction.window.bytes by its "
+                "phase, while compaction keeps up)",
                 0 if rm.compactor is None else rm.compactor.index.l0_live_bytes(),
             ),
             _counter(
