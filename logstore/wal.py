@@ -854,9 +854,9 @@ class WalIndex:
         self._chunks: dict[tuple[str, int], list[ChunkExtent]] = {}
         self._refs: dict[str, int] = {}
         #: the live L0 objects (holding chunks some log refers to) and their bytes, kept as
-        #: references change: the compaction loop's bytes trigger reads the sum once a second
-        #: while writes arrive, and scanning every object for it (tens of thousands of small
-        #: L0 objects by the age trigger) held the GIL 15-25 ms each time
+        #: references change: the broker reads the sum after every WAL object it writes (the
+        #: compaction loop's bytes trigger), and scanning every object for it (tens of
+        #: thousands of small L0 objects by the age trigger) held the GIL 15-25 ms each time
         self._l0: dict[str, WalObject] = {}
         self._l0_bytes = 0
         self.next_seq = next_seq

@@ -11,7 +11,7 @@ producer saw them as 50-90 ms sends.
 
 So, as servers that preload their code do with :func:`gc.freeze`: once the node has started,
 and again after every full collection, the survivors move to the permanent generation, and
-the next full collection scans only what survived since (the same run: no send over 15 ms
+the next full collection scans only what survived since (the same run: no send over 30 ms
 after the start). A frozen object that later becomes part of unreachable cycles is not
 collected while frozen, so every ``unfreeze_interval_s`` the permanent generation goes back
 (:func:`gc.unfreeze`): the next full collection scans, and collects, the whole heap once, and
