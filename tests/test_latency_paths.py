@@ -396,6 +396,105 @@ def test_a_fetch_response_of_many_partitions_is_stored_whole(tmp_path: Path) -> 
     asyncio.run(scenario())
 
 
+@pytest.mark.cluster
+def test_a_follower_that_learned_a_new_topic_first_is_not_put_off_by_its_leader(
+    tmp_path: Path,
+) -> None:
+    """Brokers learn a new version of the metadata at their next heartbeat, so up to a
+    heartbeat interval apart. A follower that learned of a new topic before its leader
+    fetches, and the leader does not know the partition: the refusal makes the leader read
+    the metadata store at once (a catch-up), and the follower asks again within
+    LEADER_BEHIND_RETRY_MS instead of replica.fetch.backoff.ms. Here the brokers' heartbeat
+    loops are stopped once they registered (sessions of 3 minutes keep them unfenced) and the
+    backoff is a minute: only the catch-up teaches the leader, and only the short retry lets
+    the follower in before the deadline. The third replica is taught the same way (a fetch of
+    its own), and an acks=all produce completes."""
+
+    async def scenario() -> None:
+        overrides = {
+            "broker.session.timeout.ms": 180_000,
+            "replica.fetch.backoff.ms": 60_000,
+            "replica.fetch.wait.max.ms": 50,
+        }
+        async with running(tmp_path, **overrides) as cluster:
+            for broker in cluster.brokers.values():
+                assert broker.lifecycle is not None
+                await broker.lifecycle.stop()  # no heartbeat names a new version from here on
+            # straight to the controller: a broker forwarding it would read the new metadata
+            # before answering (KIP-590's promise), and so know the topic from the start
+            controller = cluster.controller
+            conn = AsyncConnection(controller.host, controller.port, client_id="test")
+            try:
+                response = await conn.request(
+                    p.ApiKey.CREATE_TOPICS,
+                    p.CreateTopicsRequest(
+                        topics=[
+                            p.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=3)
+                        ]
+                    ),
+                )
+            finally:
+                await conn.close()
+            assert response.topics[0].error_code == 0, response
+            lifecycle = cluster.brokers[0].lifecycle
+            assert lifecycle is not None
+            image = await asyncio.to_thread(lifecycle.store.read_latest, None)
+            topic = image.topic(TOPIC)
+            assert topic is not None
+            leader = topic.partitions[0].leader
+            first, second = (i for i in cluster.brokers if i != leader)
+            assert all(not cluster.rm(i).partitions for i in cluster.brokers), (
+                "no broker may know the topic before the test teaches one"
+            )
+
+            async def teach(broker: int) -> None:
+                taught = cluster.brokers[broker].lifecycle
+                assert taught is not None
+                await taught.refresh_metadata()
+
+            def fetched_by(follower: int) -> bool:
+                replica = cluster.replicas(TOPIC).get(leader)
+                return (
+                    replica is not None
+                    and replica.is_leader
+                    and replica.followers[follower].last_fetch_leader_leo >= 0
+                )
+
+            await teach(first)
+            await wait_for(lambda: fetched_by(first), "the leader to serve the first follower")
+            leader_lifecycle = cluster.brokers[leader].lifecycle
+            assert leader_lifecycle is not None
+            assert leader_lifecycle.catch_ups >= 1
+            await teach(second)
+            await wait_for(lambda: fetched_by(second), "the leader to serve the second follower")
+            await wait_for(
+                lambda: len(cluster.replicas(TOPIC)[leader].state.isr) == 3, "a full ISR"
+            )
+            base = await cluster.produce(TOPIC, 0, [b"after the catch-up"])
+            for replica in cluster.replicas(TOPIC).values():
+                assert replica.log.durable_end_offset == base + 1
+            fetchers = [f for i in (first, second) for f in fetchers_of(cluster, i)]
+            assert [f.backoffs for f in fetchers] == [0] * len(fetchers)
+            # However many requests show the leader behind, one store read at a time, spaced;
+            # reads that find nothing new (all from here on) space the next ones out, up to a
+            # heartbeat interval.
+            heartbeat_s = cluster.brokers[leader].config.broker_heartbeat_interval_ms / 1000
+            reads = leader_lifecycle.catch_ups
+            calls = 0
+
+            def spaced_out() -> bool:
+                nonlocal calls
+                for _ in range(10):  # a burst of requests each poll
+                    leader_lifecycle.catch_up()
+                    calls += 1
+                return leader_lifecycle.catch_up_spacing_s == heartbeat_s
+
+            await wait_for(spaced_out, "fruitless catch-up reads to space out")
+            assert leader_lifecycle.catch_ups - reads <= 3 < calls
+
+    asyncio.run(scenario())
+
+
 class StorageRequests:
     """A storage observer counting every operation (as the metrics endpoint's does)."""
 

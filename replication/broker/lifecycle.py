@@ -5,6 +5,14 @@ broker epoch), heartbeats every ``broker.heartbeat.interval.ms``, and applies ea
 metadata version the heartbeat names, read straight from the metadata store (the deltas after
 the version it holds). Responses from a controller whose epoch is older than one already seen
 are ignored (a deposed controller).
+
+A broker also reads the store between heartbeats when a peer shows it newer metadata
+(:meth:`BrokerLifecycle.catch_up`): a follower fetching a partition this broker has not learned
+yet, a client producing to one. Kafka's brokers tail the metadata log with a long poll and
+learn a new topic or leader within milliseconds of each other; here the heartbeat names new
+versions, so brokers would learn them up to ``broker.heartbeat.interval.ms`` apart, and a
+follower that learned first would be refused and back off ``replica.fetch.backoff.ms`` (the
+first acks=all records to a new topic waited 0.5-1.3 s for it).
 Controller requests other brokers receive (CreateTopics, AlterPartition...) are forwarded here.
 """
 
@@ -33,6 +41,12 @@ from replication.security.config import SECURITY_PROTOCOLS
 from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
+
+#: the least spacing of two catch-up reads of the metadata store (each a store read: a LIST
+#: and the new deltas' GETs on S3), however many requests name metadata this broker lacks. A
+#: read that finds nothing new (requests naming a partition that does not exist, say) doubles
+#: it, up to broker.heartbeat.interval.ms: bogus requests cost at most what heartbeats cost.
+CATCH_UP_MIN_INTERVAL_S = 0.1
 
 
 class BrokerLifecycle:
@@ -69,14 +83,23 @@ class BrokerLifecycle:
         self.endpoints: tuple[tuple[str, str, int], ...] = ()
         #: the newest metadata image read from the store
         self._image: MetadataImage | None = None
+        #: the catch-up read in flight (:meth:`catch_up`), and when the last one started
+        self._catch_up: asyncio.Task[None] | None = None
+        self._catch_up_at = float("-inf")
+        #: the spacing the next catch-up read keeps from the last one (see
+        #: CATCH_UP_MIN_INTERVAL_S)
+        self.catch_up_spacing_s = CATCH_UP_MIN_INTERVAL_S
+        #: catch-up reads started, for tests and metrics
+        self.catch_ups = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="lifecycle")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._catch_up):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._conn is not None:
             await self._conn.close()
 
@@ -84,9 +107,39 @@ class BrokerLifecycle:
         """Read and apply the newest valid metadata version now."""
         # from the image read last, only the deltas after it (if it is on the valid chain)
         image = await asyncio.to_thread(self.store.read_latest, self._image)
-        self._image = image
+        if self._image is None or image.version >= self._image.version:
+            self._image = image  # a heartbeat's read and a catch-up may overlap
         if image.version > self.current_version():
             self.apply_image(image)
+
+    def catch_up(self) -> None:
+        """A request named metadata this broker has not applied (a partition it does not know,
+        a leader epoch newer than its own): read the store now instead of at the heartbeat
+        that would name the new version. One read at a time, at most one per
+        :attr:`catch_up_spacing_s` (see :data:`CATCH_UP_MIN_INTERVAL_S`). Before registration
+        the registration's own read does it."""
+        if self.broker_epoch < 0 or (self._catch_up is not None and not self._catch_up.done()):
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._catch_up_at < self.catch_up_spacing_s:
+            return
+        self._catch_up_at = loop.time()
+        self.catch_ups += 1
+        self._catch_up = loop.create_task(self._catch_up_read(), name="metadata-catch-up")
+
+    async def _catch_up_read(self) -> None:
+        before = self.current_version()
+        try:
+            await self.refresh_metadata()
+        except ReplogError as err:  # the heartbeat's read will do it
+            log.info("broker %d: metadata catch-up read failed: %s", self.config.broker_id, err)
+        if self.current_version() > before:
+            self.catch_up_spacing_s = CATCH_UP_MIN_INTERVAL_S
+        else:
+            self.catch_up_spacing_s = min(
+                2 * self.catch_up_spacing_s,
+                max(self.config.broker_heartbeat_interval_ms / 1000, CATCH_UP_MIN_INTERVAL_S),
+            )
 
     async def controller_request(self, api_key: p.ApiKey, body: Any) -> Any:
         """Send a request to the active controller, finding it again if it moved."""

@@ -46,12 +46,30 @@ from replication.broker.replica_manager import ReplicaManager
 from replication.broker.throttle import TokenBucket
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
-from replication.errors import BrokerUnreachableError, OffsetOutOfRangeError, for_code
+from replication.errors import (
+    BrokerUnreachableError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from replication.metadata.image import MetadataImage
 from replication.protocol.rpc import AsyncConnection
 from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
+
+#: how soon a partition is fetched again after the leader answered that it does not know it
+#: yet, or not at this leader epoch (at most replica.fetch.backoff.ms). Brokers learn new
+#: metadata up to a heartbeat interval apart, and such a refusal makes the leader read the
+#: metadata store at once (BrokerLifecycle.catch_up): it knows the partition a store read
+#: later, not a heartbeat later, so the follower asks again soon instead of backing off.
+LEADER_BEHIND_RETRY_MS = 50
+#: the partition errors that say the leader has not read the metadata this follower has
+_LEADER_BEHIND: tuple[type[Exception], ...] = (
+    UnknownTopicOrPartitionError,
+    UnknownLeaderEpochError,
+)
 
 
 class ReplicaFetcher:
@@ -213,15 +231,20 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> bool:
         """One fetch and its handling; False when it failed and the fetcher should back off
-        (no leader to fetch from, a repeated session error, an unusable response, or every
-        partition delayed by an error). A response that carries no records is a success."""
+        (no leader to fetch from, a repeated session error, an unusable response). A response
+        that carries no records is a success; with every partition delayed by its error, the
+        fetcher waits for the first one due (each error's own delay) and fetches then."""
         await self._prepare()
         conn = self._connection()
         if conn is None:
             return False
         ready = self._ready()
         if not ready:
-            return False
+            if not self._delayed:
+                return False
+            # every partition waits out its own error's delay: until the first is due
+            await asyncio.sleep(max(0.0, min(self._delayed.values()) - time.monotonic()))
+            return True
         states = {k: self._fetch_state(v) for k, v in ready.items()}
         rates = {k: r for k, v in ready.items() if (r := self.throttled_rate(v)) > 0}
         if rates:
@@ -304,9 +327,13 @@ class ReplicaFetcher:
             await self._advance(partition, part, partition.key in stored)
         return True
 
-    def _delay(self, key: TopicPartition) -> None:
-        """Leave ``key`` out of fetches for replica.fetch.backoff.ms (after its error)."""
-        self._delayed[key] = time.monotonic() + self.config.replica_fetch_backoff_ms / 1000
+    def _delay(self, key: TopicPartition, error: type[Exception] | None = None) -> None:
+        """Leave ``key`` out of fetches for replica.fetch.backoff.ms after its ``error``, or
+        LEADER_BEHIND_RETRY_MS if the error says the leader has not read the metadata yet."""
+        backoff_ms = self.config.replica_fetch_backoff_ms
+        if error is not None and issubclass(error, _LEADER_BEHIND):
+            backoff_ms = min(backoff_ms, LEADER_BEHIND_RETRY_MS)
+        self._delayed[key] = time.monotonic() + backoff_ms / 1000
 
     async def _settle(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
         """Handle a partition's error or divergence; True if its data can be taken in."""
@@ -315,8 +342,13 @@ class ReplicaFetcher:
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
                 return False
-            log.info("%r: fetch error %s", partition, error.__name__ if error else part.error_code)
-            self._delay(partition.key)
+            if error is not None and issubclass(error, _LEADER_BEHIND):
+                log.debug("%r: the leader has not learned it yet (%s)", partition, error.__name__)
+            else:
+                log.info(
+                    "%r: fetch error %s", partition, error.__name__ if error else part.error_code
+                )
+            self._delay(partition.key, error)
             return False
         if part.diverging_epoch.epoch != UNDEFINED_EPOCH or part.diverging_epoch.end_offset >= 0:
             await asyncio.to_thread(

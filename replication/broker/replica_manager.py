@@ -46,6 +46,7 @@ from replication.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
@@ -201,6 +202,9 @@ class ReplicaManager:
         self.fetchers: FetcherHooks | None = None
         #: set by the broker: sends an AlterPartition to the active controller
         self.send_alter_partition: Callable[[p.AlterPartitionRequest], Awaitable[Any]] | None = None
+        #: set by the broker: read the metadata store now, a request having shown this broker
+        #: behind (BrokerLifecycle.catch_up; rate-limited there)
+        self.catch_up_metadata: Callable[[], None] | None = None
         self._isr_pending: set[TopicPartition] = set()
         #: the broker epoch of this process's registration (-1: not registered yet)
         self.broker_epoch = -1
@@ -987,6 +991,7 @@ class ReplicaManager:
                 partition = self.get_partition(topic, index)
                 info = partition.append_as_leader(records or b"", acks)
             except ReplogError as err:
+                self._check_behind(err)
                 results[key] = ProduceResult(err)
                 continue
             self._mark_dirty(partition)
@@ -1168,6 +1173,7 @@ class ReplicaManager:
                     )
                 plans.append((key, partition, data, upper))
             except ReplogError as err:
+                self._check_behind(err)
                 data.error = err
                 plans.append((key, None, data, 0))
 
@@ -1217,6 +1223,15 @@ class ReplicaManager:
             self.storage_reads += 1
             await asyncio.to_thread(read_all)
         return {key: data for key, _, data, _ in plans}
+
+    def _check_behind(self, error: ReplogError) -> None:
+        """A request named a partition this broker does not know or a leader epoch newer than
+        its own: its sender (a follower, a client) has read metadata this broker has not, so
+        read it now rather than at the next heartbeat (see replication.broker.lifecycle)."""
+        if self.catch_up_metadata is not None and isinstance(
+            error, UnknownTopicOrPartitionError | UnknownLeaderEpochError
+        ):
+            self.catch_up_metadata()
 
     def follower_appended(self, partition: Partition) -> None:
         """The replica fetcher appended to a follower replica (and flushed it)."""

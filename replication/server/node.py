@@ -233,6 +233,7 @@ class Node:
             return await lifecycle.controller_request(p.ApiKey.ALTER_PARTITION, request)
 
         rm.send_alter_partition = send_alter_partition
+        rm.catch_up_metadata = lifecycle.catch_up
         self.coordinator = self._transaction_coordinator(rm, lifecycle)
         self.apis.coordinator = self.coordinator
         self.group_coordinator = self._group_coordinator(rm)
