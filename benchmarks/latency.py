@@ -8,7 +8,8 @@ values, one producer in this process:
 
 (a) sync: ``send(...).result()`` per record, one partition, with ``linger.ms=0`` (as NATS
     publishes at once, and as Kafka's own latency runs do) and with the default linger;
-    p50/p99/p99.9 and records/s;
+    p50/p99/p99.9 and records/s; ``first_send_ms``: the first send of each run, the first
+    run's to a topic created just before (its brokers learning it; off the percentiles);
 (b) max rate: ``replog perf produce`` (replication.tools.perf.produce_perf) records mode
     (per-record ``send``) and Arrow mode (``send_arrow``), unthrottled, 3 partitions: a burst
     (``--records``/``--arrow-records``, over before the first WAL compaction round), then a
@@ -95,6 +96,10 @@ def sync_run(bootstrap: str, topic: str, args: argparse.Namespace, **config: Any
     value = os.urandom(args.value_bytes)
     with Producer(bootstrap_servers=bootstrap, acks="all", **config) as producer:
         producer.partitions_for(topic)
+        s = time.perf_counter()
+        producer.send(topic, value, partition=0).result()
+        # the first run's first send: to a topic created just before (brokers learning it)
+        first_send_ms = round((time.perf_counter() - s) * 1000, 2)
         for _ in range(args.warmup_records):
             producer.send(topic, value, partition=0).result()
         lat: list[float] = []
@@ -107,6 +112,7 @@ def sync_run(bootstrap: str, topic: str, args: argparse.Namespace, **config: Any
     return {
         "records": len(lat),
         "records_per_s": round(len(lat) / elapsed),
+        "first_send_ms": first_send_ms,
         **nats_peer.percentiles(lat),
         "load_average": load_average(),
     }

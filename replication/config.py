@@ -181,7 +181,12 @@ class BrokerConfig:
     )
     replica_fetch_backoff_ms: int = field(
         default=1_000,
-        metadata=k("replica.fetch.backoff.ms", "pause after a follower fetch error", minimum=0),
+        metadata=k(
+            "replica.fetch.backoff.ms",
+            "pause after a follower fetch error (a metadata disagreement with the leader: "
+            "50 ms, doubling per refusal in a row up to this)",
+            minimum=0,
+        ),
     )
     num_replica_fetchers: int = field(
         default=1,

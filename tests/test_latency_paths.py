@@ -34,6 +34,12 @@ from replication.broker.replica_manager import (
 )
 from replication.common import TopicPartition
 from replication.config import broker_config_from
+from replication.errors import (
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
+)
 from replication.protocol.rpc import AsyncConnection
 from replication.server.node import Node
 from tests.cluster import FAST_FAILOVER
@@ -404,7 +410,7 @@ def test_a_follower_that_learned_a_new_topic_first_is_not_put_off_by_its_leader(
     heartbeat interval apart. A follower that learned of a new topic before its leader
     fetches, and the leader does not know the partition: the refusal makes the leader read
     the metadata store at once (a catch-up), and the follower asks again within
-    LEADER_BEHIND_RETRY_MS instead of replica.fetch.backoff.ms. Here the brokers' heartbeat
+    METADATA_RETRY_MS instead of replica.fetch.backoff.ms. Here the brokers' heartbeat
     loops are stopped once they registered (sessions of 3 minutes keep them unfenced) and the
     backoff is a minute: only the catch-up teaches the leader, and only the short retry lets
     the follower in before the deadline. The third replica is taught the same way (a fetch of
@@ -491,6 +497,62 @@ def test_a_follower_that_learned_a_new_topic_first_is_not_put_off_by_its_leader(
 
             await wait_for(spaced_out, "fruitless catch-up reads to space out")
             assert leader_lifecycle.catch_ups - reads <= 3 < calls
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.cluster
+def test_metadata_disagreements_are_retried_soon_then_less_often(tmp_path: Path) -> None:
+    """A follower refused for a metadata disagreement (the leader does not know the partition
+    or epoch; it is not the leader, or still opening the replica) fetches that partition
+    again after METADATA_RETRY_MS, doubled for each such refusal in a row up to
+    replica.fetch.backoff.ms; another error waits the whole backoff; a served fetch starts the
+    count again. A refusal that says this follower may be behind makes it read the metadata
+    store (its own catch-up)."""
+
+    async def scenario() -> None:
+        async with running(tmp_path, **{"replica.fetch.backoff.ms": 1_000}) as cluster:
+            await cluster.create_topic(TOPIC)
+            leader = await steady(cluster, TOPIC)
+            follower = next(i for i in cluster.brokers if i != leader)
+            (fetcher,) = fetchers_of(cluster, follower)
+            key = TopicPartition(TOPIC, 0)
+            replica = cluster.replicas(TOPIC)[follower]
+            # served once (a refusal while the leader opened its replica may come first)
+            await cluster.produce(TOPIC, 0, [b"served"])
+            await wait_for(lambda: key not in fetcher._disagreements, "a served fetch")
+
+            def delay_after(error: type[Exception]) -> float:
+                before = time.monotonic()
+                fetcher._delay(key, error)
+                due: float = fetcher._delayed.pop(key)
+                return due - before
+
+            schedule = [delay_after(NotLeaderOrFollowerError) for _ in range(6)]
+            expected = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+            assert all(e <= d < e + 0.05 for d, e in zip(schedule, expected, strict=True)), (
+                schedule
+            )
+            assert delay_after(UnknownTopicOrPartitionError) >= 1.0  # still in a row
+            assert delay_after(KafkaStorageError) >= 1.0  # not a disagreement: the backoff
+            fetcher._disagreements.pop(key)
+            assert delay_after(UnknownLeaderEpochError) < 0.1  # a new run starts at the bottom
+            # served again: the run ends (the fetcher fetches it with the next response)
+            await cluster.produce(TOPIC, 0, [b"served again"])
+            await wait_for(lambda: key not in fetcher._disagreements, "a served fetch")
+            await wait_for(lambda: replica.log.durable_end_offset == 2, "the record replicated")
+
+            lifecycle = cluster.brokers[follower].lifecycle
+            assert lifecycle is not None
+            reads = lifecycle.catch_ups
+            part = p.FetchResponsePartition(
+                partition_index=0, error_code=NotLeaderOrFollowerError.code or -1
+            )
+            deadline = time.monotonic() + DEADLINE_S  # past the spacing of an earlier read
+            while lifecycle.catch_ups == reads:
+                assert not await fetcher._settle(replica, part)
+                assert time.monotonic() < deadline, "the refusal started no catch-up read"
+                await asyncio.sleep(0.01)
 
     asyncio.run(scenario())
 

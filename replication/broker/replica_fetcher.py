@@ -48,6 +48,8 @@ from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.errors import (
     BrokerUnreachableError,
+    FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
@@ -59,16 +61,26 @@ from replication.security.connector import Connector, broker_connector
 
 log = logging.getLogger(__name__)
 
-#: how soon a partition is fetched again after the leader answered that it does not know it
-#: yet, or not at this leader epoch (at most replica.fetch.backoff.ms). Brokers learn new
-#: metadata up to a heartbeat interval apart, and such a refusal makes the leader read the
-#: metadata store at once (BrokerLifecycle.catch_up): it knows the partition a store read
-#: later, not a heartbeat later, so the follower asks again soon instead of backing off.
-LEADER_BEHIND_RETRY_MS = 50
+#: how soon a partition is fetched again after the leader's metadata and this follower's
+#: disagreed about it, doubled for each such refusal in a row up to replica.fetch.backoff.ms.
+#: Brokers learn a new metadata version up to a heartbeat interval apart, and such a refusal
+#: makes the side that may be behind read the metadata store at once (BrokerLifecycle.
+#: catch_up: the leader for a partition or epoch it does not know; this follower for a
+#: leadership it does not know); the leader may also still be opening its replica. Either way
+#: the disagreement lasts a store read or an open, not a heartbeat, so the follower asks again
+#: soon instead of backing off a whole replica.fetch.backoff.ms (Kafka's brokers tail the
+#: metadata log and rarely disagree; the first records to a new topic waited 0.5-1.3 s here).
+METADATA_RETRY_MS = 50
 #: the partition errors that say the leader has not read the metadata this follower has
 _LEADER_BEHIND: tuple[type[Exception], ...] = (
     UnknownTopicOrPartitionError,
     UnknownLeaderEpochError,
+)
+#: the partition errors that say this follower may not have read the leader's metadata (or
+#: the leader is still opening its replica: Kafka's answer, and this one's, for that too)
+_FOLLOWER_BEHIND: tuple[type[Exception], ...] = (
+    NotLeaderOrFollowerError,
+    FencedLeaderEpochError,
 )
 
 
@@ -112,6 +124,8 @@ class ReplicaFetcher:
         #: they may be fetched again (Kafka's delayed partitions): an error of one partition
         #: neither stalls the others nor makes the fetcher spin on it
         self._delayed: dict[TopicPartition, float] = {}
+        #: per partition, the metadata disagreements in a row (see METADATA_RETRY_MS)
+        self._disagreements: dict[TopicPartition, int] = {}
         #: session errors in a row: the first fetches again (full) at once, as Kafka; a
         #: repeated one backs off
         self._session_errors = 0
@@ -147,12 +161,14 @@ class ReplicaFetcher:
         self.partitions[partition.key] = partition
         self._fresh.add(partition.key)
         self._delayed.pop(partition.key, None)  # a new leader or epoch: fetch it at once
+        self._disagreements.pop(partition.key, None)
         self._wake.set()
 
     def remove(self, key: TopicPartition) -> None:
         self.partitions.pop(key, None)
         self._fresh.discard(key)
         self._delayed.pop(key, None)
+        self._disagreements.pop(key, None)
         self.lags.pop(key, None)
 
     def _connection(self) -> AsyncConnection | None:
@@ -311,6 +327,10 @@ class ReplicaFetcher:
             self._session_errors = self._session_errors + 1 if response.error_code else 2
             return self._session_errors < 2
         self._session_errors = 0
+        if self._disagreements:  # a run of disagreements ends with a fetch that names none
+            refused = {key for key, part in responded if part.error_code}
+            for key in states.keys() - refused:
+                self._disagreements.pop(key, None)
         ready_parts: list[tuple[Partition, p.FetchResponsePartition]] = []
         for key, part in responded:
             if key in rates and part.records is not None:
@@ -329,10 +349,12 @@ class ReplicaFetcher:
 
     def _delay(self, key: TopicPartition, error: type[Exception] | None = None) -> None:
         """Leave ``key`` out of fetches for replica.fetch.backoff.ms after its ``error``, or
-        LEADER_BEHIND_RETRY_MS if the error says the leader has not read the metadata yet."""
+        less if the error is a metadata disagreement (see METADATA_RETRY_MS)."""
         backoff_ms = self.config.replica_fetch_backoff_ms
-        if error is not None and issubclass(error, _LEADER_BEHIND):
-            backoff_ms = min(backoff_ms, LEADER_BEHIND_RETRY_MS)
+        if error is not None and issubclass(error, _LEADER_BEHIND + _FOLLOWER_BEHIND):
+            n = self._disagreements.get(key, 0)
+            self._disagreements[key] = n + 1
+            backoff_ms = min(backoff_ms, METADATA_RETRY_MS << min(n, 16))
         self._delayed[key] = time.monotonic() + backoff_ms / 1000
 
     async def _settle(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
@@ -342,8 +364,12 @@ class ReplicaFetcher:
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
                 return False
-            if error is not None and issubclass(error, _LEADER_BEHIND):
-                log.debug("%r: the leader has not learned it yet (%s)", partition, error.__name__)
+            if error is not None and issubclass(error, _LEADER_BEHIND + _FOLLOWER_BEHIND):
+                # the leader catches up on its own refusal; this side may be the one behind
+                catch_up = self.replica_manager.catch_up_metadata
+                if issubclass(error, _FOLLOWER_BEHIND) and catch_up is not None:
+                    catch_up()
+                log.debug("%r: the leader's metadata disagrees (%s)", partition, error.__name__)
             else:
                 log.info(
                     "%r: fetch error %s", partition, error.__name__ if error else part.error_code
