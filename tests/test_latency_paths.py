@@ -113,8 +113,11 @@ class InProcessCluster:
         leaders = [i for i, part in self.replicas(topic, index).items() if part.is_leader]
         return leaders[0] if len(leaders) == 1 else -1
 
-    async def create_topic(self, name: str, partitions: int = 1, rf: int = 3) -> None:
-        node = self.brokers[0]
+    async def request_topic(
+        self, name: str, partitions: int = 1, rf: int = 3, *, node: Node | None = None
+    ) -> None:
+        """Send CreateTopics to ``node`` (broker 0 by default) and check the answer."""
+        node = node or self.brokers[0]
         conn = AsyncConnection(node.host, node.port, client_id="test")
         try:
             response = await conn.request(
@@ -130,6 +133,9 @@ class InProcessCluster:
         finally:
             await conn.close()
         assert response.topics[0].error_code == 0, response
+
+    async def create_topic(self, name: str, partitions: int = 1, rf: int = 3) -> None:
+        await self.request_topic(name, partitions, rf)
 
         def ready() -> bool:
             for index in range(partitions):
@@ -428,20 +434,7 @@ def test_a_follower_that_learned_a_new_topic_first_is_not_put_off_by_its_leader(
                 await broker.lifecycle.stop()  # no heartbeat names a new version from here on
             # straight to the controller: a broker forwarding it would read the new metadata
             # before answering (KIP-590's promise), and so know the topic from the start
-            controller = cluster.controller
-            conn = AsyncConnection(controller.host, controller.port, client_id="test")
-            try:
-                response = await conn.request(
-                    p.ApiKey.CREATE_TOPICS,
-                    p.CreateTopicsRequest(
-                        topics=[
-                            p.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=3)
-                        ]
-                    ),
-                )
-            finally:
-                await conn.close()
-            assert response.topics[0].error_code == 0, response
+            await cluster.request_topic(TOPIC, node=cluster.controller)
             lifecycle = cluster.brokers[0].lifecycle
             assert lifecycle is not None
             image = await asyncio.to_thread(lifecycle.store.read_latest, None)
@@ -530,9 +523,7 @@ def test_metadata_disagreements_are_retried_soon_then_less_often(tmp_path: Path)
 
             schedule = [delay_after(NotLeaderOrFollowerError) for _ in range(6)]
             expected = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
-            assert all(e <= d < e + 0.05 for d, e in zip(schedule, expected, strict=True)), (
-                schedule
-            )
+            assert all(e <= d < e + 0.05 for d, e in zip(schedule, expected, strict=True)), schedule
             assert delay_after(UnknownTopicOrPartitionError) >= 1.0  # still in a row
             assert delay_after(KafkaStorageError) >= 1.0  # not a disagreement: the backoff
             fetcher._disagreements.pop(key)
