@@ -82,6 +82,8 @@ _FOLLOWER_BEHIND: tuple[type[Exception], ...] = (
     NotLeaderOrFollowerError,
     FencedLeaderEpochError,
 )
+#: every metadata disagreement (retried per METADATA_RETRY_MS)
+_DISAGREEMENT = _LEADER_BEHIND + _FOLLOWER_BEHIND
 
 
 class ReplicaFetcher:
@@ -351,7 +353,7 @@ class ReplicaFetcher:
         """Leave ``key`` out of fetches for replica.fetch.backoff.ms after its ``error``, or
         less if the error is a metadata disagreement (see METADATA_RETRY_MS)."""
         backoff_ms = self.config.replica_fetch_backoff_ms
-        if error is not None and issubclass(error, _LEADER_BEHIND + _FOLLOWER_BEHIND):
+        if error is not None and issubclass(error, _DISAGREEMENT):
             n = self._disagreements.get(key, 0)
             self._disagreements[key] = n + 1
             backoff_ms = min(backoff_ms, METADATA_RETRY_MS << min(n, 16))
@@ -364,7 +366,7 @@ class ReplicaFetcher:
             if error is OffsetOutOfRangeError:
                 await asyncio.to_thread(self._handle_out_of_range, partition, part)
                 return False
-            if error is not None and issubclass(error, _LEADER_BEHIND + _FOLLOWER_BEHIND):
+            if error is not None and issubclass(error, _DISAGREEMENT):
                 # the leader catches up on its own refusal; this side may be the one behind
                 catch_up = self.replica_manager.catch_up_metadata
                 if issubclass(error, _FOLLOWER_BEHIND) and catch_up is not None:
