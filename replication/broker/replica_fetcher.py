@@ -208,7 +208,12 @@ class ReplicaFetcher:
     async def _back_off(self) -> None:
         """Pause ``replica.fetch.backoff.ms`` after an error (Kafka's fetchBackOffMs): only
         then. A response without records is no error: the leader's long poll already paced it,
-        and sleeping after it would make the next produce wait for this timer."""
+        and sleeping after it would make the next produce wait for this timer. With every
+        partition delayed by its own error (a metadata disagreement's delay is shorter: see
+        METADATA_RETRY_MS), wait only until the first is due: that is no back-off."""
+        if self._delayed and self.partitions and not self._ready():
+            await asyncio.sleep(max(0.0, min(self._delayed.values()) - time.monotonic()))
+            return
         self.backoffs += 1
         await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
 
@@ -249,20 +254,16 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> bool:
         """One fetch and its handling; False when it failed and the fetcher should back off
-        (no leader to fetch from, a repeated session error, an unusable response). A response
-        that carries no records is a success; with every partition delayed by its error, the
-        fetcher waits for the first one due (each error's own delay) and fetches then."""
+        (no leader to fetch from, a repeated session error, an unusable response, or every
+        partition delayed by its error: see :meth:`_back_off`). A response that carries no
+        records is a success. One step, never a sleep: the replication model drives it."""
         await self._prepare()
         conn = self._connection()
         if conn is None:
             return False
         ready = self._ready()
         if not ready:
-            if not self._delayed:
-                return False
-            # every partition waits out its own error's delay: until the first is due
-            await asyncio.sleep(max(0.0, min(self._delayed.values()) - time.monotonic()))
-            return True
+            return False
         states = {k: self._fetch_state(v) for k, v in ready.items()}
         rates = {k: r for k, v in ready.items() if (r := self.throttled_rate(v)) > 0}
         if rates:
