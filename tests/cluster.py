@@ -64,6 +64,9 @@ class BrokerProcess:
         self.overrides = dict(overrides or {})
         self.env = env
         self.proc: subprocess.Popen[str] | None = None
+        #: SIGSTOPped by :meth:`pause` (and not resumed): it accepts connections, as the
+        #: kernel does for a stopped process, but answers nothing
+        self.paused = False
         self.stderr_path = self.data_dir / "broker.stderr"
 
     @property
@@ -103,6 +106,7 @@ class BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         stderr = open(self.stderr_path, "a")  # noqa: SIM115 - owned by the process
         env = {**os.environ, **(self.env or {})}
+        self.paused = False
         self.proc = subprocess.Popen(
             self.command(), stdout=subprocess.PIPE, stderr=stderr, text=True, env=env
         )
@@ -147,10 +151,12 @@ class BrokerProcess:
     def pause(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def _signal(self, sig: int, timeout: float) -> int:
         if self.proc is None or self.proc.poll() is not None:
@@ -259,7 +265,9 @@ class Cluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive)
+        """The brokers that answer: running and not paused (a paused one would hold each
+        request to it until its timeout; a test that means to reach it uses its own)."""
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive and not b.paused)
 
     def start(self) -> Cluster:
         self.controller.start()
@@ -270,7 +278,9 @@ class Cluster:
     @property
     def kafka_bootstrap(self) -> str:
         """The Kafka listeners of the live brokers (a cluster made with kafka=True)."""
-        return ",".join(b.kafka_bootstrap for b in self.brokers.values() if b.alive)
+        return ",".join(
+            b.kafka_bootstrap for b in self.brokers.values() if b.alive and not b.paused
+        )
 
     def broker_by_port(self, port: int) -> BrokerProcess:
         return next(b for b in self.brokers.values() if b.port == port)
