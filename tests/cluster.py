@@ -172,6 +172,12 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def answering(self) -> bool:
+        """Running and not paused (a paused broker would hold each request until its
+        timeout)."""
+        return self.alive and not self.paused
+
 
 def _read_line_with_timeout(proc: subprocess.Popen[str], timeout: float) -> str:
     out: list[str] = []
@@ -265,9 +271,8 @@ class Cluster:
 
     @property
     def bootstrap(self) -> str:
-        """The brokers that answer: running and not paused (a paused one would hold each
-        request to it until its timeout; a test that means to reach it uses its own)."""
-        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive and not b.paused)
+        """The brokers that answer (a test that means to reach a paused one uses its own)."""
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.answering)
 
     def start(self) -> Cluster:
         self.controller.start()
@@ -277,10 +282,8 @@ class Cluster:
 
     @property
     def kafka_bootstrap(self) -> str:
-        """The Kafka listeners of the live brokers (a cluster made with kafka=True)."""
-        return ",".join(
-            b.kafka_bootstrap for b in self.brokers.values() if b.alive and not b.paused
-        )
+        """The Kafka listeners of the brokers that answer (a cluster made with kafka=True)."""
+        return ",".join(b.kafka_bootstrap for b in self.brokers.values() if b.answering)
 
     def broker_by_port(self, port: int) -> BrokerProcess:
         return next(b for b in self.brokers.values() if b.port == port)
