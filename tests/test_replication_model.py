@@ -12,16 +12,17 @@ of a former leader, fetch session, append and flush, truncation by diverging epo
 range), Controller on a MetadataStore (incarnations, heartbeats, session expiry, elections,
 ISR commits, failover), Log on memory storage.
 
-Modelled: time (one clock for the controller and for the partitions' follower lag: a tick
-lets running followers fetch and running brokers heartbeat, then leaders shrink lagging
-followers out of the ISR and the controller expires sessions), processes (an incarnation is a
-ReplicaManager with its handlers and fetchers; a crash drops it without a flush, so the
-unflushed tail is lost; a restart opens a new one on the same storage and applies the stored
-metadata at once, as ``replication.server.node`` does, then registers in a later step, and
-keeps trying if refused), pauses (a paused broker takes no step and answers no request), the
-network (a request reaches the broker's current process, or fails as unreachable) and readers
-(a consumer fetches from a broker that says it leads, with the newest leader epoch it knows, as
-KIP-320 clients do). Faults share one rule so that they stay rarer than normal running.
+Modelled: time (one clock for the controller, the partitions' follower lag and the fetchers'
+delays after an error: a tick lets running followers fetch and running brokers heartbeat, then
+leaders shrink lagging followers out of the ISR and the controller expires sessions), processes
+(an incarnation is a ReplicaManager with its handlers and fetchers; a crash drops it without a
+flush, so the unflushed tail is lost; a restart opens a new one on the same storage and applies
+the stored metadata at once, as ``replication.server.node`` does, then registers in a later
+step, and keeps trying if refused), pauses (a paused broker takes no step and answers no
+request), the network (a request reaches the broker's current process, or fails as unreachable)
+and readers (a consumer fetches from a broker that says it leads, with the newest leader epoch
+it knows, as KIP-320 clients do). Faults share one rule so that they stay rarer than normal
+running.
 
 Invariants, checked after every step on what each replica's storage holds (its segment
 objects: what survives a crash), against the model of what was promised:
@@ -43,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -60,6 +60,7 @@ from logstore.errors import ReplogError
 from logstore.segment import base_offset_of
 from logstore.storage import Storage
 from replication import protocol as p
+from replication.broker import replica_fetcher
 from replication.broker.partition import Partition
 from replication.broker.replica_fetcher import ReplicaFetcher
 from replication.broker.replica_manager import ReplicaManager
@@ -285,6 +286,9 @@ class ModelCluster:
         assert hasattr(replication.broker.partition, "_now_ms")
         self._wall_clock = replication.broker.partition._now_ms
         replication.broker.partition._now_ms = self.clock
+        # and fetchers a partition's delay after an error (a replay must see the same delays)
+        self._wall_monotonic = replica_fetcher._now_s
+        replica_fetcher._now_s = lambda: self.clock.now / 1000
         self.loop = asyncio.new_event_loop()
         self.store = MetadataStore(Storage.from_url(f"{self.root}/meta"))
         self._controller_ids = itertools.count(100)
@@ -800,6 +804,7 @@ class ModelCluster:
             )
 
         replication.broker.partition._now_ms = self._wall_clock
+        replica_fetcher._now_s = self._wall_monotonic
         self.loop.run_until_complete(stop())
         self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()
@@ -1058,7 +1063,7 @@ def test_a_fetch_step_with_every_partition_delayed_returns_at_once() -> None:
         fetcher = cluster.proc(1).fetchers.by_leader[0]
         assert fetcher.partitions, "broker 1 follows no partition of broker 0"
         for key in fetcher.partitions:
-            fetcher._delayed[key] = time.monotonic() + 3600
+            fetcher._delayed[key] = cluster.clock.now / 1000 + 3600
         # bounded so that a step that sleeps fails here instead of at the suite's timeout
         assert cluster.run(asyncio.wait_for(fetcher._fetch_once(), 60)) is False
     finally:

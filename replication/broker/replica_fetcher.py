@@ -86,6 +86,11 @@ _FOLLOWER_BEHIND: tuple[type[Exception], ...] = (
 _DISAGREEMENT = _LEADER_BEHIND + _FOLLOWER_BEHIND
 
 
+def _now_s() -> float:
+    """The clock of partition delays (monotonic seconds; the replication model sets its own)."""
+    return time.monotonic()
+
+
 class ReplicaFetcher:
     def __init__(
         self,
@@ -212,7 +217,7 @@ class ReplicaFetcher:
         partition delayed by its own error (a metadata disagreement's delay is shorter: see
         METADATA_RETRY_MS), wait only until the first is due: that is no back-off."""
         if self._delayed and self.partitions and not self._ready():
-            await asyncio.sleep(max(0.0, min(self._delayed.values()) - time.monotonic()))
+            await asyncio.sleep(max(0.0, min(self._delayed.values()) - _now_s()))
             return
         self.backoffs += 1
         await asyncio.sleep(self.config.replica_fetch_backoff_ms / 1000)
@@ -248,7 +253,7 @@ class ReplicaFetcher:
     def _ready(self) -> dict[TopicPartition, Partition]:
         """The partitions to fetch now: all but those delayed after a partition error."""
         if self._delayed:
-            now = time.monotonic()
+            now = _now_s()
             self._delayed = {k: t for k, t in self._delayed.items() if t > now}
         return {k: v for k, v in self.partitions.items() if k not in self._delayed}
 
@@ -358,7 +363,7 @@ class ReplicaFetcher:
             n = self._disagreements.get(key, 0)
             self._disagreements[key] = n + 1
             backoff_ms = min(backoff_ms, METADATA_RETRY_MS << min(n, 16))
-        self._delayed[key] = time.monotonic() + backoff_ms / 1000
+        self._delayed[key] = _now_s() + backoff_ms / 1000
 
     async def _settle(self, partition: Partition, part: p.FetchResponsePartition) -> bool:
         """Handle a partition's error or divergence; True if its data can be taken in."""
