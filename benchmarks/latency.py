@@ -25,7 +25,12 @@ values, one producer in this process:
 (d) idle CPU per broker: after the traffic, a pause, then user+sys CPU of each broker process
     over a window (/proc), as a fraction of one core;
 (e) the storage floor: one fsync'd 4 KiB object written by logstore's LocalStorage on the same
-    disk (temp file + fsync + rename + directory fsync, what a flush does), p50/p99.
+    disk (temp file + fsync + rename + directory fsync, what a flush does), p50/p99;
+(f) the floor under a sync send (benchmarks/acks_floor.py): the same acks=all message pattern
+    (client, leader, two followers, each replica's durable write on a writer thread) in four
+    bare Python processes with no replog code, with today's durable write (a new object), a
+    write into pre-written space (``fdatasync``, no metadata) and none; replog's sync p50 minus
+    the first is replog's own share of it.
 
 Peer in the same run (benchmarks/peers/nats.py): three nats-server processes (Debian's; found
 on PATH or installed with apt-get when root, else reported as not available), a stream with
@@ -56,6 +61,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import acks_floor
 from benchmarks.peers import nats as nats_peer
 from benchmarks.produce import cpu_seconds, load_average, machine
 from logstore.config import keys_of
@@ -357,12 +363,18 @@ def main() -> None:
     started = time.perf_counter()
     try:
         out["storage_floor_4KiB_fsync"] = storage_floor(work / "floor", args.floor_writes)
+        out["acks_floor"] = acks_floor.run(
+            work / "acks_floor", args.sync_records, args.warmup_records, args.value_bytes
+        )
         out["replog"] = replog_side(work / "replog", args)
         if not args.no_nats:
             out["nats"] = nats_side(work / "nats", args)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     r = out["replog"]
+    out["sync_p50_over_floor_ms"] = round(
+        r["sync_linger_0"]["p50_ms"] - out["acks_floor"]["new_object"]["p50_ms"], 3
+    )
     out["goals"] = GOALS
     out["goals_met"] = {
         "replog": checks(
