@@ -61,6 +61,13 @@ from typing import Any
 import fsspec
 
 from logstore.errors import ObjectExistsError, ObjectNotFoundError, ReplogError, StorageError
+from logstore.journal import (
+    DEFAULT_CAPACITY,
+    DEFAULT_MAX_OBJECT_BYTES,
+    JOURNAL_DIR,
+    Journal,
+    JournalEntry,
+)
 
 __all__ = ["Data", "ObjectInfo", "Storage", "StorageObserver"]
 
@@ -299,6 +306,19 @@ class Storage(ABC):
             self.delete(info.path)
         return len(objects)
 
+    def journal(
+        self,
+        prefix: str,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> bool:
+        """From now on, write objects under ``prefix`` of at most ``max_object_bytes`` into
+        pre-written journal files (:mod:`logstore.journal`) if this backend has them: local
+        files only (True); an object store has no cheaper write than a PUT (False). One
+        writer per root and process (the broker, for its L0 WAL objects)."""
+        return False
+
     def delete_temp_files(self, prefix: str = "") -> int:
         """Delete the temporary files that writes killed mid-way (SIGKILL before the rename)
         left at or below ``prefix``; returns how many went. Only local files have any: they
@@ -407,7 +427,7 @@ def _scan_dir(directory: str, rel: str, out: list[ObjectInfo]) -> None:
         return
     with entries:
         for entry in entries:
-            if entry.name.startswith(TEMP_PREFIX):
+            if entry.name.startswith(TEMP_PREFIX) or entry.name == JOURNAL_DIR:
                 continue
             path = f"{rel}/{entry.name}" if rel else entry.name
             if entry.is_dir(follow_symlinks=False):
@@ -419,6 +439,60 @@ def _scan_dir(directory: str, rel: str, out: list[ObjectInfo]) -> None:
                     continue
 
 
+@dataclass(frozen=True)
+class _JournalView:
+    """A journal as a LocalStorage sees it: its root is ``under`` ("" or "a/b/") below the
+    directory that holds the journal (a child storage, or a reader opened on a subdirectory
+    of a broker root, e.g. ``replog log dump <root>/_replog/wal``)."""
+
+    journal: Journal
+    under: str
+
+    def lookup(self, path: str) -> JournalEntry | None:
+        return self.journal.lookup(self.under + path)
+
+    def remove(self, path: str) -> bool:
+        """Delete a journaled object (False if ``path`` is not one). Only the journal's writer
+        records deletes: another process refuses rather than forget it for itself alone."""
+        name = self.under + path
+        if not self.journal.writer and self.journal.lookup(name) is not None:
+            raise StorageError(
+                f"{name} is journaled (log.wal.journal.enable) by the process that writes "
+                f"{self.journal.directory}: only that process (its broker) deletes it"
+            )
+        return self.journal.remove(name)
+
+    def with_listed(self, prefix: str, out: list[ObjectInfo]) -> list[ObjectInfo]:
+        """``out`` with the journaled objects at or below ``prefix`` (a journaled object's
+        bytes win over a file of the same name, as reads do)."""
+        start = len(self.under)
+        below = self.under + (f"{prefix}/" if prefix else "")
+        journaled = {name[start:]: size for name, size in self.journal.names(below)}
+        if prefix:
+            exact = self.lookup(prefix)
+            if exact is not None:
+                journaled[prefix] = exact.size
+        if not journaled:
+            return out
+        merged = [info for info in out if info.path not in journaled]
+        merged.extend(ObjectInfo(name, size) for name, size in journaled.items())
+        return merged
+
+
+def _find_journal(root: str) -> tuple[str, str] | None:
+    """The nearest directory at or above ``root`` holding a journal, and ``root``'s path
+    below it ("" or "a/b/")."""
+    directory, under = root, ""
+    while True:
+        if os.path.isdir(os.path.join(directory, JOURNAL_DIR)):
+            return directory, under
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        under = f"{os.path.basename(directory)}/{under}"
+        directory = parent
+
+
 class LocalStorage(Storage):
     """Objects as files under a directory, using ``os`` directly.
 
@@ -426,12 +500,71 @@ class LocalStorage(Storage):
     never listed), is fsynced, then renamed over the object (``os.replace``) or linked to it
     (``os.link``, for put-if-absent, which fails if the object exists), and the directory is
     fsynced. A crash leaves the old object or the new one, and at worst a temporary file.
+
+    Small objects under a prefix given to :meth:`journal` are written into pre-written
+    journal files instead (:mod:`logstore.journal`: one ``fdatasync``, no new file, no journal
+    commit of the file system); every reader, in any process, sees them as objects.
     """
 
     def __init__(self, root: str, *, fsync: bool = True) -> None:
         self._root = root
         self._fsync = fsync
         self.url = pathlib.Path(root).as_uri()
+        self._view: _JournalView | None = None
+        self._view_lock = threading.Lock()
+        #: (prefix, max object bytes) journaled by this instance's writes, once :meth:`journal`
+        self._journaled: tuple[str, int] | None = None
+
+    def journal(
+        self,
+        prefix: str,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> bool:
+        prefix = _check_prefix(prefix)
+        if max_object_bytes < 0:
+            raise ValueError(f"max_object_bytes must be >= 0, got {max_object_bytes}")
+        with self._view_lock:
+            view = self._view
+            if (
+                view is None
+                or view.under
+                or not view.journal.writer
+                or view.journal.capacity != capacity
+            ):
+                journal = Journal(self._root, capacity=capacity, fsync=self._fsync, writer=True)
+                journal.refresh()
+                journal.remove_dead_files()
+                journal.open_file()
+                self._view = _JournalView(journal, "")
+        self._journaled = (f"{prefix}/" if prefix else "", max_object_bytes)
+        return True
+
+    def _journal_view(self, *, refresh: bool) -> _JournalView | None:
+        """The journal of this root, or of the nearest directory above it that has one (a
+        broker root), walked again with ``refresh`` (objects another process journaled since);
+        None if there is none."""
+        view = self._view
+        if view is None:
+            found = _find_journal(self._root)
+            if found is None:
+                return None
+            with self._view_lock:
+                if self._view is None:
+                    self._view = _JournalView(Journal(found[0], fsync=self._fsync), found[1])
+                    refresh = True
+                view = self._view
+        if refresh and not view.journal.writer:  # a writer's map is whole since its start
+            view.journal.refresh()
+        return view
+
+    def _journaled_entry(self, path: str, *, refresh: bool) -> tuple[Journal, JournalEntry] | None:
+        view = self._journal_view(refresh=refresh)
+        if view is None:
+            return None
+        entry = view.lookup(path)
+        return None if entry is None else (view.journal, entry)
 
     def _path(self, path: str) -> str:
         return os.path.join(self._root, *check_path(path).split("/"))
@@ -443,31 +576,64 @@ class LocalStorage(Storage):
 
     def read(self, path: str) -> bytes:
         full = self._path(path)
-        with self._translating("read", path), open(full, "rb") as f:
-            return f.read()
+        with self._translating("read", path):
+            return self._read_either(path, full, 0, None)
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         full = self._path(path)
         _check_range(start, end)
-        with self._translating("read_range", path), open(full, "rb") as f:
-            f.seek(start)
-            return f.read(end - start)
+        with self._translating("read_range", path):
+            return self._read_either(path, full, start, end)
+
+    def _read_either(self, path: str, full: str, start: int, end: int | None) -> bytes:
+        """The bytes of a journaled object, else of the file (journals walked again when
+        neither has it: another process may have journaled it since)."""
+        for refresh in (False, True):
+            found = self._journaled_entry(path, refresh=refresh)
+            if found is not None:
+                journal, entry = found
+                return journal.read(entry, start, end)
+            if refresh:
+                break
+            try:
+                with open(full, "rb") as f:
+                    if start:
+                        f.seek(start)
+                    return f.read() if end is None else f.read(end - start)
+            except (FileNotFoundError, NotADirectoryError):
+                if self._journal_view(refresh=False) is None:
+                    raise
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), full)
 
     def exists(self, path: str) -> bool:
         full = self._path(path)
         with self._translating("exists", path):
             try:
-                return stat.S_ISREG(os.stat(full).st_mode)
+                return self._size_either(path, full) >= 0
             except (FileNotFoundError, NotADirectoryError):
+                return False
+            except IsADirectoryError:
                 return False
 
     def size(self, path: str) -> int:
         full = self._path(path)
         with self._translating("size", path):
+            return self._size_either(path, full)
+
+    def _size_either(self, path: str, full: str) -> int:
+        found = self._journaled_entry(path, refresh=False)
+        if found is not None:
+            return int(found[1].size)
+        try:
             st = os.stat(full)
-            if not stat.S_ISREG(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), full)
-            return st.st_size
+        except (FileNotFoundError, NotADirectoryError):
+            found = self._journaled_entry(path, refresh=True)
+            if found is None:
+                raise
+            return int(found[1].size)
+        if not stat.S_ISREG(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), full)
+        return st.st_size
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         prefix = _check_prefix(prefix)
@@ -477,10 +643,15 @@ class LocalStorage(Storage):
             try:
                 st = os.stat(base)
             except (FileNotFoundError, NotADirectoryError):
-                return []
-            if stat.S_ISREG(st.st_mode):
-                return [ObjectInfo(prefix, st.st_size)]
-            _scan_dir(base, prefix, out)
+                pass
+            else:
+                if stat.S_ISREG(st.st_mode):
+                    out.append(ObjectInfo(prefix, st.st_size))
+                else:
+                    _scan_dir(base, prefix, out)
+            view = self._journal_view(refresh=True)
+            if view is not None:
+                out = view.with_listed(prefix, out)
         out.sort(key=lambda info: info.path)
         return out
 
@@ -488,6 +659,16 @@ class LocalStorage(Storage):
 
     def write(self, path: str, data: Data) -> None:
         full = self._path(path)
+        journaled = self._journaled
+        if journaled is not None and path.startswith(journaled[0]):
+            view = memoryview(data).cast("B")
+            if len(view) <= journaled[1]:
+                assert self._view is not None
+                with self._translating("write", path):
+                    self._view.journal.append(path, view)
+                return
+        if self._view is not None:  # a file takes over a journaled name
+            self._view.remove(path)
         with self._translating("write", path):
             temp = self._write_temp(full, data)
             try:
@@ -501,6 +682,8 @@ class LocalStorage(Storage):
     def put_if_absent(self, path: str, data: Data) -> None:
         full = self._path(path)
         with self._translating("put_if_absent", path):
+            if self._journaled_entry(path, refresh=True) is not None:
+                raise FileExistsError(errno.EEXIST, "a journaled object has this name", full)
             temp = self._write_temp(full, data)
             try:
                 os.link(temp, full)  # FileExistsError if the object exists
@@ -575,6 +758,9 @@ class LocalStorage(Storage):
     def delete(self, path: str) -> None:
         full = self._path(path)
         with self._translating("delete", path):
+            journal = self._journal_view(refresh=False)
+            if journal is not None and journal.remove(path):
+                return  # (a file of the same name is never made while a name is journaled)
             try:
                 os.unlink(full)
             except (FileNotFoundError, NotADirectoryError):
@@ -588,10 +774,13 @@ class LocalStorage(Storage):
         # commits, and the fsyncs of foreground writes (acks=all) queue behind them.
         failed: dict[str, StorageError] = {}
         by_directory: dict[str, list[str]] = {}
+        journal = self._journal_view(refresh=False)
         for path in paths:
             full = self._path(path)
             try:
                 with self._translating("delete", path):
+                    if journal is not None and journal.remove(path):
+                        continue
                     try:
                         os.unlink(full)
                     except (FileNotFoundError, NotADirectoryError):
@@ -632,8 +821,17 @@ class LocalStorage(Storage):
 
     # --- structure -------------------------------------------------------------------------
 
+    def close(self) -> None:
+        view = self._view
+        if view is not None and self._journaled is not None:  # this instance writes it
+            view.journal.close()
+        self._view = None
+        self._journaled = None
+
     def child(self, prefix: str) -> LocalStorage:
         child = LocalStorage(self._path(prefix), fsync=self._fsync)
+        if self._view is not None:  # the same journal (and map), seen from below
+            child._view = _JournalView(self._view.journal, f"{self._view.under}{prefix}/")
         child.observer = self.observer
         return child
 

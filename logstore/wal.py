@@ -42,6 +42,13 @@ smallest L0 seq written under E (a paused old incarnation wrote it after the new
 its data was never acknowledged by anyone reading this store). The writer writes an empty
 *fence* object first (``fence=True``) so that an incarnation that writes nothing else still
 fences its predecessors.
+
+On local files the broker asks its root to journal its L0 objects
+(``Storage.journal``, :mod:`logstore.journal`, ``log.wal.journal.enable``): an object up to
+64 KiB is then a frame in a pre-written journal file, made durable with one ``fdatasync``
+instead of a new file's fsync, rename and directory fsync (a file-system journal commit per
+flush, most of a synchronous acks=all send when replicas share a disk). Nothing here changes:
+the object keeps its name, and every read, list and delete goes through the Storage.
 """
 
 from __future__ import annotations

@@ -110,6 +110,17 @@ class BrokerConfig:
             "refuses it)",
         ),
     )
+    log_wal_journal_enable: bool = field(
+        default=True,
+        metadata=k(
+            "log.wal.journal.enable",
+            "on local files, write small WAL objects (up to 64 KiB) into pre-written journal "
+            "files under the log dir's .replog-journal/ with one fdatasync, instead of a new "
+            "file each (temp, fsync, rename, directory fsync): no file-system journal commit "
+            "per flush, which is most of an acks=all send's latency on one disk; readers see "
+            "them as objects either way; object stores ignore it",
+        ),
+    )
     wal_compaction_window_bytes: int = field(
         # per storage kind (replica_manager.compaction_window_bytes): the smaller the window,
         # the shorter each round's burst of reads, CRC walks and big write, which is what the

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from logstore.errors import StorageError
+from logstore.journal import DEFAULT_CAPACITY, DEFAULT_MAX_OBJECT_BYTES
 from logstore.storage import Data, ObjectInfo, Storage
 
 T = TypeVar("T")
@@ -211,6 +212,17 @@ class FaultyStorage(Storage):
 
     def delete_temp_files(self, prefix: str = "") -> int:
         return self.inner.delete_temp_files(prefix)
+
+    def journal(
+        self,
+        prefix: str,
+        *,
+        max_object_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> bool:
+        # The inner store journals; faults still apply here, before its writes (a torn write
+        # journals the prefix of the object: a whole frame holding a torn WAL object).
+        return self.inner.journal(prefix, max_object_bytes=max_object_bytes, capacity=capacity)
 
     def child(self, prefix: str) -> FaultyStorage:
         base = f"{self._base}/{prefix}" if self._base else prefix

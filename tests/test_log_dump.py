@@ -116,8 +116,13 @@ TOPIC_ID = uuid.UUID(int=7).hex
 def broker_root(tmp_path: Path) -> Path:
     """A broker root whose WAL holds a fence object (seq 1), then two flushes of 3 partitions
     of "events" (seqs 2 and 3), written by a real WalWriter."""
-    root = tmp_path / "broker-0"
+    return write_broker_root(tmp_path / "broker-0")
+
+
+def write_broker_root(root: Path, *, journal: bool = False) -> Path:
     storage = Storage.from_url(str(root))
+    if journal:  # as a broker on local files writes them (log.wal.journal.enable)
+        storage.journal(f"{WAL_PREFIX}/L0")
     sources = [BufferedSource("events", TOPIC_ID, p) for p in range(3)]
     for round_ in range(2):
         # not started until every source has its batch: one object per round
@@ -136,6 +141,7 @@ def broker_root(tmp_path: Path) -> Path:
             source.append(build(records, base_offset=end, partition_leader_epoch=5))
         writer.start()
         writer.close()
+    storage.close()
     return root
 
 
@@ -163,6 +169,31 @@ def test_dump_wal_directory_every_object_in_seq_order(broker_root: Path) -> None
     assert first is not None
     assert f"baseOffset: 0 lastOffset: 0 count: 1 position: {first[1]} size: {first[2]}" in (
         result.output
+    )
+
+
+def test_dump_of_journaled_wal_objects_is_the_dump_of_the_same_objects_as_files(
+    tmp_path: Path,
+) -> None:
+    """A broker on local files journals its L0 objects (no file each); ``replog log dump``
+    of its WAL directory, or of one object's path, prints what it prints for files."""
+    files = write_broker_root(tmp_path / "files")
+    journaled = write_broker_root(tmp_path / "journaled", journal=True)
+    assert not (journaled / WAL_PREFIX / "L0").exists()
+
+    def dump_of(root: Path, *args: str) -> str:
+        result = CliRunner().invoke(app, ["log", "dump", *args])
+        assert result.exit_code == 0, result.output
+        return re.sub(
+            r"createdMs: \d+", "createdMs: <ms>", result.output.replace(str(root), "<root>")
+        )
+
+    assert dump_of(journaled, str(journaled / WAL_PREFIX)) == dump_of(
+        files, str(files / WAL_PREFIX)
+    )
+    one = ("--records",)
+    assert dump_of(journaled, str(wal_path(journaled, 3)), *one) == dump_of(
+        files, str(wal_path(files, 3)), *one
     )
 
 

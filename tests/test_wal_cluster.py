@@ -10,11 +10,14 @@ The fault harness runs a schedule over the WAL as well (tests/test_chaos.py).
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from logstore.batch import Record, build
+from logstore.journal import JOURNAL_DIR
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, WalIndex
 from replication import protocol as p
@@ -135,13 +138,17 @@ def test_objects_follow_flushes_not_partitions(cluster_factory: Callable[..., Cl
         assert values == [f"r0-{i}".encode(), f"r1-{i}".encode()]
 
 
+@pytest.mark.parametrize("journal", [True, False], ids=["journaled", "a-file-each"])
 def test_acked_records_survive_sigkill_of_every_broker(
-    cluster_factory: Callable[..., Cluster],
+    cluster_factory: Callable[..., Cluster], journal: bool
 ) -> None:
     """Acked records live only in WAL objects (nothing compacted yet); every broker is
     SIGKILLed at once and restarted: each log is rebuilt from the WAL and holds every acked
-    record exactly once, and the replicas agree byte for byte below the HW."""
-    cluster = cluster_factory(brokers=3, overrides=WAL)
+    record exactly once, and the replicas agree byte for byte below the HW. On local files
+    the small WAL objects are frames in journal files (log.wal.journal.enable, the default),
+    or a file each."""
+    overrides = {**WAL, "log.wal.journal.enable": str(journal).lower()}
+    cluster = cluster_factory(brokers=3, overrides=overrides)
     topic = unique_name("wal-kill")
     with RawConnection(cluster.brokers[0].bootstrap) as conn:
         create_topic(conn, topic, 1, 3, **{"min.insync.replicas": "2"})
@@ -158,6 +165,16 @@ def test_acked_records_survive_sigkill_of_every_broker(
             i.path.endswith(".seg")
             for i in Storage.from_url(broker.log_dir, fsync=False).list(f"{topic}/0")
         ), "the test wants the acked records in WAL objects only"
+        root = Path(urllib.parse.urlparse(broker.log_dir).path)
+        files = list((root / WAL_PREFIX / "L0").glob("*.wal"))
+        journals = list((root / JOURNAL_DIR).glob("*.jnl"))
+        assert len(wal_objects(broker.log_dir)) > 50
+        if journal:
+            assert journals, "a broker on local files journals its small WAL objects"
+            assert not files
+        else:
+            assert files
+            assert not journals
     for broker in cluster.brokers.values():
         broker.start()
     wait_for_topic(cluster, topic, 3)

@@ -822,6 +822,8 @@ class ReplicaManager:
         self._delete_stray_replicas(image)
         if not self.config.log_wal_enable:
             return None, {}
+        if self.config.log_wal_journal_enable:
+            self.storage.journal(f"{WAL_PREFIX}/L0")  # local files: L0 objects in journals
         return WalIndex.load(self.storage), self._read_broker_checkpoint()
 
     def _start_wal(self, index: WalIndex, hints: dict[str, int]) -> None:

@@ -1,0 +1,307 @@
+"""Journaled local objects (logstore.journal): LocalStorage's small WAL writes into pre-written
+journal files, seen by every reader as plain objects.
+
+The Storage contract runs over a root whose every small object is journaled (files roll over
+often: 64 KiB each); the tests below add what only the journal has: no new file per write,
+other processes' views, deletes that stay deleted, files deleted oldest first, torn frames
+never served, and a writer killed mid-append that loses nothing it acknowledged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from logstore.errors import ObjectNotFoundError, StorageError
+from logstore.journal import FILE_HEADER_SIZE, JOURNAL_DIR, Journal
+from logstore.storage import LocalStorage, Storage
+from tests.helpers import wait_until
+from tests.test_storage import StorageTests, run_threads
+
+pytestmark = pytest.mark.unit
+
+SMALL = 64 << 10
+WAL = "_replog/wal/L0"
+
+
+def journaled(root: Path, *, prefix: str = "", capacity: int = SMALL) -> LocalStorage:
+    storage = Storage.from_url(root.as_uri())
+    assert isinstance(storage, LocalStorage)
+    storage.journal(prefix, max_object_bytes=4096, capacity=capacity)
+    return storage
+
+
+def journal_files(root: Path) -> list[str]:
+    directory = root / JOURNAL_DIR
+    return sorted(os.listdir(directory)) if directory.exists() else []
+
+
+def name(i: int) -> str:
+    return f"{WAL}/{i:020d}-0000000001.wal"
+
+
+class TestJournaledLocalStorage(StorageTests):
+    """The whole Storage contract, every object up to 4 KiB journaled."""
+
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Iterator[Storage]:
+        storage = journaled(tmp_path / "root")
+        try:
+            yield storage
+        finally:
+            storage.close()
+
+
+def test_small_writes_make_no_new_files(tmp_path: Path) -> None:
+    """The point of it: a journaled write is a frame in an existing file, not a new file."""
+    storage = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    storage.write(name(0), b"x" * 1000)
+    wait_until(lambda: len(journal_files(tmp_path)) == 2, message="the spare file made")
+    before = {p for p in tmp_path.rglob("*") if p.is_file()}
+    for i in range(1, 200):
+        storage.write(name(i), os.urandom(1000))
+    after = {p for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # the active file and its prepared successor, nothing else
+    assert not (tmp_path / WAL).exists()
+    assert [o.path for o in storage.list("_replog")] == [name(i) for i in range(200)]
+    storage.close()
+
+
+def test_big_objects_and_other_prefixes_stay_files(tmp_path: Path) -> None:
+    storage = journaled(tmp_path, prefix=WAL)
+    storage.write(name(1), b"b" * 5000)  # over max_object_bytes
+    storage.write("_replog/checkpoint", b"c")
+    assert (tmp_path / name(1)).read_bytes() == b"b" * 5000
+    assert (tmp_path / "_replog/checkpoint").read_bytes() == b"c"
+    storage.write(name(1), b"small")  # a journaled write of the same name now wins
+    assert storage.read(name(1)) == b"small"
+    storage.write(name(1), b"b" * 5000)  # and a file takes it back
+    assert storage.read(name(1)) == b"b" * 5000
+    assert storage.size(name(1)) == 5000
+    storage.close()
+
+
+def test_another_process_sees_writes_and_deletes_as_they_happen(tmp_path: Path) -> None:
+    """A reader (a Spark executor, replog log dump) opens the root with no journal of its
+    own: it finds objects journaled before and after its first look, and deletes."""
+    writer = journaled(tmp_path, prefix=WAL, capacity=8192)
+    writer.write(name(1), b"one")
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert reader.read(name(1)) == b"one"
+    for i in range(2, 40):  # over several files
+        writer.write(name(i), b"%d" % i * 50)
+    assert reader.read_range(name(39), 2, 6) == b"3939"
+    assert reader.exists(name(20))
+    assert reader.size(name(20)) == 100
+    assert len(reader.list(WAL)) == 39
+    writer.delete(name(1))
+    writer.delete_many([name(2), name(3)])
+    # a reader learns of deletes at its next walk (a list, or a name it does not know)
+    assert [o.path for o in reader.list(WAL)][:1] == [name(4)]
+    assert not reader.exists(name(1))
+    with pytest.raises(ObjectNotFoundError):
+        reader.read(name(2))
+    assert JOURNAL_DIR not in {o.path.split("/")[0] for o in reader.list("")}
+    writer.close()
+
+
+def test_deletes_stay_deleted_and_files_go_oldest_first(tmp_path: Path) -> None:
+    writer = journaled(tmp_path, prefix=WAL, capacity=8192)
+    for i in range(60):
+        writer.write(name(i), os.urandom(500))
+    files = journal_files(tmp_path)
+    assert len(files) >= 4
+    # deleting a newer file's objects first keeps it: an older file still holds live objects
+    for i in range(30, 60):
+        writer.delete(name(i))
+    assert journal_files(tmp_path)[0] == files[0]
+    for i in range(30):
+        writer.delete(name(i))
+    # every written file is gone but the one being written (and its prepared successor)
+    assert len(journal_files(tmp_path)) <= 2
+    writer.close()
+    # a fresh reader (a restart) finds nothing: the deletes were recorded
+    assert Storage.from_url(tmp_path.as_uri()).list(WAL) == []
+
+
+def test_a_restarted_writer_deletes_dead_files_and_keeps_live_ones(tmp_path: Path) -> None:
+    first = journaled(tmp_path, prefix=WAL, capacity=8192)
+    for i in range(30):
+        first.write(name(i), os.urandom(500))
+    for i in range(10):
+        first.delete(name(i))
+    first.close()
+    second = journaled(tmp_path, prefix=WAL, capacity=8192)
+    assert [o.path for o in second.list(WAL)] == [name(i) for i in range(10, 30)]
+    second.write(name(30), b"new")
+    for i in range(10, 30):
+        second.delete(name(i))
+    assert [o.path for o in second.list(WAL)] == [name(30)]
+    second.close()
+    assert len(journal_files(tmp_path)) <= 2
+
+
+def test_a_torn_or_damaged_frame_ends_the_walk_there(tmp_path: Path) -> None:
+    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    for i in range(5):
+        writer.write(name(i), b"%d" % i * 100)
+    writer.close()
+    (active,) = journal_files(tmp_path)
+    path = tmp_path / JOURNAL_DIR / active
+    journal = Journal(str(tmp_path))
+    journal.refresh()
+    third = journal.lookup(name(3))
+    assert third is not None
+    # a bit flipped inside the fourth object: it and everything after it are not served
+    with open(path, "r+b") as f:
+        f.seek(third.position + 10)
+        byte = f.read(1)
+        f.seek(third.position + 10)
+        f.write(bytes([byte[0] ^ 0x40]))
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert [o.path for o in reader.list(WAL)] == [name(i) for i in range(3)]
+    assert reader.read(name(2)) == b"2" * 100
+
+
+def test_foreign_bytes_are_not_frames(tmp_path: Path) -> None:
+    """A copy of one file's frames into another file (another generation) is not read."""
+    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    writer.write(name(1), b"one")
+    writer.close()
+    (first,) = journal_files(tmp_path)
+    second = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    second.write(name(2), b"two")
+    second.close()
+    files = journal_files(tmp_path)
+    other = next(f for f in files if f != first)
+    src = (tmp_path / JOURNAL_DIR / first).read_bytes()
+    with open(tmp_path / JOURNAL_DIR / other, "r+b") as f:
+        f.seek(FILE_HEADER_SIZE + 200)
+        f.write(src[FILE_HEADER_SIZE : FILE_HEADER_SIZE + 200])
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert [o.path for o in reader.list(WAL)] == [name(1), name(2)]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from logstore.storage import Storage
+    storage = Storage.from_url(sys.argv[1])
+    storage.journal("_replog/wal/L0", capacity=32768)
+    i = 0
+    while True:
+        path = f"_replog/wal/L0/{i:020d}-0000000001.wal"
+        storage.write(path, (b"%020d" % i) * (1 + i % 40))
+        if i % 7 == 3:
+            storage.delete(f"_replog/wal/L0/{i - 3:020d}-0000000001.wal")
+            print("DELETED", i - 3, flush=True)
+        print("ACKED", i, flush=True)
+        i += 1
+    """
+)
+
+
+def test_a_writer_killed_mid_append_loses_nothing_it_acknowledged(tmp_path: Path) -> None:
+    """SIGKILL while appending (files rolling every few dozen frames): every write that
+    returned reads back whole after, every recorded delete stays done, and nothing else is
+    there but the write (or delete) the kill cut short."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, tmp_path.as_uri()],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if len(lines) >= 400:
+            break
+    proc.send_signal(signal.SIGKILL)
+    lines.extend(proc.stdout)  # what it printed before the kill
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    acked = {int(n) for k, n in map(str.split, lines) if k == "ACKED"}
+    deleted = {int(n) for k, n in map(str.split, lines) if k == "DELETED"}
+    cut_short = max(acked) + 1  # written, or being written, when the kill came
+    maybe_deleted = {cut_short - 3} if cut_short % 7 == 3 else set()
+    reader = Storage.from_url(tmp_path.as_uri())
+    found = {int(o.path.rsplit("/", 1)[1].split("-")[0]) for o in reader.list(WAL)}
+    assert acked - deleted - maybe_deleted <= found
+    assert not found & deleted
+    assert found <= acked | {cut_short}
+    for i in found:
+        assert reader.read(name(i)) == (b"%020d" % i) * (1 + i % 40)
+
+
+def test_a_reader_walks_past_its_read_size_and_reads_big_frames(tmp_path: Path) -> None:
+    """A walk reads a file 256 KiB at a time: frames across that boundary, and a frame
+    bigger than it, are found whole."""
+    storage = Storage.from_url(tmp_path.as_uri())
+    assert isinstance(storage, LocalStorage)
+    storage.journal(WAL, max_object_bytes=600 << 10, capacity=4 << 20)
+    sizes = [7000] * 60 + [500 << 10] + [3000] * 10
+    for i, size in enumerate(sizes):
+        storage.write(name(i), bytes([i % 251]) * size)
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert [o.size for o in reader.list(WAL)] == sizes
+    for i, size in enumerate(sizes):
+        assert reader.read(name(i)) == bytes([i % 251]) * size
+    storage.close()
+
+
+def test_threads_writing_and_deleting_at_once_across_rolls(tmp_path: Path) -> None:
+    """Writers in several threads while files roll over (each waits for the spare at times):
+    every write is there once, whole, and every delete took."""
+    storage = journaled(tmp_path, prefix=WAL, capacity=16384)
+
+    def work(t: int) -> None:
+        for i in range(t * 1000, t * 1000 + 150):
+            storage.write(name(i), b"%d" % i * 40)
+            if i % 3 == 0:
+                storage.delete(name(i))
+
+    run_threads([functools.partial(work, t) for t in range(4)])
+    expected = {name(i) for t in range(4) for i in range(t * 1000, t * 1000 + 150) if i % 3}
+    for reader in (storage, Storage.from_url(tmp_path.as_uri())):
+        assert {o.path for o in reader.list(WAL)} == expected
+        for path in expected:
+            i = int(path.rsplit("/", 1)[1].split("-")[0])
+            assert reader.read(path) == b"%d" % i * 40
+    storage.close()
+
+
+def test_a_storage_opened_below_the_root_sees_the_journaled_objects(tmp_path: Path) -> None:
+    """``replog log dump <root>/_replog/wal`` (or one of its objects) opens a storage below
+    the broker root: the root's journal is found above it, names taken relative to it."""
+    writer = journaled(tmp_path, prefix=WAL)
+    writer.write(name(7), b"seven")
+    wal = Storage.from_url((tmp_path / "_replog" / "wal").as_uri())
+    assert [o.path for o in wal.list()] == [f"L0/{name(7).rsplit('/', 1)[1]}"]
+    level = Storage.from_url((tmp_path / WAL).as_uri())
+    assert level.read(name(7).rsplit("/", 1)[1]) == b"seven"
+    child = writer.child("_replog")  # a child of the writer shares its journal's map
+    assert child.read("wal/L0/" + name(7).rsplit("/", 1)[1]) == b"seven"
+    writer.close()
+
+
+def test_a_reader_refuses_to_delete_a_journaled_object(tmp_path: Path) -> None:
+    """Deletes are frames in the writer's files: another process cannot record one, so it
+    says so instead of forgetting the object for itself alone."""
+    writer = journaled(tmp_path, prefix=WAL)
+    writer.write(name(1), b"one")
+    reader = Storage.from_url(tmp_path.as_uri())
+    with pytest.raises(StorageError, match="only that process"):
+        reader.delete(name(1))
+    assert reader.delete_many([name(1)]).keys() == {name(1)}
+    reader.delete(name(2))  # not there: fine, as for any object
+    assert reader.read(name(1)) == b"one"
+    writer.close()
