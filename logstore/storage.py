@@ -523,8 +523,11 @@ class LocalStorage(Storage):
         capacity: int = DEFAULT_CAPACITY,
     ) -> bool:
         prefix = _check_prefix(prefix)
-        if max_object_bytes < 0:
-            raise ValueError(f"max_object_bytes must be >= 0, got {max_object_bytes}")
+        if not 0 <= max_object_bytes <= capacity // 2:
+            raise ValueError(
+                f"max_object_bytes must be between 0 and half the journal capacity "
+                f"({capacity // 2}), got {max_object_bytes}"
+            )
         with self._view_lock:
             view = self._view
             if (

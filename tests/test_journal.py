@@ -195,7 +195,7 @@ WRITER = textwrap.dedent(
     import sys
     from logstore.storage import Storage
     storage = Storage.from_url(sys.argv[1])
-    storage.journal("_replog/wal/L0", capacity=32768)
+    storage.journal("_replog/wal/L0", max_object_bytes=8192, capacity=32768)
     i = 0
     while True:
         path = f"_replog/wal/L0/{i:020d}-0000000001.wal"
@@ -231,6 +231,7 @@ def test_a_writer_killed_mid_append_loses_nothing_it_acknowledged(tmp_path: Path
     proc.stdout.close()
     acked = {int(n) for k, n in map(str.split, lines) if k == "ACKED"}
     deleted = {int(n) for k, n in map(str.split, lines) if k == "DELETED"}
+    assert len(acked) >= 300, f"the writer stopped early: {lines[-3:]}"
     cut_short = max(acked) + 1  # written, or being written, when the kill came
     maybe_deleted = {cut_short - 3} if cut_short % 7 == 3 else set()
     reader = Storage.from_url(tmp_path.as_uri())
@@ -305,3 +306,12 @@ def test_a_reader_refuses_to_delete_a_journaled_object(tmp_path: Path) -> None:
     reader.delete(name(2))  # not there: fine, as for any object
     assert reader.read(name(1)) == b"one"
     writer.close()
+
+
+def test_a_journal_that_could_not_hold_its_objects_is_refused(tmp_path: Path) -> None:
+    storage = Storage.from_url(tmp_path.as_uri())
+    with pytest.raises(ValueError, match="half the journal capacity"):
+        storage.journal(WAL, max_object_bytes=64 << 10, capacity=100 << 10)
+    with pytest.raises(ValueError, match="between 0"):
+        storage.journal(WAL, max_object_bytes=-1)
+    assert Storage.from_url("memory://journal-refused").journal(WAL) is False
