@@ -228,6 +228,15 @@ def named(request: RecordedRequest) -> dict[TopicPartition, p.FetchRequestPartit
     }
 
 
+def forgotten(request: RecordedRequest) -> set[TopicPartition]:
+    """The partitions a Fetch request removes from its session."""
+    return {
+        TopicPartition(t.topic, index)
+        for t in request.body.forgotten_topics_data
+        for index in t.partitions
+    }
+
+
 def follower_fetches(proxy: TcpProxy, since: int = 0) -> list[RecordedRequest]:
     """The follower's Fetch requests the proxy saw (replica_id >= 0), from position ``since``."""
     out = []
@@ -338,12 +347,19 @@ def test_incremental_fetches_name_only_changed_partitions(proxied_cluster: Any) 
     assert all(part.fetch_offset == 0 for part in named(full).values())
     assert [r.body.session_id for r in incrementals] == [session_id] * len(incrementals)
     assert [r.body.session_epoch for r in incrementals] == list(range(1, len(incrementals) + 1))
-    assert all(not r.body.forgotten_topics_data for r in incrementals)
+    # Before the session settles a partition may leave it for a moment: the follower leaves
+    # out a partition the leader refused (a leader that has not read the new topic yet: a
+    # metadata disagreement) until its short retry delay, then adds it back, as Kafka's
+    # fetcher leaves out a delayed partition. Once settled, nothing is forgotten.
+    assert all(not forgotten(r) for r in incrementals if r.seq >= mark)
 
     # Replay the session: an incremental request names a partition only when its fetch offset
     # moved; before the produce it names none, after it only the produced ones.
     offsets = {tp: part.fetch_offset for tp, part in named(full).items()}
     for req in incrementals:
+        for tp in forgotten(req):
+            assert tp in offsets, f"{req} forgets {tp}, which is not in the session"
+            del offsets[tp]
         for tp, part in named(req).items():
             if tp not in offsets:  # added to the session once the follower opened it
                 assert tp in session_tps, f"{req} names {tp}, which the follower does not follow"
