@@ -49,6 +49,20 @@ On local files the broker asks its root to journal its L0 objects
 instead of a new file's fsync, rename and directory fsync (a file-system journal commit per
 flush, most of a synchronous acks=all send when replicas share a disk). Nothing here changes:
 the object keeps its name, and every read, list and delete goes through the Storage.
+
+Such a write takes a fraction of a millisecond, about what the two thread hand-offs around it
+cost (loop -> I/O thread -> loop, each a wake-up and a GIL hand-over on a busy machine). So on
+a journaled root the broker's writer is given ``inline_max_bytes``: a mark made on the event
+loop does not wake the I/O thread; once the callbacks ready at the mark have run (a produce's
+append first answers the followers' parked fetches) the loop writes the object itself
+(:meth:`WalWriter.write_now`), and a follower's fetcher writes its fetched batches the same
+way before its next fetch. The loop writes only when the I/O thread is idle with nothing of its
+on the way to the loop (one object at a time, delivered in seq order), only objects up to that
+size, and only while its writes stay fast: one slower than INLINE_SLOW_S (a stalling disk
+blocks everything the loop serves) hands the writes to the thread for INLINE_PAUSE_S. A failed
+write on the loop is not retried there: the thread takes the batches again. Kafka's request
+threads append without an fsync; here the fsync is the acks=all promise, so it stays, and only
+the hops around it go.
 """
 
 from __future__ import annotations
@@ -109,6 +123,11 @@ log = logging.getLogger(__name__)
 #: Where WAL and packed objects live under a broker root (``_replog`` cannot collide with a
 #: partition directory: those are ``<topic>/<digits>``).
 WAL_PREFIX = "_replog/wal"
+#: An inline write (:meth:`WalWriter.write_now`) slower than this blocked the event loop too
+#: long (a journaled write takes a fraction of a millisecond; a disk stalls): the writes go
+#: to the I/O thread for INLINE_PAUSE_S, then the loop tries again.
+INLINE_SLOW_S = 0.005
+INLINE_PAUSE_S = 10.0
 #: The first seq of a broker root that has none; 0 never names an object (a truncation record
 #: ``(0, X)`` voids nothing).
 FIRST_SEQ = 1
@@ -285,6 +304,11 @@ class WalWriter:
     fence
         Write an empty object first, so this epoch fences older ones even if it writes
         nothing else (zombie rule).
+    inline_max_bytes
+        Let :meth:`write_now` write up to this many marked bytes on the loop when the I/O
+        thread is idle (0: never; only without ``linger_ms`` and with a ``loop``): for a store
+        whose small writes take a fraction of a millisecond (a journaled local root), where
+        the two thread hand-offs around the write cost as much as the write itself.
     """
 
     def __init__(
@@ -306,6 +330,7 @@ class WalWriter:
         fence: bool = True,
         autostart: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        inline_max_bytes: int = 0,
     ) -> None:
         if next_seq < FIRST_SEQ:
             raise ValueError(f"next_seq must be at least {FIRST_SEQ}, not {next_seq}")
@@ -327,6 +352,15 @@ class WalWriter:
         self._fence = fence
         self._clock = clock
         self._cond = threading.Condition()
+        #: held by whoever writes an object (the I/O thread, or the loop in write_now) from
+        #: taking its batches until its delivery is posted: one object at a time, in seq order
+        self._io = threading.Lock()
+        self._inline_max = inline_max_bytes if linger_ms == 0 and loop is not None else 0
+        #: deliveries posted to the loop and not yet applied (write_now waits for none)
+        self._posted = 0
+        self._fenced = not fence  # write_now writes only after the fence
+        self._loop_flush_due = False  # a _loop_flush is scheduled on the loop
+        self._inline_paused_until = 0.0  # clock(): no write_now before (one was slow)
         self._dirty: dict[int, WalSource] = {}
         self._dirty_bytes = 0
         #: clock() when the last object (not the fence) was started; None: none yet
@@ -358,14 +392,43 @@ class WalWriter:
         self._thread.start()
 
     def mark_dirty(self, source: WalSource, nbytes: int = 0) -> None:
-        """``source`` has new pending batches (``nbytes`` of them, for ``max_bytes``)."""
+        """``source`` has new pending batches (``nbytes`` of them, for ``max_bytes``).
+
+        With ``inline_max_bytes``, a mark made on the loop does not wake the I/O thread: the
+        loop writes what is marked once the callbacks ready now have run (:meth:`write_now`;
+        a produce's append first lets the followers' parked fetches answer), and wakes the
+        thread only if it cannot."""
+        defer = False
         with self._cond:
             if self._closing:
                 raise WalClosedError(f"WAL writer of {self.storage.url} is closed")
             self._dirty[id(source)] = source
             self._dirty_bytes += nbytes
             self._marks += 1
-            self._cond.notify_all()
+            if (
+                self._inline_max
+                and asyncio._get_running_loop() is self._loop
+                and self._clock() >= self._inline_paused_until
+            ):
+                defer = not self._loop_flush_due
+                self._loop_flush_due = True
+            else:
+                self._cond.notify_all()
+        if defer:
+            # call_later(0), not call_soon: it runs after every callback made ready in this
+            # iteration too (a completed fetch's task wake-up comes after this mark)
+            assert self._loop is not None
+            self._loop.call_later(0, self._loop_flush)
+
+    def _loop_flush(self) -> None:
+        """On the loop: write what the loop marked, or leave it to the I/O thread."""
+        with self._cond:
+            self._loop_flush_due = False
+            if self._durable_marks >= self._marks or not self._dirty:
+                return
+        if not self.write_now():
+            with self._cond:
+                self._cond.notify_all()
 
     def flush(self, timeout: float | None = None, *, force: bool = True) -> None:
         """Wait until everything marked dirty before this call is durable and delivered
@@ -478,7 +541,8 @@ class WalWriter:
     def _run(self) -> None:
         try:
             if self._fence:
-                self._write_object([], 0, fence=True)
+                with self._io:
+                    self._write_object([], 0, fence=True)
             while self._flush_once():
                 pass
         except BaseException as err:  # a bug: fail loudly, never report anything durable
@@ -497,6 +561,13 @@ class WalWriter:
                 self._cond.wait()
             if self._closing:
                 return False
+        with self._io:  # write_now may be writing: its object goes first
+            return self._take_and_write()
+
+    def _take_and_write(self) -> bool:
+        with self._cond:
+            if not self._dirty or self._closing:  # write_now took them
+                return not self._closing
             if self._linger_s > 0 and self._last_start is not None:
                 deadline = self._last_start + self._linger_s
                 while (
@@ -525,6 +596,61 @@ class WalWriter:
             return True
         return self._write_object(taken, marks, started=started)
 
+    def write_now(self) -> bool:
+        """On the writer's loop: make everything marked dirty so far durable by writing it
+        as one object here, if it is at most ``inline_max_bytes`` and the I/O thread is idle
+        (writing nothing, none of its deliveries on the way to the loop); True once it is
+        durable and delivered. False if not written here (too big, the I/O thread busy, or
+        the one attempt failed: the I/O thread takes the batches again and retries): then
+        await :meth:`wait_durable`. Blocks the loop for the write: only for small objects on
+        a store that makes them durable in a fraction of a millisecond; after a write slower
+        than INLINE_SLOW_S, the I/O thread writes for INLINE_PAUSE_S."""
+        if not self._inline_max or not self._io.acquire(blocking=False):
+            return False
+        if self._inline_paused_until and self._clock() < self._inline_paused_until:
+            self._io.release()
+            return False
+        try:
+            with self._cond:
+                if self._durable_marks >= self._marks:
+                    return True
+                if (
+                    self._closing
+                    or self._posted
+                    or not self._fenced
+                    or self._dirty_bytes > self._inline_max
+                ):
+                    return False
+                sources = list(self._dirty.values())
+                self._dirty.clear()
+                self._dirty_bytes = 0
+                marks = self._taken_marks = self._marks
+            started = self._clock()
+            taken = [
+                (source, pending)
+                for source in sources
+                if (pending := source.take_pending_for_wal()) is not None
+            ]
+            if not taken:
+                self._apply((), None, marks)
+                return True
+            written = self._write_object(taken, marks, started=started, inline=True)
+            took = self._clock() - started
+            if took > INLINE_SLOW_S:
+                # the loop served nothing meanwhile (a disk stalling, a store slower than it
+                # was said to be): the I/O thread writes for a while
+                self._inline_paused_until = started + took + INLINE_PAUSE_S
+                log.warning(
+                    "%s: a WAL write on the event loop took %.1f ms; writing on the WAL "
+                    "thread for %.0f s",
+                    self.storage.url,
+                    took * 1000,
+                    INLINE_PAUSE_S,
+                )
+            return written
+        finally:
+            self._io.release()
+
     def _write_object(
         self,
         taken: list[tuple[WalSource, PendingChunk]],
@@ -532,29 +658,39 @@ class WalWriter:
         *,
         fence: bool = False,
         started: float | None = None,
+        inline: bool = False,
     ) -> bool:
         """Encode and write one object (retrying), then deliver it. False if closed first.
         ``started``: when its batches were taken (the next object's spacing counts from
-        there; the fence passes none: it is no start)."""
-        seq = self._next_seq  # only this thread changes it
+        there; the fence passes none: it is no start). ``inline``: from :meth:`write_now`, on
+        the loop: one attempt (False if it failed, the batches handed back to the I/O
+        thread), delivered here."""
+        seq = self._next_seq  # only the holder of _io changes it
         taken = self._one_per_partition(taken)
         try:
             data, index = self._encode(taken, seq)
         except ValueError:
             taken = self._drop_malformed(taken, seq)
             if not taken and not fence:
-                self._deliver((), None, marks)
+                (self._apply if inline else self._deliver)((), None, marks)
                 return True
             data, index = self._encode(taken, seq)
         path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
         if started is not None:
             self._last_start = started  # its retries are not new starts
-        attempts = self._write_with_retry(path, data)
+        attempts = self._write_once(path, data) if inline else self._write_with_retry(path, data)
         if attempts == 0:
             for source, pending in taken:
                 source.wal_aborted(pending)
+            if inline:  # the I/O thread takes them again and retries with backoff
+                with self._cond:
+                    for source, _ in taken:
+                        self._dirty[id(source)] = source
+                    self._cond.notify_all()
             return False
         with self._cond:
+            if fence:
+                self._fenced = True
             self._next_seq = seq + 1
             self._stats.objects += 1
             self._stats.bytes += len(data)
@@ -563,7 +699,10 @@ class WalWriter:
         by_key = {(c.topic_id, c.partition): ChunkExtent.of(path, 0, c) for c in index.chunks}
         pairs = tuple((s, by_key[(p.topic_id, p.partition)]) for s, p in taken)
         result = FlushResult(seq, path, len(data), tuple(e for _, e in pairs), attempts)
-        self._deliver(pairs, result, marks)
+        if inline:
+            self._apply(pairs, result, marks)
+        else:
+            self._deliver(pairs, result, marks)
         return True
 
     def _encode(
@@ -635,6 +774,22 @@ class WalWriter:
         except Exception:
             log.exception("%s: on_error failed", self.storage.url)
 
+    def _write_once(self, path: str, data: bytearray) -> int:
+        """One write: 1 if it returned, 0 if it failed (counted and reported)."""
+        with self._cond:
+            self._stats.write_calls += 1
+        try:
+            self.storage.write(path, data)
+            return 1
+        except StorageError as err:
+            with self._cond:
+                self._stats.failures += 1
+            log.warning(
+                "%s: writing %s failed, the writer retries: %s", self.storage.url, path, err
+            )
+            self._report(err)
+            return 0
+
     def _write_with_retry(self, path: str, data: bytearray) -> int:
         """Write until it returns; the number of calls, or 0 if the writer closed first."""
         backoff = self._backoff_s
@@ -675,10 +830,24 @@ class WalWriter:
         if not self._hooks_on_loop:
             self._apply(pairs, None, -1)
             pairs = ()
+        with self._cond:
+            self._posted += 1
         try:
-            self._loop.call_soon_threadsafe(self._apply, pairs, result, marks)
+            self._loop.call_soon_threadsafe(self._apply_posted, pairs, result, marks)
         except RuntimeError:  # the loop is closed: nobody is waiting on it any more
+            with self._cond:
+                self._posted -= 1
             log.warning("%s: event loop closed, WAL completion dropped", self.storage.url)
+
+    def _apply_posted(
+        self,
+        pairs: tuple[tuple[WalSource, ChunkExtent], ...],
+        result: FlushResult | None,
+        marks: int,
+    ) -> None:
+        with self._cond:
+            self._posted -= 1
+        self._apply(pairs, result, marks)
 
     def _apply(
         self,

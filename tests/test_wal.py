@@ -25,6 +25,8 @@ from logstore.batch import Record, build, iter_batches
 from logstore.errors import CorruptRecordError
 from logstore.storage import TEMP_PREFIX, ObjectInfo, Storage
 from logstore.wal import (
+    INLINE_PAUSE_S,
+    INLINE_SLOW_S,
     WAL_PREFIX,
     BufferedSource,
     ChunkExtent,
@@ -462,6 +464,260 @@ def test_wait_durable_waits_for_its_own_marks_not_an_earlier_object() -> None:
         await asyncio.to_thread(writer.close)
 
     asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_write_now_writes_on_the_loop_and_delivers_there() -> None:
+    """On a store whose small writes are fast (a journaled local root) a follower's fetcher
+    writes its batches on the loop: one object, durable and delivered when write_now returns,
+    in the seq order the I/O thread follows; nothing when nothing is marked."""
+    storage = FaultyStorage(memory_root())
+    flushed_on: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=asyncio.get_running_loop(),
+            hooks_on_loop=False,
+            inline_max_bytes=1 << 20,
+            on_flushed=lambda r: flushed_on.append((r.seq, threading.get_ident())),
+            autostart=False,  # no I/O thread to race with: only write_now writes
+        )
+        sources = sources_for(writer, 2)
+        assert writer.write_now()  # nothing marked: durable already
+        assert writer.stats.objects == 0
+        for source in sources:
+            append(source)
+        assert writer.write_now()
+        assert all(s.durable_end_offset == 2 for s in sources)
+        await writer.wait_durable()  # at once: the marks are durable
+        append(sources[0])
+        assert writer.write_now()
+        assert sources[0].durable_end_offset == 4
+        assert writer.stats.objects == 2
+        writer.close()
+
+    asyncio.run(main())
+    assert flushed_on == [(1, threading.get_ident()), (2, threading.get_ident())]
+    assert wal_objects(storage) == [f"{WAL_PREFIX}/{object_name(s, 1)}" for s in (1, 2)]
+    recovered = WalIndex.load(storage)
+    assert [len(o.index.chunks) for o in recovered.objects()] == [4, 1]
+
+
+@pytest.mark.unit
+def test_marks_on_the_loop_are_written_by_the_loop_after_the_ready_callbacks() -> None:
+    """With inline writes a mark made on the loop does not wake the I/O thread: the loop
+    writes the object once the callbacks ready at the mark have run (a produce's append lets
+    the followers' parked fetches answer first); a mark made on another thread wakes the
+    I/O thread as before."""
+    storage = FaultyStorage(memory_root())
+    order: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=loop,
+            hooks_on_loop=False,
+            inline_max_bytes=1 << 20,
+            on_flushed=lambda r: order.append(("flushed", threading.get_ident())),
+            autostart=False,  # no I/O thread: only the loop can write the first two
+        )
+        first, second = sources_for(writer, 1)[:2]
+        append(first)
+        loop.call_soon(lambda: order.append(("ready", first.durable_end_offset)))
+        append(second)  # one write for both marks
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert first.durable_end_offset == second.durable_end_offset == 2
+        assert writer.stats.objects == 1
+        writer.start()
+        await asyncio.to_thread(append, first)
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert first.durable_end_offset == 4
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+    me = threading.get_ident()
+    assert order[:2] == [("ready", 0), ("flushed", me)]
+    assert order[2][0] == "flushed"  # delivered on the loop, written by the thread
+    assert wal_objects(storage) == [f"{WAL_PREFIX}/{object_name(s, 1)}" for s in (1, 2)]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "why",
+    ["not asked", "too big", "linger", "no loop", "fence not written", "I/O thread busy", "closed"],
+)
+def test_write_now_declines_and_the_io_thread_writes(why: str) -> None:
+    """write_now writes only up to inline_max_bytes marked, without a linger, on a loop,
+    after the fence, with the I/O thread idle, before close; otherwise it says so (False) and
+    the batches stay for the I/O thread."""
+    storage = FaultyStorage(memory_root())
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=why == "fence not written",
+            loop=None if why == "no loop" else loop,
+            hooks_on_loop=False,
+            inline_max_bytes=0 if why == "not asked" else 100 if why == "too big" else 1 << 20,
+            linger_ms=5 if why == "linger" else 0,
+            autostart=False,
+        )
+        (source,) = sources_for(writer, 1)[:1]
+        if why == "I/O thread busy":
+            storage.stall("write", 0.5, times=1, path_prefix=WAL_PREFIX)
+            writer.start()
+            await asyncio.to_thread(append, source)  # off the loop: the thread writes it
+            await asyncio.to_thread(
+                wait_until, lambda: writer.stats.write_calls == 1, message="the thread writing"
+            )
+            append(source)  # marked while the thread writes the first
+        elif why == "closed":
+            append(source)
+            writer.close(drain=False)
+        else:
+            append(source, count=1 if why != "too big" else 20)
+        assert not writer.write_now()
+        assert writer.stats.objects == 0
+        if why == "closed":
+            assert source.durable_end_offset == 0
+            return
+        if not writer._started:
+            writer.start()
+        await asyncio.to_thread(writer.flush, 30)
+        assert source.durable_end_offset == source.log_end_offset
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> None:
+    """A write on the loop blocks everything the loop serves: one slower than INLINE_SLOW_S
+    (a disk stalling) sends the writes to the I/O thread for INLINE_PAUSE_S, then the loop
+    writes again."""
+    clock = ManualClock()
+    write_takes = [0.0]
+
+    class SlowStorage(FaultyStorage):
+        def write(self, path: str, data: Any) -> None:
+            clock.advance(write_takes[0])
+            super().write(path, data)
+
+    storage = SlowStorage(memory_root())
+
+    async def main() -> None:
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=asyncio.get_running_loop(),
+            hooks_on_loop=False,
+            inline_max_bytes=1 << 20,
+            clock=clock,
+            autostart=False,
+        )
+        (source,) = sources_for(writer, 1)[:1]
+        append(source)
+        write_takes[0] = INLINE_SLOW_S * 2  # this write takes twice too long
+        assert writer.write_now()  # written, slowly
+        write_takes[0] = 0.0
+        append(source)
+        assert not writer.write_now()  # paused: for the thread
+        writer.start()
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert source.durable_end_offset == 4
+        clock.advance(INLINE_PAUSE_S)
+        append(source)
+        assert writer.write_now()  # the loop writes again
+        assert source.durable_end_offset == 6
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_write_now_waits_for_the_threads_delivery_to_reach_the_loop() -> None:
+    """An object the I/O thread wrote is delivered on the loop later: until then write_now
+    declines, so the loop hears of the objects in seq order."""
+    storage = FaultyStorage(memory_root())
+    seqs: list[int] = []
+
+    async def main() -> None:
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=asyncio.get_running_loop(),
+            hooks_on_loop=False,
+            inline_max_bytes=1 << 20,
+            on_flushed=lambda r: seqs.append(r.seq),
+        )
+        first, second = sources_for(writer, 1)[:2]
+        # marked off the loop (this loop blocked meanwhile): written by the thread, whose
+        # delivery waits for this loop (blocked in the poll below)
+        marker = threading.Thread(target=append, args=(first,))
+        marker.start()
+        marker.join()
+        wait_until(lambda: writer._posted == 1, message="the thread's delivery posted")
+        append(second)
+        assert not writer.write_now()  # the first object's delivery has not run yet
+        assert second.durable_end_offset == 0
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert second.durable_end_offset == 2
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+    assert seqs == sorted(seqs) == list(range(1, len(seqs) + 1))
+
+
+@pytest.mark.unit
+def test_a_failed_write_now_leaves_the_batches_to_the_io_thread() -> None:
+    """One attempt on the loop: if it fails nothing is durable, the error is reported, and the
+    I/O thread retries the same batches under the same name (backoff, not on the loop)."""
+    storage = FaultyStorage(memory_root())
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        writer = WalWriter(
+            storage,
+            broker_id=0,
+            broker_epoch=1,
+            fence=False,
+            loop=asyncio.get_running_loop(),
+            hooks_on_loop=False,
+            inline_max_bytes=1 << 20,
+            retry_backoff_ms=1,
+            on_error=errors.append,
+            autostart=False,
+        )
+        sources = sources_for(writer, 2)
+        for source in sources:
+            append(source)
+        storage.fail("write", times=2, path_prefix=WAL_PREFIX)
+        assert not writer.write_now()
+        assert all(s.durable_end_offset == 0 for s in sources)
+        assert writer.stats.failures == 1
+        writer.start()
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert all(s.durable_end_offset == 2 for s in sources)
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+    assert len(errors) == 2
+    assert wal_objects(storage) == [f"{WAL_PREFIX}/{object_name(1, 1)}"]
 
 
 @pytest.mark.unit

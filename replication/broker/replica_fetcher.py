@@ -9,7 +9,8 @@ leader's HW (min LEO over the ISR) then counts only data that is on every ISR me
 All partitions of one response are appended in one thread hop and flushed concurrently; over
 the broker WAL (``log.wal.enable``) one WAL object holds them all, so a response costs one write
 whatever the number of partitions in it, and a small response (a tailing follower's) is
-appended on the event loop, which then awaits the WAL object without any thread hop.
+appended on the event loop, which then writes the WAL object itself on a journaled local root
+(``WalWriter.write_now``) or awaits it without any thread hop.
 
 The next fetch follows at once: the leader's long poll paces an idle follower, so only errors
 pause it (``replica.fetch.backoff.ms``, as Kafka's fetchBackOffMs): a failed request or a
@@ -419,7 +420,8 @@ class ReplicaFetcher:
             appended, failed, _ = self._append_in_memory(work, None)
             link = appended[0].log.wal if appended else None
             flushed: BaseException | int | None = None
-            if link is not None:
+            # On a journaled store, written here when the writer is idle (no hop at all).
+            if link is not None and not link.writer.write_now():
                 try:
                     await asyncio.wait_for(link.writer.wait_durable(), wal_timeout)
                 except (TimeoutError, ReplogError) as wal_err:

@@ -28,6 +28,7 @@ from logstore.checkpoint import BROKER_CHECKPOINT_NAME, BrokerCheckpoint
 from logstore.compaction import Compactor, HolderTable, round_phase
 from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
+from logstore.journal import DEFAULT_MAX_OBJECT_BYTES
 from logstore.log import Log
 from logstore.storage import Storage
 from logstore.wal import WAL_PREFIX, FlushResult, WalIndex, WalWriter
@@ -221,6 +222,7 @@ class ReplicaManager:
         #: (a partition's recovery takes its chunks from the index)
         self.wal_index: WalIndex | None = None
         self.wal_writer: WalWriter | None = None
+        self._wal_journaled = False  # Storage.journal took the L0 objects
         self.compactor: Compactor | None = None
         #: each open partition's log, by (topic id, partition): the compactor switches their
         #: extents, and a written WAL object names its chunks so
@@ -823,7 +825,8 @@ class ReplicaManager:
         if not self.config.log_wal_enable:
             return None, {}
         if self.config.log_wal_journal_enable:
-            self.storage.journal(f"{WAL_PREFIX}/L0")  # local files: L0 objects in journals
+            # local files: L0 objects in journals, durable in a fraction of a millisecond
+            self._wal_journaled = self.storage.journal(f"{WAL_PREFIX}/L0")
         return WalIndex.load(self.storage), self._read_broker_checkpoint()
 
     def _start_wal(self, index: WalIndex, hints: dict[str, int]) -> None:
@@ -855,6 +858,11 @@ class ReplicaManager:
             on_flushed=self._wal_flushed,
             on_error=self._wal_write_failed,
             index=index,
+            # On a journaled root the loop writes what it appended (produced or fetched
+            # batches) itself when the writer is idle (see logstore.wal): such a write is
+            # cheaper than the two thread hand-offs around it. Half the journal's largest
+            # object leaves room for the WAL object's index (a bigger one is a file).
+            inline_max_bytes=DEFAULT_MAX_OBJECT_BYTES // 2 if self._wal_journaled else 0,
         )
         self.compactor = Compactor(
             self.storage,
