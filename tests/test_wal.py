@@ -639,6 +639,10 @@ def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> Non
         await asyncio.wait_for(writer.wait_durable(), 30)
         assert source.durable_end_offset == 4
         clock.advance(INLINE_PAUSE_S)
+        # the thread posts its delivery just before it lets go of the write lock
+        await asyncio.to_thread(
+            wait_until, lambda: not writer._io.locked(), message="the thread idle"
+        )
         append(source)
         assert writer.write_now()  # the loop writes again
         assert source.durable_end_offset == 6
