@@ -59,7 +59,8 @@ append first answers the followers' parked fetches) the loop writes the object i
 way before its next fetch. The loop writes only when the I/O thread is idle with nothing of its
 on the way to the loop (one object at a time, delivered in seq order), only objects up to that
 size, and only while its writes stay fast: one slower than INLINE_SLOW_S (a stalling disk
-blocks everything the loop serves) hands the writes to the thread for INLINE_PAUSE_S. A failed
+blocks everything the loop serves) hands the writes to the thread for a second, doubling for
+each slow one in a row up to INLINE_PAUSE_MAX_S. A failed
 write on the loop is not retried there: the thread takes the batches again. Kafka's request
 threads append without an fsync; here the fsync is the acks=all promise, so it stays, and only
 the hops around it go.
@@ -125,9 +126,11 @@ log = logging.getLogger(__name__)
 WAL_PREFIX = "_replog/wal"
 #: An inline write (:meth:`WalWriter.write_now`) slower than this blocked the event loop too
 #: long (a journaled write takes a fraction of a millisecond; a disk stalls): the writes go
-#: to the I/O thread for INLINE_PAUSE_S, then the loop tries again.
+#: to the I/O thread for INLINE_PAUSE_MIN_S, doubled for each slow one in a row up to
+#: INLINE_PAUSE_MAX_S, then the loop tries again.
 INLINE_SLOW_S = 0.005
-INLINE_PAUSE_S = 10.0
+INLINE_PAUSE_MIN_S = 1.0
+INLINE_PAUSE_MAX_S = 30.0
 #: The first seq of a broker root that has none; 0 never names an object (a truncation record
 #: ``(0, X)`` voids nothing).
 FIRST_SEQ = 1
@@ -361,6 +364,7 @@ class WalWriter:
         self._fenced = not fence  # write_now writes only after the fence
         self._loop_flush_due = False  # a _loop_flush is scheduled on the loop
         self._inline_paused_until = 0.0  # clock(): no write_now before (one was slow)
+        self._inline_pause_s = INLINE_PAUSE_MIN_S  # the next pause after a slow one
         self._dirty: dict[int, WalSource] = {}
         self._dirty_bytes = 0
         #: clock() when the last object (not the fence) was started; None: none yet
@@ -604,7 +608,8 @@ class WalWriter:
         the one attempt failed: the I/O thread takes the batches again and retries): then
         await :meth:`wait_durable`. Blocks the loop for the write: only for small objects on
         a store that makes them durable in a fraction of a millisecond; after a write slower
-        than INLINE_SLOW_S, the I/O thread writes for INLINE_PAUSE_S."""
+        than INLINE_SLOW_S, the I/O thread writes for a while (INLINE_PAUSE_MIN_S, doubling
+        for slow ones in a row)."""
         if not self._inline_max or not self._io.acquire(blocking=False):
             return False
         if self._inline_paused_until and self._clock() < self._inline_paused_until:
@@ -636,16 +641,21 @@ class WalWriter:
                 return True
             written = self._write_object(taken, marks, started=started, inline=True)
             took = self._clock() - started
-            if took > INLINE_SLOW_S:
+            if took <= INLINE_SLOW_S:
+                self._inline_pause_s = INLINE_PAUSE_MIN_S
+            else:
                 # the loop served nothing meanwhile (a disk stalling, a store slower than it
-                # was said to be): the I/O thread writes for a while
-                self._inline_paused_until = started + took + INLINE_PAUSE_S
-                log.warning(
+                # was said to be): the I/O thread writes for a while, longer each time in a
+                # row (a write right after a start may be slow once; a stalling disk stays)
+                pause = self._inline_pause_s
+                self._inline_paused_until = started + took + pause
+                self._inline_pause_s = min(pause * 2, INLINE_PAUSE_MAX_S)
+                log.info(
                     "%s: a WAL write on the event loop took %.1f ms; writing on the WAL "
                     "thread for %.0f s",
                     self.storage.url,
                     took * 1000,
-                    INLINE_PAUSE_S,
+                    pause,
                 )
             return written
         finally:

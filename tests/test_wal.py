@@ -25,7 +25,7 @@ from logstore.batch import Record, build, iter_batches
 from logstore.errors import CorruptRecordError
 from logstore.storage import TEMP_PREFIX, ObjectInfo, Storage
 from logstore.wal import (
-    INLINE_PAUSE_S,
+    INLINE_PAUSE_MIN_S,
     INLINE_SLOW_S,
     WAL_PREFIX,
     BufferedSource,
@@ -604,8 +604,8 @@ def test_write_now_declines_and_the_io_thread_writes(why: str) -> None:
 @pytest.mark.unit
 def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> None:
     """A write on the loop blocks everything the loop serves: one slower than INLINE_SLOW_S
-    (a disk stalling) sends the writes to the I/O thread for INLINE_PAUSE_S, then the loop
-    writes again."""
+    (a disk stalling) sends the writes to the I/O thread for INLINE_PAUSE_MIN_S (doubled for
+    slow ones in a row), then the loop writes again."""
     clock = ManualClock()
     write_takes = [0.0]
 
@@ -638,14 +638,27 @@ def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> Non
         writer.start()
         await asyncio.wait_for(writer.wait_durable(), 30)
         assert source.durable_end_offset == 4
-        clock.advance(INLINE_PAUSE_S)
+        clock.advance(INLINE_PAUSE_MIN_S)
         # the thread posts its delivery just before it lets go of the write lock
         await asyncio.to_thread(
             wait_until, lambda: not writer._io.locked(), message="the thread idle"
         )
         append(source)
+        write_takes[0] = INLINE_SLOW_S * 2  # slow again, right after the pause: a longer one
         assert writer.write_now()  # the loop writes again
         assert source.durable_end_offset == 6
+        write_takes[0] = 0.0
+        clock.advance(INLINE_PAUSE_MIN_S)
+        append(source)
+        assert not writer.write_now()  # two slow ones in a row: paused twice as long
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        clock.advance(INLINE_PAUSE_MIN_S)
+        await asyncio.to_thread(
+            wait_until, lambda: not writer._io.locked(), message="the thread idle"
+        )
+        append(source)
+        assert writer.write_now()
+        assert source.durable_end_offset == 10
         await asyncio.to_thread(writer.close)
 
     asyncio.run(main())
