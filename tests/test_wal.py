@@ -466,6 +466,19 @@ def test_wait_durable_waits_for_its_own_marks_not_an_earlier_object() -> None:
     asyncio.run(main())
 
 
+def inline_writer(storage: Storage, **options: Any) -> WalWriter:
+    """A writer on the running loop that may write there (write_now), without a fence."""
+    settings: dict[str, Any] = {
+        "broker_id": 0,
+        "broker_epoch": 1,
+        "fence": False,
+        "loop": asyncio.get_running_loop(),
+        "hooks_on_loop": False,
+        "inline_max_bytes": 1 << 20,
+    }
+    return WalWriter(storage, **{**settings, **options})
+
+
 @pytest.mark.unit
 def test_write_now_writes_on_the_loop_and_delivers_there() -> None:
     """On a store whose small writes are fast (a journaled local root) a follower's fetcher
@@ -475,16 +488,10 @@ def test_write_now_writes_on_the_loop_and_delivers_there() -> None:
     flushed_on: list[tuple[int, int]] = []
 
     async def main() -> None:
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
-            fence=False,
-            loop=asyncio.get_running_loop(),
-            hooks_on_loop=False,
-            inline_max_bytes=1 << 20,
             on_flushed=lambda r: flushed_on.append((r.seq, threading.get_ident())),
-            autostart=False,  # no I/O thread to race with: only write_now writes
+            autostart=False,  # no I/O thread to race with: only write_now writes,
         )
         sources = sources_for(writer, 2)
         assert writer.write_now()  # nothing marked: durable already
@@ -518,14 +525,8 @@ def test_marks_on_the_loop_are_written_by_the_loop_after_the_ready_callbacks() -
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
-            fence=False,
-            loop=loop,
-            hooks_on_loop=False,
-            inline_max_bytes=1 << 20,
             on_flushed=lambda r: order.append(("flushed", threading.get_ident())),
             autostart=False,  # no I/O thread: only the loop can write the first two
         )
@@ -561,14 +562,10 @@ def test_write_now_declines_and_the_io_thread_writes(why: str) -> None:
     storage = FaultyStorage(memory_root())
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
             fence=why == "fence not written",
-            loop=None if why == "no loop" else loop,
-            hooks_on_loop=False,
+            loop=None if why == "no loop" else asyncio.get_running_loop(),
             inline_max_bytes=0 if why == "not asked" else 100 if why == "too big" else 1 << 20,
             linger_ms=5 if why == "linger" else 0,
             autostart=False,
@@ -617,14 +614,8 @@ def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> Non
     storage = SlowStorage(memory_root())
 
     async def main() -> None:
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
-            fence=False,
-            loop=asyncio.get_running_loop(),
-            hooks_on_loop=False,
-            inline_max_bytes=1 << 20,
             clock=clock,
             autostart=False,
         )
@@ -672,14 +663,8 @@ def test_write_now_waits_for_the_threads_delivery_to_reach_the_loop() -> None:
     seqs: list[int] = []
 
     async def main() -> None:
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
-            fence=False,
-            loop=asyncio.get_running_loop(),
-            hooks_on_loop=False,
-            inline_max_bytes=1 << 20,
             on_flushed=lambda r: seqs.append(r.seq),
         )
         first, second = sources_for(writer, 1)[:2]
@@ -708,14 +693,8 @@ def test_a_failed_write_now_leaves_the_batches_to_the_io_thread() -> None:
     errors: list[BaseException] = []
 
     async def main() -> None:
-        writer = WalWriter(
+        writer = inline_writer(
             storage,
-            broker_id=0,
-            broker_epoch=1,
-            fence=False,
-            loop=asyncio.get_running_loop(),
-            hooks_on_loop=False,
-            inline_max_bytes=1 << 20,
             retry_backoff_ms=1,
             on_error=errors.append,
             autostart=False,
