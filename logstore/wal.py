@@ -60,10 +60,9 @@ way before its next fetch. The loop writes only when the I/O thread is idle with
 on the way to the loop (one object at a time, delivered in seq order), only objects up to that
 size, and only while its writes stay fast: one slower than INLINE_SLOW_S (a stalling disk
 blocks everything the loop serves) hands the writes to the thread for a second, doubling for
-each slow one in a row up to INLINE_PAUSE_MAX_S. A failed
-write on the loop is not retried there: the thread takes the batches again. Kafka's request
-threads append without an fsync; here the fsync is the acks=all promise, so it stays, and only
-the hops around it go.
+each slow one in a row up to INLINE_PAUSE_MAX_S. A failed write on the loop is not retried
+there: the thread takes the batches again. Kafka's request threads append without an fsync;
+here the fsync is the acks=all promise, so it stays, and only the hops around it go.
 """
 
 from __future__ import annotations
@@ -610,10 +609,9 @@ class WalWriter:
         a store that makes them durable in a fraction of a millisecond; after a write slower
         than INLINE_SLOW_S, the I/O thread writes for a while (INLINE_PAUSE_MIN_S, doubling
         for slow ones in a row)."""
-        if not self._inline_max or not self._io.acquire(blocking=False):
+        if not self._inline_max or self._clock() < self._inline_paused_until:
             return False
-        if self._inline_paused_until and self._clock() < self._inline_paused_until:
-            self._io.release()
+        if not self._io.acquire(blocking=False):
             return False
         try:
             with self._cond:
@@ -688,7 +686,7 @@ class WalWriter:
         path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
         if started is not None:
             self._last_start = started  # its retries are not new starts
-        attempts = self._write_once(path, data) if inline else self._write_with_retry(path, data)
+        attempts = self._write_with_retry(path, data, once=inline)
         if attempts == 0:
             for source, pending in taken:
                 source.wal_aborted(pending)
@@ -784,24 +782,9 @@ class WalWriter:
         except Exception:
             log.exception("%s: on_error failed", self.storage.url)
 
-    def _write_once(self, path: str, data: bytearray) -> int:
-        """One write: 1 if it returned, 0 if it failed (counted and reported)."""
-        with self._cond:
-            self._stats.write_calls += 1
-        try:
-            self.storage.write(path, data)
-            return 1
-        except StorageError as err:
-            with self._cond:
-                self._stats.failures += 1
-            log.warning(
-                "%s: writing %s failed, the writer retries: %s", self.storage.url, path, err
-            )
-            self._report(err)
-            return 0
-
-    def _write_with_retry(self, path: str, data: bytearray) -> int:
-        """Write until it returns; the number of calls, or 0 if the writer closed first."""
+    def _write_with_retry(self, path: str, data: bytearray, *, once: bool = False) -> int:
+        """Write until it returns; the number of calls, or 0 if the writer closed first
+        (``once``: or the one attempt failed, left to the I/O thread to retry)."""
         backoff = self._backoff_s
         attempts = 0
         while True:
@@ -819,10 +802,12 @@ class WalWriter:
                     self.storage.url,
                     path,
                     attempts,
-                    backoff * 1000,
+                    0 if once else backoff * 1000,
                     err,
                 )
                 self._report(err)
+                if once:
+                    return 0
                 with self._cond:
                     if self._cond.wait_for(lambda: self._closing, backoff):
                         return 0
