@@ -195,6 +195,44 @@ def test_a_batch_already_in_record_schema_is_taken_as_it_is() -> None:
         build(broken)
 
 
+def test_an_uncompressed_payload_is_the_stream_writers_bytes() -> None:
+    """Uncompressed payloads are put together from the schema's bytes and the batch's own
+    serialization: the bytes Arrow's stream writer writes, which readers of any Arrow
+    implementation take."""
+    for records in (sample_records(1), sample_records(7)):
+        data = B.records_to_arrow(records)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, RECORD_SCHEMA) as writer:
+            writer.write_batch(data)
+        encoded = build(records)
+        assert encoded[HEADER_SIZE:] == sink.getvalue().to_pybytes()
+        assert parse_header(encoded).records() == parse_header(build(data)).records()
+
+
+@pytest.mark.parametrize("compression", ALL_COMPRESSIONS)
+def test_build_checked_is_build_for_a_producers_own_records(compression: Compression) -> None:
+    """The producer's path: a batch it built in RECORD_SCHEMA and checked, with its first and
+    largest timestamps given (here not the last one), encodes as build() would."""
+    records = [
+        Record(r.key, r.value, stamp, r.headers)
+        for r, stamp in zip(sample_records(6), [30, 10, 60, 20, 50, 40], strict=True)
+    ]
+    stamp = {
+        "compression": compression,
+        "producer_id": 7,
+        "producer_epoch": 2,
+        "base_sequence": 11,
+        "is_transactional": True,
+    }
+    encoded = B.build_checked(B.records_to_arrow(records), timestamps=(30, 60), **stamp)
+    assert encoded == build(records, **stamp)
+    batch = parse_header(encoded)
+    assert (batch.first_timestamp, batch.max_timestamp) == (30, 60)
+    assert without_offsets(batch.records()) == records
+    with pytest.raises(ValueError, match="producer id"):
+        B.build_checked(B.records_to_arrow(records), timestamps=(30, 60), is_transactional=True)
+
+
 def test_arrow_map_headers() -> None:
     headers = pa.array([[("a", b"1"), ("b", None)]], pa.map_(pa.string(), pa.binary()))
     table = pa.table({"value": [b"v"], "headers": headers})

@@ -30,6 +30,7 @@ from logstore.batch import (
     RECORD_SCHEMA,
     Compression,
     build,
+    build_checked,
 )
 from replication.client.futures import ProduceFuture, complete_all, fail_all
 from replication.client.types import Header, RecordBatchMetadata, RecordMetadata, TopicPartition
@@ -160,14 +161,21 @@ class ProducerBatch:
     def encode(self, compression: Compression) -> bytes:
         """The batch's bytes, built once and kept for retries (with the same producer id,
         epoch and sequence numbers, so the broker recognises a retry)."""
-        if self.payload is None:
-            self.payload = build(
-                self.to_arrow(),
-                compression=compression,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=self.base_sequence,
-                is_transactional=self.transactional,
+        if self.payload is not None:
+            return self.payload
+        stamp = {
+            "compression": compression,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "base_sequence": self.base_sequence,
+            "is_transactional": self.transactional,
+        }
+        if self.table is not None:
+            self.payload = build(self.table, **stamp)
+        else:  # send()'s records, checked there and built in RECORD_SCHEMA
+            timestamps = self.timestamps
+            self.payload = build_checked(
+                self.to_arrow(), timestamps=(timestamps[0], max(timestamps)), **stamp
             )
         return self.payload
 
