@@ -59,10 +59,10 @@ append first answers the followers' parked fetches) the loop writes the object i
 way before its next fetch. The loop writes only when the I/O thread is idle with nothing of its
 on the way to the loop (one object at a time, delivered in seq order), only objects up to that
 size, and only while its writes stay fast: one slower than INLINE_SLOW_S (a stalling disk
-blocks everything the loop serves) hands the writes to the thread for a second, doubling for
-each slow one in a row up to INLINE_PAUSE_MAX_S. A failed write on the loop is not retried
-there: the thread takes the batches again. Kafka's request threads append without an fsync;
-here the fsync is the acks=all promise, so it stays, and only the hops around it go.
+blocks everything the loop serves) hands the writes to the thread for INLINE_PAUSE_MIN_S,
+doubling for each slow one in a row up to INLINE_PAUSE_MAX_S. A failed write on the loop is
+not retried there: the thread takes the batches again. Kafka's request threads append without
+an fsync; here the fsync is the acks=all promise, so it stays, and only the hops around it go.
 """
 
 from __future__ import annotations
@@ -126,9 +126,12 @@ WAL_PREFIX = "_replog/wal"
 #: An inline write (:meth:`WalWriter.write_now`) slower than this blocked the event loop too
 #: long (a journaled write takes a fraction of a millisecond; a disk stalls): the writes go
 #: to the I/O thread for INLINE_PAUSE_MIN_S, doubled for each slow one in a row up to
-#: INLINE_PAUSE_MAX_S, then the loop tries again.
+#: INLINE_PAUSE_MAX_S, then the loop tries again. The first pause is short: a lone fsync of
+#: 6-20 ms comes a few times a minute per broker on this VM's disk (three brokers syncing at
+#: once), and a 1 s pause put ~12% of a sync producer's writes back on the thread; a disk
+#: that stalls is slow in a row and reaches seconds within ten writes.
 INLINE_SLOW_S = 0.005
-INLINE_PAUSE_MIN_S = 1.0
+INLINE_PAUSE_MIN_S = 0.05
 INLINE_PAUSE_MAX_S = 30.0
 #: The first seq of a broker root that has none; 0 never names an object (a truncation record
 #: ``(0, X)`` voids nothing).
@@ -353,7 +356,14 @@ class WalWriter:
         self._index = index
         self._fence = fence
         self._clock = clock
-        self._cond = threading.Condition()
+        #: guards the writer's state; the I/O thread waits on it for work (marks, a force,
+        #: closing), and whoever makes work notifies it
+        state_lock = threading.RLock()
+        self._cond = threading.Condition(state_lock)
+        #: the same lock; flush() waits on it for durable marks, which each delivery notifies
+        #: (not ``_cond``: every delivery would wake the idle I/O thread for nothing, and a
+        #: thread woken while the loop has just marked would take that write from the loop)
+        self._durable = threading.Condition(state_lock)
         #: held by whoever writes an object (the I/O thread, or the loop in write_now) from
         #: taking its batches until its delivery is posted: one object at a time, in seq order
         self._io = threading.Lock()
@@ -445,7 +455,7 @@ class WalWriter:
             if self._durable_marks < target and force:
                 self._force_marks = max(self._force_marks, target)  # no spacing: someone waits
                 self._cond.notify_all()
-            done = self._cond.wait_for(
+            done = self._durable.wait_for(
                 lambda: self._durable_marks >= target or self._closing, timeout
             )
             if self._durable_marks >= target:
@@ -524,6 +534,7 @@ class WalWriter:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            self._durable.notify_all()
         self._post_wake_waiters()
         if self._started:
             self._thread.join(timeout)
@@ -554,6 +565,7 @@ class WalWriter:
                 self._failed = err
                 self._closing = True
                 self._cond.notify_all()
+                self._durable.notify_all()
             self._post_wake_waiters()
 
     def _flush_once(self) -> bool:
@@ -865,7 +877,7 @@ class WalWriter:
             return
         with self._cond:
             self._durable_marks = max(self._durable_marks, marks)
-            self._cond.notify_all()
+            self._durable.notify_all()
         if self._loop is not None:  # on the loop: its awaiting callers
             self._wake_waiters()
 

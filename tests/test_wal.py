@@ -643,7 +643,7 @@ def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> Non
         append(source)
         assert not writer.write_now()  # two slow ones in a row: paused twice as long
         await asyncio.wait_for(writer.wait_durable(), 30)
-        clock.advance(INLINE_PAUSE_MIN_S)
+        clock.advance(INLINE_PAUSE_MIN_S + INLINE_SLOW_S)  # past 2 x INLINE_PAUSE_MIN_S
         await asyncio.to_thread(
             wait_until, lambda: not writer._io.locked(), message="the thread idle"
         )
