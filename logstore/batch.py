@@ -768,20 +768,20 @@ def _encode(
         raise ValueError("a batch needs at least one record")
     if not 0 <= base_offset <= _INT64_MAX - (count - 1):
         raise ValueError(f"base offset {base_offset} out of range")
-    payload: bytes | pa.Buffer
+    parts: tuple[bytes | pa.Buffer, ...]
     if compression is Compression.NONE:
-        payload = b"".join((_SCHEMA_MESSAGE, data.serialize(), _END_OF_STREAM))
+        parts = (_SCHEMA_MESSAGE, data.serialize(), _END_OF_STREAM)
     else:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
             writer.write_batch(data)
-        payload = sink.getvalue()
+        parts = (sink.getvalue(),)
     if timestamps is None:
         column = data.column(2)
         first_timestamp, max_timestamp = column[0].as_py(), pc.max(column).as_py()
     else:
         first_timestamp, max_timestamp = timestamps
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + sum(len(part) for part in parts)
     if batch_length > _INT32_MAX:
         raise ValueError(f"batch of {batch_length} bytes is too large")
     header = bytearray(HEADER_SIZE)
@@ -805,9 +805,11 @@ def _encode(
         )
     except struct.error as err:
         raise ValueError(f"header field out of range: {err}") from err
-    crc = google_crc32c.extend(google_crc32c.value(bytes(header[ATTRIBUTES_OFFSET:])), payload)
+    crc = google_crc32c.value(bytes(header[ATTRIBUTES_OFFSET:]))
+    for part in parts:
+        crc = google_crc32c.extend(crc, part)
     _CRC.pack_into(header, CRC_OFFSET, crc)
-    return b"".join((header, payload))
+    return b"".join((header, *parts))  # the one copy of the payload
 
 
 def _check_compression(compression: Compression) -> Compression:

@@ -373,6 +373,8 @@ class WalWriter:
         self._fenced = not fence  # write_now writes only after the fence
         self._loop_flush_due = False  # a _loop_flush is scheduled on the loop
         self._inline_paused_until = 0.0  # clock(): no write_now before (one was slow)
+        #: clock() before and after the last object's write (by whoever holds ``_io``)
+        self._last_write = (0.0, 0.0)
         self._inline_pause_s = INLINE_PAUSE_MIN_S  # the next pause after a slow one
         self._dirty: dict[int, WalSource] = {}
         self._dirty_bytes = 0
@@ -615,9 +617,10 @@ class WalWriter:
         """On the writer's loop: make everything marked dirty so far durable by writing it
         as one object here, if it is at most ``inline_max_bytes`` and the I/O thread is idle
         (writing nothing, none of its deliveries on the way to the loop); True once it is
-        durable and delivered. False if not written here (too big, the I/O thread busy, or
-        the one attempt failed: the I/O thread takes the batches again and retries): then
-        await :meth:`wait_durable`. Blocks the loop for the write: only for small objects on
+        durable and delivered. False if not written here (too big, the I/O thread busy, the
+        store busy more than half the time since the last write began, or the one attempt
+        failed: the I/O thread takes the batches again and retries): then await
+        :meth:`wait_durable`. Blocks the loop for the write: only for small objects on
         a store that makes them durable in a fraction of a millisecond; after a write slower
         than INLINE_SLOW_S, the I/O thread writes for a while (INLINE_PAUSE_MIN_S, doubling
         for slow ones in a row)."""
@@ -626,6 +629,12 @@ class WalWriter:
         if not self._io.acquire(blocking=False):
             return False
         try:
+            began, ended = self._last_write
+            if self._clock() - ended < ended - began:
+                # The store was busy more than half the time since the last write began: a
+                # steady stream of writes. The I/O thread writes them then, while the loop goes
+                # on serving (on the loop, each fsync would stop everything it serves).
+                return False
             with self._cond:
                 if self._durable_marks >= self._marks:
                     return True
@@ -698,7 +707,9 @@ class WalWriter:
         path = f"{WAL_PREFIX}/{object_name(seq, self.broker_epoch)}"
         if started is not None:
             self._last_start = started  # its retries are not new starts
+        began = self._clock()
         attempts = self._write_with_retry(path, data, once=inline)
+        self._last_write = (began, self._clock())
         if attempts == 0:
             for source, pending in taken:
                 source.wal_aborted(pending)

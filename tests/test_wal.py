@@ -467,8 +467,10 @@ def test_wait_durable_waits_for_its_own_marks_not_an_earlier_object() -> None:
 
 
 def inline_writer(storage: Storage, **options: Any) -> WalWriter:
-    """A writer on the running loop that may write there (write_now), without a fence."""
+    """A writer on the running loop that may write there (write_now), without a fence; its
+    clock stands still unless the test moves it (a write takes no time)."""
     settings: dict[str, Any] = {
+        "clock": ManualClock(),
         "broker_id": 0,
         "broker_epoch": 1,
         "fence": False,
@@ -650,6 +652,41 @@ def test_a_slow_write_now_hands_the_writes_to_the_io_thread_for_a_while() -> Non
         append(source)
         assert writer.write_now()
         assert source.durable_end_offset == 10
+        await asyncio.to_thread(writer.close)
+
+    asyncio.run(main())
+
+
+@pytest.mark.unit
+def test_write_now_leaves_a_steady_stream_of_writes_to_the_io_thread() -> None:
+    """A write on the loop stops everything the loop serves for its fsync; the I/O thread
+    lets the loop serve meanwhile. So once the store has been busy more than half the time
+    since the last write began (writes back to back: a high rate), the thread writes; after
+    an idle gap longer than the last write took, the loop writes again."""
+    clock = ManualClock()
+
+    class TimedStorage(FaultyStorage):
+        def write(self, path: str, data: Any) -> None:
+            clock.advance(0.001)  # every write takes 1 ms, well under INLINE_SLOW_S
+            super().write(path, data)
+
+    async def main() -> None:
+        writer = inline_writer(TimedStorage(memory_root()), clock=clock, autostart=False)
+        (source,) = sources_for(writer, 1)[:1]
+        append(source)
+        assert writer.write_now()  # the store was idle: written on the loop, in 1 ms
+        append(source)
+        assert not writer.write_now()  # right after it: the store is busy
+        clock.advance(0.0005)
+        assert not writer.write_now()  # idle 0.5 ms of the last 1.5: still busy
+        clock.advance(0.0006)
+        assert writer.write_now()  # idle longer than it was busy: the loop writes
+        assert source.durable_end_offset == 4
+        append(source)
+        assert not writer.write_now()
+        writer.start()  # the thread writes what the loop left
+        await asyncio.wait_for(writer.wait_durable(), 30)
+        assert source.durable_end_offset == 6
         await asyncio.to_thread(writer.close)
 
     asyncio.run(main())
