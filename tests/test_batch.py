@@ -6,6 +6,7 @@ import struct
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import google_crc32c
 import pyarrow as pa
@@ -217,7 +218,7 @@ def test_build_checked_is_build_for_a_producers_own_records(compression: Compres
         Record(r.key, r.value, stamp, r.headers)
         for r, stamp in zip(sample_records(6), [30, 10, 60, 20, 50, 40], strict=True)
     ]
-    stamp = {
+    stamp: dict[str, Any] = {
         "compression": compression,
         "producer_id": 7,
         "producer_epoch": 2,

@@ -163,19 +163,25 @@ class ProducerBatch:
         epoch and sequence numbers, so the broker recognises a retry)."""
         if self.payload is not None:
             return self.payload
-        stamp = {
-            "compression": compression,
-            "producer_id": self.producer_id,
-            "producer_epoch": self.producer_epoch,
-            "base_sequence": self.base_sequence,
-            "is_transactional": self.transactional,
-        }
         if self.table is not None:
-            self.payload = build(self.table, **stamp)
+            self.payload = build(
+                self.table,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+                is_transactional=self.transactional,
+            )
         else:  # send()'s records, checked there and built in RECORD_SCHEMA
             timestamps = self.timestamps
             self.payload = build_checked(
-                self.to_arrow(), timestamps=(timestamps[0], max(timestamps)), **stamp
+                self.to_arrow(),
+                timestamps=(timestamps[0], max(timestamps)),
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+                is_transactional=self.transactional,
             )
         return self.payload
 
