@@ -360,6 +360,51 @@ def test_accumulator_requeues_at_the_head_and_expires() -> None:
 
 
 @pytest.mark.unit
+def test_accumulator_offers_a_newly_ready_batch_to_dispatch() -> None:
+    """With a dispatch hook (linger.ms 0), append() offers a partition when it opens a batch or
+    fills one; records joining an open batch are not offered. take_one() takes a partition's
+    only queued batch, and mutes the partition, as drain() would."""
+    acc = _accumulator(linger_ms=0)
+    offered: list[tuple[str, int]] = []
+    taken: list[Any] = []
+
+    def dispatch(tp_key: tuple[str, int]) -> bool:
+        offered.append(tp_key)
+        batch = acc.take_one(tp_key, acc.clock())
+        taken.append(batch)
+        return batch is not None
+
+    acc.dispatch = dispatch
+    with acc.lock:
+        acc.append("t", 0, None, b"a", 0, None, 100)  # a new batch: offered and taken
+        assert offered == [("t", 0)]
+        assert [len(b.values) for b in taken] == [1]
+        assert ("t", 0) in acc.muted
+        assert not acc.queues["t", 0]
+        acc.append("t", 0, None, b"b", 0, None, 100)  # muted (in flight): offered, not taken
+        assert offered == [("t", 0)] * 2
+        assert taken[-1] is None
+        for _ in range(9):  # join the open batch; the 10th record fills it and is offered
+            acc.append("t", 0, None, b"c", 0, None, 100)
+        assert len(offered) == 3
+        assert taken[-1] is None
+        acc.append("t", 0, None, b"d", 0, None, 100)  # a second queued batch
+        acc.unmute([("t", 0)])
+        assert acc.take_one(("t", 0), acc.clock()) is None  # not the only queued batch
+        plans, _, _ = acc.drain(acc.clock(), lambda tp: 1, lambda n: True, 10_000)
+        assert [len(b.values) for b in plans[1].batches] == [10]
+        acc.unmute([("t", 0)])
+        acc.queues["t", 0][0].retry_at = acc.clock() + 60
+        assert acc.take_one(("t", 0), acc.clock()) is None  # waiting to be retried
+        acc.queues["t", 0][0].retry_at = 0.0
+        (last,) = [acc.take_one(("t", 0), acc.clock())]
+        assert last is not None
+        assert last.values == [b"d"]
+        assert last.closed
+        assert acc.take_one(("t", 1), acc.clock()) is None  # nothing queued
+
+
+@pytest.mark.unit
 def test_sticky_partitioner_sticks_until_the_batch_closes() -> None:
     acc = _accumulator()
     picked = []
@@ -766,6 +811,61 @@ def test_producer_retries_not_leader_then_completes(
     # Metadata was refreshed after NOT_LEADER_OR_FOLLOWER.
     metadata_requests = [h for h, _ in scripted.requests if h.api_key == p.ApiKey.METADATA]
     assert len(metadata_requests) >= 2
+
+
+@pytest.mark.unit
+def test_linger_0_sends_go_from_send_to_an_io_thread_in_order(scripted: ScriptedBroker) -> None:
+    """linger.ms 0: send() hands its batch to an I/O thread itself while the partition has
+    nothing in flight; concurrent senders still get one batch in flight per partition, in
+    send order, and a retried batch goes back through the sender thread."""
+    offsets = itertools.count()
+    lock = threading.Lock()
+    seen: list[list[bytes]] = []
+    attempts: list[int] = []
+
+    def handle(header: p.RequestHeader, body: p.ProduceRequest) -> Any:
+        attempts.append(1)
+        if len(attempts) == 5:  # one NOT_LEADER_OR_FOLLOWER on the way: a retry
+            return _produce_error(NotLeaderOrFollowerError.code)(header, body)
+        ((part,),) = [t.partition_data for t in body.topic_data]
+        (batch,) = iter_batches(part.records or b"")
+        values = [r.value or b"" for r in batch.records()]
+        with lock:
+            seen.append(values)
+            base = next(offsets)
+            for _ in values[1:]:
+                next(offsets)
+        return _produce_ok(base=base)(header, body)
+
+    scripted.handlers[p.ApiKey.PRODUCE] = handle
+    with _fast_producer(scripted.bootstrap, linger_ms=0) as producer:
+        sender = producer._sender
+        dispatched: list[bool] = []
+        real = sender.dispatch
+
+        def spy(tp_key: tuple[str, int]) -> bool:
+            took = real(tp_key)
+            dispatched.append(took)
+            return took
+
+        producer._acc.dispatch = spy
+        lone = [producer.send("t", b"s%d" % i, partition=0).result(timeout=10) for i in range(10)]
+        assert [m.offset for m in lone] == list(range(10))
+        assert dispatched.count(True) >= 9  # the first may wait for the producer id
+
+        def sends(name: bytes) -> list[int]:
+            futures = [producer.send("t", name + b"%03d" % i, partition=1) for i in range(100)]
+            return [f.result(timeout=10).offset for f in futures]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(sends, [b"a", b"b", b"c", b"d"]))
+    for got in results:
+        assert got == sorted(got)  # each thread's records in its send order
+    order = [v for values in seen for v in values if not v.startswith(b"s")]
+    for name in (b"a", b"b", b"c", b"d"):
+        assert [v for v in order if v.startswith(name)] == [name + b"%03d" % i for i in range(100)]
+    assert len(order) == 400
+    assert len(attempts) == len(seen) + 1
 
 
 @pytest.mark.unit

@@ -291,6 +291,9 @@ class RecordAccumulator:
         self.flushing = 0
         self.closing = False
         self._seq = 0
+        #: Set by the producer when linger.ms is 0: append() offers a partition whose batch
+        #: became ready to it (the sender's ``dispatch``) before waking the sender thread.
+        self.dispatch: Callable[[TpKey], bool] | None = None
         # topic -> (sticky partition, the batch it is filling or None before the first append)
         self._sticky: dict[str, tuple[int, ProducerBatch | object | None]] = {}
 
@@ -359,11 +362,13 @@ class RecordAccumulator:
         queue = self.queues.get(tp_key)
         if queue is None:
             queue = self.queues[tp_key] = deque()
-        batch = queue[-1] if queue else None
-        if batch is None or batch.closed:
+        last = queue[-1] if queue else None
+        if last is None or last.closed:
             batch = self._new_batch(TopicPartition(topic, partition), self.clock())
             queue.append(batch)
-            self.ready.notify()
+            new = True
+        else:
+            batch, new = last, False
         # ProducerBatch.append, inlined: this is the per-record hot path of send().
         future = ProduceFuture(batch.condition)
         batch.keys.append(key)
@@ -381,6 +386,9 @@ class RecordAccumulator:
             self._sticky[topic] = (partition, batch)
         if batch.size >= self.batch_size:
             batch.closed = True
+            new = True
+        # a batch the sender has not seen, or one now full
+        if new and (self.dispatch is None or not self.dispatch(tp_key)):
             self.ready.notify()
         return future
 
@@ -450,6 +458,17 @@ class RecordAccumulator:
             plan.size += batch.size
         return plans, wake, unknown_leader
 
+    def take_one(self, tp_key: TpKey, now: float) -> ProducerBatch | None:
+        """Take a partition's batch as drain() would, if it is the partition's only queued one,
+        the partition is not muted and the batch is not waiting to be retried (lock held)."""
+        queue = self.queues.get(tp_key)
+        if not queue or len(queue) > 1 or tp_key in self.muted or queue[0].retry_at > now:
+            return None
+        batch = queue.popleft()
+        batch.closed = True
+        self.muted.add(tp_key)
+        return batch
+
     def expire(self, now: float) -> list[ProducerBatch]:
         """Remove queued (not in-flight) batches past delivery.timeout.ms (lock held)."""
         expired: list[ProducerBatch] = []
@@ -470,7 +489,6 @@ class RecordAccumulator:
 
     def unmute(self, tps: Iterable[TpKey]) -> None:
         self.muted.difference_update(tps)
-        self.ready.notify()
 
     def completed(self, batches: Iterable[ProducerBatch]) -> None:
         """Forget completed batches and free their buffer space (lock held)."""

@@ -148,6 +148,8 @@ class Producer:
         self._sender = Sender(
             c, self._cluster, self._acc, self._txn, on_crash=self._crashed, metrics=self._metrics
         )
+        if c.linger_ms == 0:  # a ready batch goes from send() straight to an I/O thread
+            self._acc.dispatch = self._sender.dispatch
         self._sender.start()
 
     def __enter__(self) -> Producer:

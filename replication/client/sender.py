@@ -143,6 +143,39 @@ class Sender:
             )
         return bool(slots)
 
+    def dispatch(self, tp_key: tuple[str, int]) -> bool:
+        """Hand a partition's newly ready batch to an I/O thread on the caller's thread
+        (``send()``'s, acc.lock held), as the sender thread would; False leaves it to the sender
+        thread (a transaction, no producer id yet, metadata to refresh, no known leader, no free
+        connection, a batch queued before it, closing).
+
+        The producer sets it as the accumulator's ``dispatch`` when linger.ms is 0. Kafka's
+        client always wakes its sender thread; in CPython each thread hand-off is a wake-up and
+        a GIL hand-over, and a lone synchronous send made three (caller, sender, I/O thread,
+        caller): this makes it two.
+        """
+        acc = self._acc
+        txn = self._txn
+        if (
+            acc.closing
+            or self._force_close
+            or txn.transactional
+            or not txn.sendable()
+            or self._cluster.needs_update
+        ):
+            return False
+        node = self._cluster.snapshot.leader(*tp_key)
+        if node is None or not self._can_send(node):
+            return False
+        batch = acc.take_one(tp_key, acc.clock())
+        if batch is None:
+            return False
+        plan = Drained(node)
+        plan.batches.append(batch)
+        plan.size = batch.size
+        self._io.submit(self._produce, plan, self._free_slots[node].pop())
+        return True
+
     def _run(self) -> None:
         acc = self._acc
         cluster = self._cluster
@@ -430,4 +463,8 @@ class Sender:
                     self._free_slots[plan.node].append(slot)
             acc.completed([b for b, *_ in done])
             acc.completed([b for b, _ in failed])
-            acc.ready.notify()
+            # Wake the sender thread only if it has something to do now (batches that waited
+            # for this partition or connection, a failure's consequences, closing): a spurious
+            # wake competes for the GIL with the thread waiting for this completion.
+            if failed or retry or acc.closing or self._force_close or acc.has_queued():
+                acc.ready.notify()
