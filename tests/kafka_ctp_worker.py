@@ -1,9 +1,10 @@
 """A consume-transform-produce worker on confluent-kafka (librdkafka), as a process of its own
 for SIGKILL tests against replog's Kafka listener:
 
-    python -m tests.kafka_ctp_worker BOOTSTRAP GROUP SOURCE SINK TRANSACTIONAL_ID
+    python -m tests.kafka_ctp_worker BOOTSTRAP GROUP SOURCE SINK TRANSACTIONAL_ID [BATCH]
 
-It reads SOURCE as a member of GROUP (read_committed) and, per batch, in one transaction:
+It reads SOURCE as a member of GROUP (read_committed) and, per batch of up to BATCH records
+(default 200), in one transaction:
 writes each record's value upper-cased to SINK (same partition) and commits the group's
 offsets with ``send_offsets_to_transaction``, as Kafka's exactly-once examples do. A restart
 with the same transactional id fences the previous instance and aborts its open transaction.
@@ -18,6 +19,7 @@ import confluent_kafka
 
 def main() -> None:
     bootstrap, group, source, sink, transactional_id = sys.argv[1:6]
+    batch_size = int(sys.argv[6]) if len(sys.argv) > 6 else 200
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -33,7 +35,7 @@ def main() -> None:
     producer.init_transactions(60)  # fences a previous instance, aborting its transaction
     consumer.subscribe([source])
     while True:
-        batch = consumer.consume(200, 0.5)
+        batch = consumer.consume(batch_size, 0.5)
         if not batch:
             continue
         producer.begin_transaction()

@@ -163,7 +163,12 @@ def test_consume_transform_produce_on_confluent_kafka_sigkilled_again_and_again_
 ) -> None:
     source, sink = create_topic(cluster, partitions=2), create_topic(cluster, partitions=2)
     group = unique_name("g")
-    n = 3000
+    # Each worker is killed once it has made more than 200 records of progress, and may go
+    # well past that before the kill lands (a worker commits ~40 transactions a second): small
+    # transactions and a source of 6,000 leave the third worker enough to make its progress
+    # (with 3,000 in transactions of 200, the first two once took 2,800 and the third could
+    # commit only 200 more).
+    n = 6000
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"}
     )
@@ -187,6 +192,7 @@ def test_consume_transform_produce_on_confluent_kafka_sigkilled_again_and_again_
                     source,
                     sink,
                     f"ctp-{group}",
+                    "50",
                 ],
                 cwd=ROOT,
                 stderr=stderr,
