@@ -671,10 +671,10 @@ class WalWriter:
                 self._inline_pause_s = min(pause * 2, INLINE_PAUSE_MAX_S)
                 log.info(
                     "%s: a WAL write on the event loop took %.1f ms; writing on the WAL "
-                    "thread for %.0f s",
+                    "thread for %.0f ms",
                     self.storage.url,
                     took * 1000,
-                    pause,
+                    pause * 1000,
                 )
             return written
         finally:
