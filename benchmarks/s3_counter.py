@@ -27,7 +27,8 @@ with an ``endpoint_url``.
 Two ways to read the counts: in-process, :meth:`CountingMotoServer.counts` /
 :meth:`CountingMotoServer.reset`; over HTTP, ``GET /_counter`` (JSON) and
 ``POST /_counter/reset``, answered by the middleware itself (see :func:`fetch_counts`,
-:func:`reset_counts`); both give the totals and the counts per bucket. The benchmarks run
+:func:`reset_counts`); both give the totals and the counts per bucket and per signing access
+key (a test gives the client it measures its own key, since moto accepts any). The benchmarks run
 the server in its own process so that moto does not share a GIL with the clients measured::
 
     python benchmarks/s3_counter.py [--port 0]     # prints "s3-counter ready on http://..."
@@ -39,6 +40,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -114,6 +116,7 @@ class RequestCounter:
         self._lock = threading.Lock()
         self._counts = self._zero()
         self._buckets: dict[str, dict[str, dict[str, int]]] = {}
+        self._access_keys: dict[str, dict[str, dict[str, int]]] = {}
 
     @staticmethod
     def _zero() -> dict[str, dict[str, int]]:
@@ -124,6 +127,7 @@ class RequestCounter:
         cls: str,
         *,
         bucket: str = "",
+        access_key: str = "",
         requests: int = 0,
         bytes_in: int = 0,
         bytes_out: int = 0,
@@ -132,7 +136,10 @@ class RequestCounter:
             per_bucket = self._buckets.get(bucket)
             if per_bucket is None:
                 per_bucket = self._buckets[bucket] = self._zero()
-            for entry in (self._counts[cls], per_bucket[cls]):
+            per_key = self._access_keys.get(access_key)
+            if per_key is None:
+                per_key = self._access_keys[access_key] = self._zero()
+            for entry in (self._counts[cls], per_bucket[cls], per_key[cls]):
                 entry["requests"] += requests
                 entry["bytes_in"] += bytes_in
                 entry["bytes_out"] += bytes_out
@@ -147,13 +154,37 @@ class RequestCounter:
         with self._lock:
             return {b: {c: dict(v) for c, v in x.items()} for b, x in self._buckets.items()}
 
-    def reset(self) -> dict[str, Any]:
-        """Zero the counts; returns what they were, ``{"total": ..., "buckets": ...}``, taken
-        in the same step."""
+    def by_access_key(self) -> dict[str, dict[str, dict[str, int]]]:
+        """A copy per signing access key (``""``: unsigned requests). Tests give the client
+        they measure its own key, so that a broker's background requests to the same
+        endpoint are not counted against it."""
         with self._lock:
-            old = {"total": self._counts, "buckets": self._buckets}
-            self._counts, self._buckets = self._zero(), {}
+            return {k: {c: dict(v) for c, v in x.items()} for k, x in self._access_keys.items()}
+
+    def reset(self) -> dict[str, Any]:
+        """Zero the counts; returns what they were, ``{"total": ..., "buckets": ...,
+        "access_keys": ...}``, taken in the same step."""
+        with self._lock:
+            old = {
+                "total": self._counts,
+                "buckets": self._buckets,
+                "access_keys": self._access_keys,
+            }
+            self._counts, self._buckets, self._access_keys = self._zero(), {}, {}
             return old
+
+
+#: The access key in a SigV4 (or SigV2) Authorization header or a presigned URL's query.
+_ACCESS_KEY: Final = re.compile(r"(?:Credential=|X-Amz-Credential=|^AWS )([^/:,&\s]+)")
+
+
+def _access_key(environ: dict[str, Any]) -> str:
+    """The access key that signed a request, ``""`` when it is unsigned."""
+    for source in (environ.get("HTTP_AUTHORIZATION", ""), environ.get("QUERY_STRING", "")):
+        match = _ACCESS_KEY.search(source)
+        if match:
+            return match.group(1)
+    return ""
 
 
 def _request_bytes(environ: dict[str, Any]) -> int:
@@ -187,15 +218,20 @@ class CountingMiddleware:
         if cls is None:
             return self.app(environ, start_response)
         bucket = path.lstrip("/").partition("/")[0]
-        self.counter.add(cls, bucket=bucket, requests=1, bytes_in=_request_bytes(environ))
-        return self._counted(self.app(environ, start_response), cls, bucket)
+        key = _access_key(environ)
+        self.counter.add(
+            cls, bucket=bucket, access_key=key, requests=1, bytes_in=_request_bytes(environ)
+        )
+        return self._counted(self.app(environ, start_response), cls, bucket, key)
 
-    def _counted(self, body: Iterable[bytes], cls: str, bucket: str) -> Iterator[bytes]:
+    def _counted(
+        self, body: Iterable[bytes], cls: str, bucket: str, access_key: str
+    ) -> Iterator[bytes]:
         """Pass the response on, counting each chunk before it is sent (so a client that has
         read the whole answer also sees it counted)."""
         try:
             for chunk in body:
-                self.counter.add(cls, bucket=bucket, bytes_out=len(chunk))
+                self.counter.add(cls, bucket=bucket, access_key=access_key, bytes_out=len(chunk))
                 yield chunk
         finally:
             close = getattr(body, "close", None)
@@ -211,7 +247,11 @@ class CountingMiddleware:
                 return [b"POST /_counter/reset zeroes the counts\n"]
             counts: dict[str, Any] = self.counter.reset()
         else:
-            counts = {"total": self.counter.snapshot(), "buckets": self.counter.by_bucket()}
+            counts = {
+                "total": self.counter.snapshot(),
+                "buckets": self.counter.by_bucket(),
+                "access_keys": self.counter.by_access_key(),
+            }
         body = json.dumps(counts).encode()
         start_response(
             "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
@@ -255,8 +295,11 @@ class CountingMotoServer:
     def counts_by_bucket(self) -> dict[str, dict[str, dict[str, int]]]:
         return self.counter.by_bucket()
 
+    def counts_by_access_key(self) -> dict[str, dict[str, dict[str, int]]]:
+        return self.counter.by_access_key()
+
     def reset(self) -> dict[str, Any]:
-        """Zero the counts; ``{"total": ..., "buckets": ...}`` as they were."""
+        """Zero the counts; ``{"total": ..., "buckets": ..., "access_keys": ...}`` as they were."""
         return self.counter.reset()
 
     def stop(self) -> None:
@@ -275,7 +318,8 @@ class CountingMotoServer:
 
 def fetch_counts(endpoint: str) -> dict[str, Any]:
     """The counts of a counting server at ``endpoint`` (``http://host:port``), over HTTP:
-    ``{"total": {class: {...}}, "buckets": {bucket: {class: {...}}}}``."""
+    ``{"total": {class: {...}}, "buckets": {bucket: {class: {...}}}, "access_keys": {key:
+    {class: {...}}}}``."""
     with urllib.request.urlopen(endpoint + COUNTER_PATH, timeout=30) as response:
         counts: dict[str, Any] = json.loads(response.read())
         return counts

@@ -91,10 +91,11 @@ def test_a_known_sequence_of_s3fs_calls(server: CountingMotoServer, fs: Any) -> 
     assert server.counts()["GET"]["bytes_out"] == 100 + len(data)
 
     # The HTTP view agrees with the in-process one, and a reset returns the old counts.
-    # Every request named the bucket: its count is the total.
+    # Every request named the bucket and was signed with the one key: their counts are the total.
     assert fetch_counts(server.endpoint) == {
         "total": server.counts(),
         "buckets": {"bench": server.counts()},
+        "access_keys": {"testing": server.counts()},
     }
     old = reset_counts(server.endpoint)
     assert requests(old["total"]) == {"PUT": 8, "LIST": 1, "GET": 3, "DELETE": 2}
