@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,10 @@ LOG_CONFIG = LogConfig(segment_bytes=256 * 1024, file_delete_delay_ms=0)
 
 
 def _partition(root: Path, topic: str, index: int) -> Partition:
-    storage = Storage.from_url(f"file://{root}/{topic}/{index}", fsync=False)
+    # In memory: the bounds are on what the log holds and stores, not on a file system, and
+    # the 100,000-transaction run writes a new object per group commit (on local files,
+    # ~100,000 file creates: 226 s of CI time, 4 s here).
+    storage = Storage.from_url(f"memory://bounded-{root.name}-{uuid.uuid4().hex}/{topic}/{index}")
     return Partition(topic, index, Log.open(storage, LOG_CONFIG), 0, TopicPolicy(), LEADER)
 
 
