@@ -172,11 +172,6 @@ class Journal:
         with self._lock:
             return [(n, e.size) for n, e in self._entries.items() if n.startswith(prefix)]
 
-    def files(self) -> list[str]:
-        """The journal files known, oldest first (for tests and ``replog log dump``)."""
-        with self._lock:
-            return sorted(self._files)
-
     def read(self, entry: JournalEntry, start: int = 0, end: int | None = None) -> bytes:
         stop = entry.size if end is None else min(end, entry.size)
         if start >= stop:
