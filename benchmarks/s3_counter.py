@@ -133,12 +133,10 @@ class RequestCounter:
         bytes_out: int = 0,
     ) -> None:
         with self._lock:
-            per_bucket = self._buckets.get(bucket)
-            if per_bucket is None:
-                per_bucket = self._buckets[bucket] = self._zero()
-            per_key = self._access_keys.get(access_key)
-            if per_key is None:
-                per_key = self._access_keys[access_key] = self._zero()
+            per_bucket = self._buckets.get(bucket) or self._buckets.setdefault(bucket, self._zero())
+            per_key = self._access_keys.get(access_key) or self._access_keys.setdefault(
+                access_key, self._zero()
+            )
             for entry in (self._counts[cls], per_bucket[cls], per_key[cls]):
                 entry["requests"] += requests
                 entry["bytes_in"] += bytes_in
@@ -151,15 +149,19 @@ class RequestCounter:
 
     def by_bucket(self) -> dict[str, dict[str, dict[str, int]]]:
         """A copy per bucket (``""``: requests naming no bucket, e.g. ListBuckets)."""
-        with self._lock:
-            return {b: {c: dict(v) for c, v in x.items()} for b, x in self._buckets.items()}
+        return self._copy(self._buckets)
 
     def by_access_key(self) -> dict[str, dict[str, dict[str, int]]]:
         """A copy per signing access key (``""``: unsigned requests). Tests give the client
         they measure its own key, so that a broker's background requests to the same
         endpoint are not counted against it."""
+        return self._copy(self._access_keys)
+
+    def _copy(
+        self, table: dict[str, dict[str, dict[str, int]]]
+    ) -> dict[str, dict[str, dict[str, int]]]:
         with self._lock:
-            return {k: {c: dict(v) for c, v in x.items()} for k, x in self._access_keys.items()}
+            return {name: {c: dict(v) for c, v in x.items()} for name, x in table.items()}
 
     def reset(self) -> dict[str, Any]:
         """Zero the counts; returns what they were, ``{"total": ..., "buckets": ...,
