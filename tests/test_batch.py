@@ -115,6 +115,14 @@ def test_python_records_round_trip(compression: Compression) -> None:
     assert without_offsets(got) == records
 
 
+def test_python_records_timestamps_out_of_order_and_from_an_iterator() -> None:
+    records = [Record(b"k", b"v", t) for t in (500, 100, 900, 300)]
+    batch = parse_header(build(iter(records)))  # any iterable, read once
+    batch.ensure_valid()
+    assert (batch.first_timestamp, batch.max_timestamp) == (500, 900)
+    assert without_offsets(batch.records()) == records
+
+
 @pytest.mark.parametrize("compression", ALL_COMPRESSIONS)
 def test_arrow_round_trip(compression: Compression) -> None:
     table = pa.table(
@@ -638,17 +646,48 @@ def test_malformed_payload(payload: bytes) -> None:
         batch.records()
 
 
-def test_payload_nulls_in_non_nullable_fields() -> None:
+@pytest.mark.parametrize(
+    ("timestamp", "headers", "match"),
+    [
+        (None, None, "null timestamps"),
+        (1, [{"key": None, "value": b"x"}], "null header or header key"),
+        (1, [None], "null header or header key"),
+        (1, [{"key": "ok", "value": b"x"}, {"key": None, "value": None}], "null header"),
+    ],
+)
+def test_payload_nulls_in_non_nullable_fields(
+    timestamp: int | None, headers: list[Any] | None, match: str
+) -> None:
     # Arrow does not enforce nullability; the reader does.
     columns = [
         pa.array([b"k"]),
         pa.array([b"v"]),
-        pa.array([None], pa.int64()),
-        pa.nulls(1, B.HEADERS_TYPE),
+        pa.array([timestamp], pa.int64()),
+        pa.array([headers], B.HEADERS_TYPE),
     ]
     payload = _ipc(pa.Table.from_arrays(columns, schema=RECORD_SCHEMA))
-    with pytest.raises(CorruptRecordError, match="null timestamps"):
+    with pytest.raises(CorruptRecordError, match=match):
         _payload_batch(payload).to_arrow()
+
+
+def test_payload_with_null_or_empty_headers_is_accepted() -> None:
+    columns = [
+        pa.array([b"k", None, b"k3"]),
+        pa.array([b"v", b"v2", None]),
+        pa.array([1, 2, 3], pa.int64()),
+        pa.array([None, [], [{"key": "h", "value": None}]], B.HEADERS_TYPE),
+    ]
+    payload = _ipc(pa.Table.from_arrays(columns, schema=RECORD_SCHEMA))
+    batch = _payload_batch(payload)
+    struct_buf = bytearray(batch.buffer)
+    struct.pack_into(">i", struct_buf, ATTRIBUTES_OFFSET + 2, 2)  # lastOffsetDelta
+    struct.pack_into(">i", struct_buf, HEADER_SIZE - 4, 3)  # recordCount
+    got = parse_header(recrc(struct_buf)).records()
+    assert [(r.key, r.value, r.headers) for r in got] == [
+        (b"k", b"v", ()),
+        (None, b"v2", ()),
+        (b"k3", None, (("h", None),)),
+    ]
 
 
 def test_payload_split_into_several_arrow_batches_is_accepted() -> None:
