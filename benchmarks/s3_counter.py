@@ -45,6 +45,7 @@ import signal
 import sys
 import threading
 import urllib.request
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -115,8 +116,8 @@ class RequestCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = self._zero()
-        self._buckets: dict[str, dict[str, dict[str, int]]] = {}
-        self._access_keys: dict[str, dict[str, dict[str, int]]] = {}
+        self._buckets: defaultdict[str, dict[str, dict[str, int]]] = defaultdict(self._zero)
+        self._access_keys: defaultdict[str, dict[str, dict[str, int]]] = defaultdict(self._zero)
 
     @staticmethod
     def _zero() -> dict[str, dict[str, int]]:
@@ -133,10 +134,7 @@ class RequestCounter:
         bytes_out: int = 0,
     ) -> None:
         with self._lock:
-            per_bucket = self._buckets.get(bucket) or self._buckets.setdefault(bucket, self._zero())
-            per_key = self._access_keys.get(access_key) or self._access_keys.setdefault(
-                access_key, self._zero()
-            )
+            per_bucket, per_key = self._buckets[bucket], self._access_keys[access_key]
             for entry in (self._counts[cls], per_bucket[cls], per_key[cls]):
                 entry["requests"] += requests
                 entry["bytes_in"] += bytes_in
@@ -169,10 +167,12 @@ class RequestCounter:
         with self._lock:
             old = {
                 "total": self._counts,
-                "buckets": self._buckets,
-                "access_keys": self._access_keys,
+                "buckets": dict(self._buckets),
+                "access_keys": dict(self._access_keys),
             }
-            self._counts, self._buckets, self._access_keys = self._zero(), {}, {}
+            self._counts = self._zero()
+            self._buckets.clear()
+            self._access_keys.clear()
             return old
 
 

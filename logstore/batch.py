@@ -857,9 +857,9 @@ def build(
         data = to_record_schema(records)
     else:
         rows = list(records)
-        data = records_to_arrow(rows)  # ValueError for a null timestamp, so they are ints:
-        # the first and largest in Python, not with an Arrow call (a coordinator's batches
-        # are a record or three)
+        data = records_to_arrow(rows)  # a null timestamp is a ValueError here
+        # The first and largest timestamps in Python, not with an Arrow call: a coordinator's
+        # batches are a record or three.
         timestamps = (rows[0].timestamp, max(r.timestamp for r in rows)) if rows else None
     attributes = int(compression)
     if timestamp_type is TimestampType.LOG_APPEND_TIME:

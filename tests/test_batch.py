@@ -679,10 +679,10 @@ def test_payload_with_null_or_empty_headers_is_accepted() -> None:
     ]
     payload = _ipc(pa.Table.from_arrays(columns, schema=RECORD_SCHEMA))
     batch = _payload_batch(payload)
-    struct_buf = bytearray(batch.buffer)
-    struct.pack_into(">i", struct_buf, ATTRIBUTES_OFFSET + 2, 2)  # lastOffsetDelta
-    struct.pack_into(">i", struct_buf, HEADER_SIZE - 4, 3)  # recordCount
-    got = parse_header(recrc(struct_buf)).records()
+    buf = bytearray(batch.buffer)
+    struct.pack_into(">i", buf, ATTRIBUTES_OFFSET + 2, 2)  # lastOffsetDelta
+    struct.pack_into(">i", buf, HEADER_SIZE - 4, 3)  # recordCount
+    got = parse_header(recrc(buf)).records()
     assert [(r.key, r.value, r.headers) for r in got] == [
         (b"k", b"v", ()),
         (None, b"v2", ()),
