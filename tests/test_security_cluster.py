@@ -17,7 +17,13 @@ import confluent_kafka
 import pytest
 
 from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from replication.errors import SaslAuthenticationFailedError, TopicAuthorizationFailedError
+from replication.errors import (
+    GroupAuthorizationFailedError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
+    for_code,
+)
+from replication.protocol import ApiKey, FindCoordinatorRequest
 from replication.tools.cli_common import read_properties
 from tests.helpers import unique_name, wait_until
 
@@ -134,6 +140,25 @@ def test_a_user_is_refused_until_an_acl_allows_it(secure: SecureLocalCluster) ->
             "--group", group, *cc,
         )
     )  # fmt: skip
+
+    def group_acl_everywhere() -> bool:
+        """`acls add` answers once the controller has the bindings; each broker authorizes
+        with the metadata it has applied (as Kafka's brokers do with their ACL cache). A
+        consumer whose FindCoordinator reaches a broker that has not applied them yet fails
+        for good (GroupAuthorizationFailedError, as in Kafka): wait until every broker
+        authorizes alice's FindCoordinator itself, as above for her login."""
+        with Admin(secure.alice()) as admin:
+            cluster = admin._cluster
+            for address in secure.bootstrap.split(","):
+                host, port = address.rsplit(":", 1)
+                response = cluster.connection_to(host, int(port)).send(
+                    ApiKey.FIND_COORDINATOR, 0, FindCoordinatorRequest(key=group, key_type=0)
+                )
+                if for_code(response.error_code) is GroupAuthorizationFailedError:
+                    return False
+        return True
+
+    wait_until(group_acl_everywhere, timeout=30, message="alice's group ACL on every broker")
     with Producer(secure.alice()) as producer:
         for i in range(10):
             producer.send(topic, str(i).encode(), partition=i % 2)
