@@ -742,6 +742,38 @@ def test_compaction_then_reopen(root: Storage) -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("cached", ["all", "one_evicted"])
+def test_compaction_caches_the_packed_chunk_when_its_sources_were(cached: str) -> None:
+    """The packed chunk's tail-cache entry is its sources' cached bytes joined (before the
+    swap takes the log's lock): byte for byte the packed object's chunk, so the log's reads
+    after compaction are served from memory. A source not in the cache leaves the packed
+    chunk out of it too, and reads go to storage."""
+    root = memory_root()
+    key = ("orders", 0)
+    node = Node(root, [key])
+    node.start()
+    written = three_chunks(node, key)
+    log = node.logs[key]
+    sources = log.extents()
+    assert all(isinstance(e, ChunkSegment) and log._cache_get(e.name) for e in sources)
+    if cached == "one_evicted":
+        log._cache_drop(sources[1].name)
+    result = node.compactor().compact()
+    assert len(result.switched) == 1
+    (extent,) = log.extents()
+    assert isinstance(extent, ChunkSegment)
+    c = extent.chunk
+    entry = log._cache_get(extent.name)
+    if cached == "all":
+        assert entry == root.read_range(c.object, c.position, c.position + c.size)
+    else:
+        assert entry is None
+    assert all(log._cache_get(e.name) is None for e in sources)
+    assert values(log) == written
+    node.stop()
+
+
+@pytest.mark.unit
 def test_compaction_racing_a_truncation_loses() -> None:
     """A truncation shortens the chunk the compactor read: the swap is refused, nothing
     voided comes back through the packed object."""
