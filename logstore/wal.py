@@ -45,7 +45,7 @@ fences its predecessors.
 
 On local files the broker asks its root to journal its L0 objects
 (``Storage.journal``, :mod:`logstore.journal`, ``log.wal.journal.enable``): an object up to
-64 KiB is then a frame in a pre-written journal file, made durable with one ``fdatasync``
+4 MiB is then a frame in a pre-written journal file, made durable with one ``fdatasync``
 instead of a new file's fsync, rename and directory fsync (a file-system journal commit per
 flush, most of a synchronous acks=all send when replicas share a disk). Nothing here changes:
 the object keeps its name, and every read, list and delete goes through the Storage.
@@ -58,11 +58,12 @@ append first answers the followers' parked fetches) the loop writes the object i
 (:meth:`WalWriter.write_now`), and a follower's fetcher writes its fetched batches the same
 way before its next fetch. The loop writes only when the I/O thread is idle with nothing of its
 on the way to the loop (one object at a time, delivered in seq order), only objects up to that
-size, and only while its writes stay fast: one slower than INLINE_SLOW_S (a stalling disk
-blocks everything the loop serves) hands the writes to the thread for INLINE_PAUSE_MIN_S,
-doubling for each slow one in a row up to INLINE_PAUSE_MAX_S. A failed write on the loop is
-not retried there: the thread takes the batches again. Kafka's request threads append without
-an fsync; here the fsync is the acks=all promise, so it stays, and only the hops around it go.
+size (INLINE_MAX_BYTES, 32 KiB), and only while its writes stay fast: one slower than
+INLINE_SLOW_S (a stalling disk blocks everything the loop serves) hands the writes to the
+thread for INLINE_PAUSE_MIN_S, doubling for each slow one in a row up to INLINE_PAUSE_MAX_S.
+A failed write on the loop is not retried there: the thread takes the batches again. Kafka's
+request threads append without an fsync; here the fsync is the acks=all promise, so it stays,
+and only the hops around it go.
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ WAL_PREFIX = "_replog/wal"
 #: once), and a 1 s pause put ~12% of a sync producer's writes back on the thread; a disk
 #: that stalls is slow in a row and reaches seconds within ten writes.
 INLINE_SLOW_S = 0.005
+#: The largest object the loop writes itself (``inline_max_bytes`` on a journaled root): the
+#: loop serves nothing while it writes, and a journaled write of this size takes a fraction of
+#: a millisecond, about what the two thread hand-offs around it cost; a bigger one's time is
+#: its data's, and it goes to the I/O thread (the journal takes objects up to 4 MiB).
+INLINE_MAX_BYTES = 32 << 10
 INLINE_PAUSE_MIN_S = 0.05
 INLINE_PAUSE_MAX_S = 30.0
 #: The first seq of a broker root that has none; 0 never names an object (a truncation record

@@ -114,7 +114,7 @@ class BrokerConfig:
         default=True,
         metadata=k(
             "log.wal.journal.enable",
-            "on local files, write small WAL objects (up to 64 KiB) into pre-written journal "
+            "on local files, write WAL objects up to 4 MiB into pre-written journal "
             "files under the log dir's .replog-journal/ with one fdatasync, instead of a new "
             "file each (temp, fsync, rename, directory fsync): no file-system journal commit "
             "per flush, which is most of an acks=all send's latency on one disk; readers see "

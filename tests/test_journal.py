@@ -89,6 +89,28 @@ def test_big_objects_and_other_prefixes_stay_files(tmp_path: Path) -> None:
     storage.close()
 
 
+def test_a_flush_sized_object_is_journaled_by_default(tmp_path: Path) -> None:
+    """By default objects up to 4 MiB are frames (a WAL object at hundreds of thousands of
+    records/s is around a megabyte: as a file of its own its metadata is what a busy disk
+    makes slow), bigger ones files; a reader in another process sees both."""
+    storage = Storage.from_url(tmp_path.as_uri())
+    assert isinstance(storage, LocalStorage)
+    storage.journal(WAL)
+    flush, big = os.urandom(800_000), os.urandom((4 << 20) + 1)
+    storage.write(name(1), flush)
+    storage.write(name(2), big)
+    assert not (tmp_path / name(1)).exists()
+    assert (tmp_path / name(2)).read_bytes() == big
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert reader.read(name(1)) == flush
+    assert reader.read_range(name(1), 799_990, 800_000) == flush[-10:]
+    assert [(o.path, o.size) for o in reader.list(WAL)] == [
+        (name(1), len(flush)),
+        (name(2), len(big)),
+    ]
+    storage.close()
+
+
 def test_another_process_sees_writes_and_deletes_as_they_happen(tmp_path: Path) -> None:
     """A reader (a Spark executor, replog log dump) opens the root with no journal of its
     own: it finds objects journaled before and after its first look, and deletes."""

@@ -28,10 +28,9 @@ from logstore.checkpoint import BROKER_CHECKPOINT_NAME, BrokerCheckpoint
 from logstore.compaction import Compactor, HolderTable, round_phase
 from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
-from logstore.journal import DEFAULT_MAX_OBJECT_BYTES
 from logstore.log import Log
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX, FlushResult, WalIndex, WalWriter
+from logstore.wal import INLINE_MAX_BYTES, WAL_PREFIX, FlushResult, WalIndex, WalWriter
 from replication import events
 from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy
@@ -860,9 +859,8 @@ class ReplicaManager:
             index=index,
             # On a journaled root the loop writes what it appended (produced or fetched
             # batches) itself when the writer is idle (see logstore.wal): such a write is
-            # cheaper than the two thread hand-offs around it. Half the journal's largest
-            # object leaves room for the WAL object's index (a bigger one is a file).
-            inline_max_bytes=DEFAULT_MAX_OBJECT_BYTES // 2 if self._wal_journaled else 0,
+            # cheaper than the two thread hand-offs around it, for small objects only.
+            inline_max_bytes=INLINE_MAX_BYTES if self._wal_journaled else 0,
         )
         self.compactor = Compactor(
             self.storage,
