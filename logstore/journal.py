@@ -53,7 +53,9 @@ rename and directory fsync, on this machine's disk). A bigger write's time is it
 
 from __future__ import annotations
 
+import errno
 import logging
+import mmap
 import os
 import secrets
 import struct
@@ -85,6 +87,10 @@ DEFAULT_CAPACITY: Final = 16 << 20
 #: Objects up to this size are journaled; bigger ones are files (see the module docstring).
 DEFAULT_MAX_OBJECT_BYTES: Final = 4 << 20
 _ZEROS: Final = bytes(1 << 20)
+#: ``os.O_DIRECT`` where the platform has it (Linux), else 0; and its alignment of buffers,
+#: offsets and lengths (a page: every block size up to it)
+_O_DIRECT: Final = getattr(os, "O_DIRECT", 0)
+_DIRECT_ALIGN: Final = 4096
 #: How much of a file a walk reads at a time (it stops at the first frame that does not check)
 _WALK_BYTES: Final = 256 << 10
 
@@ -461,9 +467,11 @@ class Journal:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             header = _FILE_HEADER.pack(_FILE_MAGIC, _VERSION, 0, generation, self.capacity)
-            os.pwrite(fd, header, 0)
-            position = FILE_HEADER_SIZE
-            while position < self.capacity:
+            position = _prewrite_direct(path, header, self.capacity) if self._fsync else 0
+            if position == 0:
+                os.pwrite(fd, header, 0)
+                position = FILE_HEADER_SIZE
+            while position < self.capacity:  # what the page cache takes: all, or the tail
                 position += os.pwrite(fd, _ZEROS[: self.capacity - position], position)
             if self._fsync:
                 os.fsync(fd)
@@ -477,3 +485,44 @@ class Journal:
             self._unlink(name)
             raise
         return _File(name, generation, self.capacity, FILE_HEADER_SIZE), fd
+
+
+def _prewrite_direct(path: str, header: bytes, capacity: int) -> int:
+    """Write ``header`` and zeros after it into the new file ``path``, bypassing the page cache
+    (O_DIRECT), up to ``capacity`` rounded down to the alignment; how many bytes from the
+    start it wrote (0: none, on a file system that refuses O_DIRECT, as tmpfs before Linux
+    6.6). Why: a file written through the page cache is a burst of writeback when it is
+    synced, and the writer's frames wait behind it. 800 KB frames at 75 a second beside
+    compaction-sized direct writes (60 MB/s), files made ahead as here: p99 15-17 ms with the
+    zeros through the page cache, 8.5-9.2 ms written direct (p50 1.2 / 1.4 ms: a frame's last
+    page is now read before it is written)."""
+    aligned = capacity - capacity % _DIRECT_ALIGN
+    if not _O_DIRECT or aligned < _DIRECT_ALIGN:
+        return 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
+    except OSError as err:
+        if err.errno == errno.EINVAL:
+            return 0
+        raise
+    position = 0
+    try:
+        with mmap.mmap(-1, min(1 << 20, aligned)) as buffer:  # page-aligned, zeros
+            buffer[: len(header)] = header
+            with memoryview(buffer) as slot:
+                while position < aligned:
+                    n = min(len(slot), aligned - position)
+                    try:
+                        written = os.pwrite(fd, slot[:n], position)
+                    except OSError as err:
+                        if err.errno != errno.EINVAL:
+                            raise
+                        break  # not on this file system: the page cache takes the rest
+                    if position == 0:
+                        buffer[: len(header)] = bytes(len(header))
+                    position += written
+                    if written % _DIRECT_ALIGN:  # a short write off the alignment
+                        break
+    finally:
+        os.close(fd)
+    return position if position >= len(header) else 0

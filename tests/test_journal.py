@@ -111,6 +111,31 @@ def test_a_flush_sized_object_is_journaled_by_default(tmp_path: Path) -> None:
     storage.close()
 
 
+@pytest.mark.parametrize("capacity", [64 << 10, (3 << 20) + 1000])
+def test_a_new_file_is_its_header_then_zeros_to_its_capacity(tmp_path: Path, capacity: int) -> None:
+    """Files are pre-written whole before a frame goes in (written past the page cache where
+    the file system allows: an aligned capacity all of it, an unaligned one but its tail),
+    and frames written over the zeros read back, from this process and another."""
+    journal = Journal(str(tmp_path), capacity=capacity, writer=True)
+    journal.open_file()
+    (first, *_) = journal_files(tmp_path)
+    data = (tmp_path / JOURNAL_DIR / first).read_bytes()
+    assert len(data) == capacity
+    assert data[:4] == b"RPLJ"
+    assert data[FILE_HEADER_SIZE:] == bytes(capacity - FILE_HEADER_SIZE)
+    payloads = [os.urandom(n) for n in (1, 5000, 20_000)]
+    for i, payload in enumerate(payloads):
+        journal.append(name(i), payload)
+    reader = Journal(str(tmp_path))
+    reader.refresh()
+    for i, payload in enumerate(payloads):
+        for j in (journal, reader):
+            entry = j.lookup(name(i))
+            assert entry is not None
+            assert j.read(entry) == payload
+    journal.close()
+
+
 def test_another_process_sees_writes_and_deletes_as_they_happen(tmp_path: Path) -> None:
     """A reader (a Spark executor, replog log dump) opens the root with no journal of its
     own: it finds objects journaled before and after its first look, and deletes."""
