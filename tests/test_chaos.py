@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from logstore.storage import Storage
+from replication.client import Admin
 from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
+from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import (
     Ack,
     Fault,
@@ -325,6 +327,29 @@ SCHEDULES = [
         id="segments_crashes_and_storage",
     ),
 ]
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_a_broker_restarts_behind_its_proxy_when_its_old_port_was_taken(tmp_path: Path) -> None:
+    """Another test's process may take a killed broker's port before the restart (it did in
+    CI: EADDRINUSE). The broker takes a fresh port and the proxy follows it."""
+    cluster = ChaosCluster(tmp_path, brokers=1)
+    try:
+        cluster.start()
+        broker = cluster.brokers[0]
+        old_port = broker.port
+        broker.kill()
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", old_port))
+            squatter.listen()
+            broker.start()
+            assert broker.port != old_port
+            with Admin(bootstrap_servers=cluster.bootstrap, default_api_timeout_ms=30000) as admin:
+                cluster.wait_registered(admin, time.monotonic() + 30)
+                assert [b.node_id for b in admin.describe_cluster().brokers] == [0]
+    finally:
+        cluster.close()
 
 
 @pytest.mark.cluster

@@ -3,9 +3,11 @@ its own proxy and on a log storage the harness can break.
 
 - Controllers 100 (active first) and 101 (standby) are ``process.roles=controller`` processes
   sharing one metadata root; killing the active one makes the standby take over.
-- Broker ``i`` listens on a fixed port and advertises its :class:`~tests.proxy.TcpProxy`, so
-  clients and the other brokers' fetchers reach it only through the proxy (``net_cut`` and
-  ``net_stall`` act there). Brokers are ``process.roles=broker``: never controllers.
+- Broker ``i`` advertises its :class:`~tests.proxy.TcpProxy`, so clients and the other
+  brokers' fetchers reach it only through the proxy (``net_cut`` and ``net_stall`` act there).
+  Each start listens on a port the kernel picks and points the proxy at it: a port chosen
+  beforehand, or kept across a kill, can be taken meanwhile by another test's process.
+  Brokers are ``process.roles=broker``: never controllers.
 - Brokers run through :mod:`tests.chaos.launcher`, so :meth:`ChaosCluster.set_storage_faults`
   makes a broker's own log storage fail, stall or tear writes.
 
@@ -34,7 +36,6 @@ from replication.metadata.store import MetadataStore
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
 from tests.cluster import FAST_FAILOVER, BrokerProcess
-from tests.helpers import free_port
 from tests.proxy import TcpProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,18 @@ BROKER_SETTINGS = {
 
 
 class LaunchedBroker(BrokerProcess):
-    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage)."""
+    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage), reached
+    through ``proxy``."""
+
+    def __init__(self, *args: Any, proxy: TcpProxy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.proxy = proxy
+
+    def start(self) -> LaunchedBroker:
+        self.port = 0  # a fresh port: the last one may have been taken while this was down
+        super().start()
+        self.proxy.target = ("127.0.0.1", self.port)
+        return self
 
     def command(self) -> list[str]:
         cmd = super().command()  # [python, "-m", "replication.tools.cli", role, "start", ...]
@@ -85,22 +97,21 @@ class ChaosCluster:
         self.storage_seq = 0
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         for i in range(brokers):
-            port = free_port()
-            proxy = TcpProxy("127.0.0.1", port, record=False)
+            # The target is set by each start of the broker (LaunchedBroker.start).
+            proxy = TcpProxy("127.0.0.1", 0, record=False)
             self.proxies[i] = proxy.start()
             broker_dir = self.data_dir / f"broker-{i}"
             control = broker_dir / "storage-control.json"
             broker = LaunchedBroker(
                 broker_dir,
                 broker_id=i,
-                port=port,
                 overrides={
                     **common,
                     "process.roles": "broker",
-                    "listeners": f"127.0.0.1:{port}",
                     "advertised.listeners": proxy.address,
                 },
                 env={CONTROL_ENV: str(control), "PYTHONPATH": python_path},
+                proxy=proxy,
             )
             write_control(control, broker.log_dir, 0, [])
             self.brokers[i] = broker
