@@ -41,6 +41,17 @@ expects a compacted copy beside its source). A later write of a name wins over a
 The writer deletes journal files oldest first, each once nothing in it is live and it is not
 being written: a delete frame in a newer file must outlive the file of the object it deletes.
 
+The journal keeps none of its bytes in the page cache: each frame's pages are dropped once it
+is synced (``POSIX_FADV_DONTNEED``), and a read's once it is read. A WAL object is read about
+once, by compaction, so its cached pages would only be memory taken from the segments that
+consumers read; PostgreSQL drops its WAL segments' pages for the same reason. On this machine
+(a VM whose host takes back the guest's free pages) a page cache that grows is also CPU: a
+page first touched costs ~16 us of system time. Six 12 s windows in a row at half the
+maximum rate (Arrow, 250k records/s, the cache growing ~1 GB per window) gave p99 39, 55, 96,
+237, 277, 620 ms, the brokers' system time rising from 0.08 to 0.33 s/s each; with the pages
+dropped, 41, 46, 35, 42, 40, 44 ms and 0.08 s/s throughout, for ~78 MB/s of compaction reads
+from the disk. The last, partial page of a frame stays cached for the next frame's write.
+
 An object bigger than ``max_object_bytes`` (4 MiB, a quarter of a file: a frame that does not
 fit the rest of a file starts the next one, so at most a quarter of a file goes unused) is a
 file as before. Objects up to 4 MiB, not only the small ones, are journaled because a new
@@ -91,6 +102,9 @@ _ZEROS: Final = bytes(1 << 20)
 #: offsets and lengths (a page: every block size up to it)
 _O_DIRECT: Final = getattr(os, "O_DIRECT", 0)
 _DIRECT_ALIGN: Final = 4096
+#: ``os.POSIX_FADV_DONTNEED`` where the platform has it (not macOS)
+_FADV_DONTNEED: Final = getattr(os, "POSIX_FADV_DONTNEED", None)
+_FADV_RANDOM: Final = getattr(os, "POSIX_FADV_RANDOM", None)
 #: How much of a file a walk reads at a time (it stops at the first frame that does not check)
 _WALK_BYTES: Final = 256 << 10
 
@@ -189,8 +203,13 @@ class Journal:
         if start >= stop:
             return b""
         with open(os.path.join(self.directory, entry.file), "rb") as f:
+            if self._fsync and _FADV_RANDOM is not None:  # no read-ahead past the object
+                os.posix_fadvise(f.fileno(), 0, 0, _FADV_RANDOM)
             f.seek(entry.position + start)
-            return f.read(stop - start)
+            data = f.read(stop - start)
+            if self._fsync:  # without fsync the pages may be dirty: dropping would write them
+                _drop_cached(f.fileno(), entry.position + start, stop - start)
+            return data
 
     def refresh(self) -> None:
         """Walk what was appended since the last walk (by another process, or an earlier
@@ -217,6 +236,8 @@ class Journal:
     def _walk(self, name: str, known: _File | None) -> None:
         path = os.path.join(self.directory, name)
         with open(path, "rb") as f:
+            if self._fsync and _FADV_RANDOM is not None:  # no read-ahead past the frames
+                os.posix_fadvise(f.fileno(), 0, 0, _FADV_RANDOM)
             if known is None:
                 head = f.read(FILE_HEADER_SIZE)
                 if len(head) < FILE_HEADER_SIZE:
@@ -277,6 +298,10 @@ class Journal:
                     self._forget(object_name)
                 at = end
         finally:
+            if self._fsync:  # what was read, but the page where the next frame goes
+                _drop_cached(f.fileno(), known.end, at)
+                after = -(-(known.end + at + 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+                _drop_cached(f.fileno(), after, known.end + len(view) - after)
             known.end += at
 
     # --- writing ----------------------------------------------------------------------------
@@ -291,6 +316,9 @@ class Journal:
             assert self._active is not None
             if self._fsync:
                 os.fdatasync(self._active_fd)
+                # From the file's start: the folio (a large one, say 1 MiB) holding both the
+                # header or an earlier frame's end and this frame's start goes too.
+                _drop_cached(self._active_fd, 0, position + len(data))
             entry = JournalEntry(self._active.name, position, len(data))
             self._enter(name, entry)
 
@@ -485,6 +513,18 @@ class Journal:
             self._unlink(name)
             raise
         return _File(name, generation, self.capacity, FILE_HEADER_SIZE), fd
+
+
+def _drop_cached(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to drop the clean cached pages wholly inside ``[offset, offset +
+    length)`` of ``fd`` (a partial page at either end stays). Advice only: where the platform
+    has no ``posix_fadvise`` or the file system ignores it (tmpfs), nothing happens."""
+    if _FADV_DONTNEED is None or length <= 0:
+        return
+    try:
+        os.posix_fadvise(fd, offset, length, _FADV_DONTNEED)
+    except OSError as err:  # the bytes are written and synced: only the advice failed
+        log.debug("posix_fadvise(DONTNEED) failed: %s", err)
 
 
 def _prewrite_direct(path: str, header: bytes, capacity: int) -> int:

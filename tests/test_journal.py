@@ -9,7 +9,9 @@ never served, and a writer killed mid-append that loses nothing it acknowledged.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import mmap
 import os
 import signal
 import subprocess
@@ -133,6 +135,59 @@ def test_a_new_file_is_its_header_then_zeros_to_its_capacity(tmp_path: Path, cap
             entry = j.lookup(name(i))
             assert entry is not None
             assert j.read(entry) == payload
+    journal.close()
+
+
+def resident_pages(path: Path) -> list[bool]:
+    """Which of the file's pages are in the page cache (mincore(2) over a mapping of it,
+    which faults nothing in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    size = path.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    with open(path, "rb") as f:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        vector = ctypes.create_string_buffer(pages)
+        assert libc.mincore(address, size, vector) == 0, os.strerror(ctypes.get_errno())
+        return [bool(b & 1) for b in vector.raw]
+    finally:
+        libc.munmap(address, size)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mincore and POSIX_FADV_DONTNEED: Linux")
+def test_the_journal_leaves_no_frame_in_the_page_cache(tmp_path: Path) -> None:
+    """A frame's pages are dropped once it is synced, walked or read (the journal is read
+    about once, by compaction): only a frame's last, partial page stays, for the next one."""
+    probe = tmp_path / "probe"
+    probe.write_bytes(bytes(1 << 20))
+    with open(probe, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    if any(resident_pages(probe)):
+        pytest.skip(f"the file system of {tmp_path} keeps pages against POSIX_FADV_DONTNEED")
+    journal = Journal(str(tmp_path), capacity=4 << 20, writer=True)
+    journal.open_file()
+    payload = os.urandom(1 << 20)
+    journal.append(name(1), payload)
+    entry = journal.lookup(name(1))
+    assert entry is not None
+    path = tmp_path / JOURNAL_DIR / entry.file
+    first = -(-entry.position // mmap.PAGESIZE)  # the first page wholly the frame's
+    last = (entry.position + entry.size) // mmap.PAGESIZE
+    assert not any(resident_pages(path)[first:last]), "the synced frame is still cached"
+    assert resident_pages(path)[last], "the frame's last, partial page was dropped"
+    reader = Journal(str(tmp_path))
+    reader.refresh()  # walks the frame, reading it whole to check its CRC
+    assert not any(resident_pages(path)[first:last]), "the walked frame stayed cached"
+    assert reader.read(entry) == payload
+    assert not any(resident_pages(path)[first:last]), "the frame read stayed cached"
+    assert sum(resident_pages(path)) <= 4, "the walk or the read left other pages cached"
     journal.close()
 
 
