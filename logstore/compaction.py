@@ -85,6 +85,10 @@ class ExtentHolder(Protocol):
         atomically, only if ``old`` are still live; False if anything changed meanwhile.
         The compactor moves the references."""
 
+    def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
+        """The extent's bytes if the holder keeps them in memory, checked when they were
+        appended (whole CRC-valid batches); None: the compactor reads the object."""
+
 
 class HolderTable:
     """One :class:`ExtentHolder` for a broker's partitions: routes each call to the holder of
@@ -115,6 +119,10 @@ class HolderTable:
         holder = self._get(new.topic_id, new.partition)
         return holder is not None and holder.replace_extents(old, new)
 
+    def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
+        holder = self._get(extent.topic_id, extent.partition)
+        return holder.cached_chunk(extent) if holder is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionResult:
@@ -131,6 +139,9 @@ class CompactionResult:
     refused: tuple[ChunkExtent, ...]
     #: objects deleted by the garbage collection that ended the round
     deleted: tuple[str, ...]
+    #: the sources read from the store (the others' live chunks were all in the holders'
+    #: memory, or they had none)
+    read: tuple[str, ...] = ()
 
 
 def fences(objects: Iterable[WalObject]) -> set[str]:
@@ -298,14 +309,11 @@ class Compactor:
         chosen = sorted(set(sources), key=lambda p: objects[p].name.max_seq)
         if not chosen:
             return CompactionResult(None, None, (), (), (), self._collect())
-        data = {}
-        for path in chosen:
-            data[path] = self.storage.read(path)  # one GET each
-            _yield_gil()
+        data: dict[str, bytes] = {}  # the sources read so far (one GET each, when needed)
         runs = self._live_runs(chosen, objects, data)
         if not runs:
-            return CompactionResult(None, None, tuple(chosen), (), (), self._collect())
-        inputs = [self._chunk_input(run, objects, data) for run in runs]
+            return CompactionResult(None, None, tuple(chosen), (), (), self._collect(), tuple(data))
+        inputs = [self._chunk_input(run, pieces, objects) for run, pieces in runs]
         min_seq = min(objects[p].index.min_seq for p in chosen)
         max_seq = max(objects[p].index.max_seq for p in chosen)
         body, out_index = encode_object(
@@ -325,7 +333,7 @@ class Compactor:
         by_key = {(c.topic_id, c.partition): c for c in out_index.chunks}
         switched = []
         refused = []
-        for run in runs:
+        for run, _ in runs:
             chunk = by_key[(run[0].topic_id, run[0].partition)]
             new = ChunkExtent.of(path, 1, chunk)
             # Take the reference before the swap: a reader that sees the new extent must
@@ -348,33 +356,63 @@ class Compactor:
             len(refused),
         )
         return CompactionResult(
-            path, out_index, tuple(chosen), tuple(switched), tuple(refused), self._collect()
+            path,
+            out_index,
+            tuple(chosen),
+            tuple(switched),
+            tuple(refused),
+            self._collect(),
+            tuple(data),
         )
 
     def _live_runs(
         self, chosen: list[str], objects: dict[str, WalObject], data: dict[str, bytes]
-    ) -> list[list[ChunkExtent]]:
+    ) -> list[tuple[list[ChunkExtent], list[bytes | memoryview]]]:
         """Per partition with live chunks in ``chosen``: its first run of adjacent live
         extents that all lie in ``chosen`` (a live extent elsewhere in between ends the run;
-        the rest waits for a later round). Extents whose bytes are not whole CRC-valid
-        batches are left where they are (reported: reading them fails too)."""
+        the rest waits for a later round), with each extent's bytes. Extents whose bytes are
+        not whole CRC-valid batches are left where they are (reported: reading them fails
+        too). Sources are read into ``data`` only for extents the holders do not cache."""
         wanted = set(chosen)
         keys = sorted({(c.topic_id, c.partition) for p in chosen for c in objects[p].index.chunks})
         runs = []
         for topic_id, partition in keys:
             run: list[ChunkExtent] = []
+            pieces: list[bytes | memoryview] = []
             for extent in self.holder.live_chunks(topic_id, partition):
                 if extent.object in wanted and (
                     not run or extent.base_offset == run[-1].next_offset
                 ):
-                    if not self._whole(extent, data[extent.object]):
+                    piece = self._bytes_of(extent, data)
+                    if piece is None:
                         break
                     run.append(extent)
+                    pieces.append(piece)
                 elif run:
                     break
             if run:
-                runs.append(run)
+                runs.append((run, pieces))
         return runs
+
+    def _bytes_of(self, extent: ChunkExtent, data: dict[str, bytes]) -> bytes | memoryview | None:
+        """The extent's bytes: the holder's cached copy, else read from its object (read
+        whole, once per round, and checked); None if they are damaged.
+
+        Why the cache first: the live chunks of recent L0 objects are mostly still in their
+        logs' tail caches, and reading them again is a GET each on S3 and, on local files,
+        a read from the disk (the journal keeps nothing in the page cache). A cached copy is
+        the bytes that went into the object (a cache key names its object, position and
+        size), checked when they were appended."""
+        cached = self.holder.cached_chunk(extent)
+        if cached is not None and len(cached) == extent.size:
+            return cached
+        source = data.get(extent.object)
+        if source is None:
+            source = data[extent.object] = self.storage.read(extent.object)  # one GET
+            _yield_gil()
+        if not self._whole(extent, source):
+            return None
+        return memoryview(source)[extent.position : extent.position + extent.size]
 
     def _whole(self, extent: ChunkExtent, data: bytes) -> bool:
         why = _damage(extent, data)
@@ -392,7 +430,10 @@ class Compactor:
         return why is None
 
     def _chunk_input(
-        self, run: list[ChunkExtent], objects: dict[str, WalObject], data: dict[str, bytes]
+        self,
+        run: list[ChunkExtent],
+        pieces: list[bytes | memoryview],
+        objects: dict[str, WalObject],
     ) -> ChunkInput:
         first = run[0]
         # the footer's topic name (a scanned object knows only the id)
@@ -409,10 +450,7 @@ class Compactor:
             topic,
             first.topic_id,
             first.partition,
-            [
-                memoryview(data[e.object])[e.position : e.position + e.size]
-                for e in run  # the live bytes, as they are
-            ],
+            pieces,  # the live bytes, as they are
             first_seq=min(e.first_seq for e in run),
             last_seq=max(e.last_seq for e in run),
             base_offset=first.base_offset,

@@ -1037,6 +1037,15 @@ class Log:
         with self._lock:
             return [s.chunk for s in self._segments if isinstance(s, ChunkSegment)]
 
+    def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
+        """The chunk extent's bytes from the tail cache, if they are there and were checked
+        when appended (``ExtentHolder``: the compactor then need not read its object)."""
+        name = ChunkSegment(extent).name
+        with self._lock:
+            if name not in self._cache_checked:
+                return None
+            return self._cache.get(name)
+
     def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
         """Swap the adjacent live chunk extents ``old`` for ``new`` (the same batches in
         another object), only if they are still live (``ExtentHolder``; a truncation or

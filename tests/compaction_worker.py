@@ -99,6 +99,9 @@ class ExtentTable:
         with self._lock:
             return list(self.extents.get((topic_id, partition), ()))
 
+    def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
+        return None  # a table of extents: the compactor reads every chunk from its object
+
     def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
         key = (new.topic_id, new.partition)
         with self._lock:

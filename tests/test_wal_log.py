@@ -747,7 +747,8 @@ def test_compaction_caches_the_packed_chunk_when_its_sources_were(cached: str) -
     """The packed chunk's tail-cache entry is its sources' cached bytes joined (before the
     swap takes the log's lock): byte for byte the packed object's chunk, so the log's reads
     after compaction are served from memory. A source not in the cache leaves the packed
-    chunk out of it too, and reads go to storage."""
+    chunk out of it too, and reads go to storage. The compactor reads from the store only
+    the sources whose live chunks are not cached."""
     root = memory_root()
     key = ("orders", 0)
     node = Node(root, [key])
@@ -766,8 +767,11 @@ def test_compaction_caches_the_packed_chunk_when_its_sources_were(cached: str) -
     entry = log._cache_get(extent.name)
     if cached == "all":
         assert entry == root.read_range(c.object, c.position, c.position + c.size)
+        assert result.read == ()
     else:
         assert entry is None
+        assert isinstance(sources[1], ChunkSegment)
+        assert result.read == (sources[1].chunk.object,)
     assert all(log._cache_get(e.name) is None for e in sources)
     assert values(log) == written
     node.stop()
