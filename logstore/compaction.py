@@ -3,10 +3,11 @@ garbage collection of objects nobody refers to (STORAGE.md §2.8).
 
 Why: a broker writes one L0 object per flush (:mod:`logstore.wal`), so a partition's data is
 spread over many small objects, each holding a little of every partition. Keeping them costs
-a GET per object per reader and a footer read per object at every recovery. Compaction reads
-a set of L0 objects whole (one GET each, every byte read once) and writes their live chunks as
-**one** packed object (one PUT), one chunk per partition, whatever the partition count: its
-request count depends on the bytes and the object count, never on the partitions.
+a GET per object per reader and a footer read per object at every recovery. Compaction takes
+the live chunks of a set of L0 objects (from the logs' tail caches where they still are, else
+reading an object whole: one GET each, every byte read once) and writes them as **one** packed
+object (one PUT), one chunk per partition, whatever the partition count: its request count
+depends on the bytes and the object count, never on the partitions.
 
 Data is never rewritten to be made durable, only to be made cheap, so every step leaves a
 state that recovery reads correctly (§2.6, §2.8):
