@@ -54,14 +54,18 @@ BROKER_SETTINGS = {
 
 
 class LaunchedBroker(BrokerProcess):
-    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage), reached
-    through ``proxy``."""
+    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage). With a
+    ``proxy`` (what clients reach) each start takes a fresh port and points the proxy at it;
+    without one the port is kept across restarts, as for any BrokerProcess."""
 
-    def __init__(self, *args: Any, proxy: TcpProxy, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, proxy: TcpProxy | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.proxy = proxy
 
     def start(self) -> LaunchedBroker:
+        if self.proxy is None:
+            super().start()
+            return self
         self.port = 0  # a fresh port: the last one may have been taken while this was down
         super().start()
         self.proxy.target = ("127.0.0.1", self.port)
