@@ -42,15 +42,16 @@ The writer deletes journal files oldest first, each once nothing in it is live a
 being written: a delete frame in a newer file must outlive the file of the object it deletes.
 
 The journal keeps none of its bytes in the page cache: each frame's pages are dropped once it
-is synced (``POSIX_FADV_DONTNEED``), and a read's once it is read. A WAL object is read about
-once, by compaction, so its cached pages would only be memory taken from the segments that
-consumers read; PostgreSQL drops its WAL segments' pages for the same reason. On this machine
-(a VM whose host takes back the guest's free pages) a page cache that grows is also CPU: a
-page first touched costs ~16 us of system time. Six 12 s windows in a row at half the
-maximum rate (Arrow, 250k records/s, the cache growing ~1 GB per window) gave p99 39, 55, 96,
-237, 277, 620 ms, the brokers' system time rising from 0.08 to 0.33 s/s each; with the pages
-dropped, 41, 46, 35, 42, 40, 44 ms and 0.08 s/s throughout, for ~78 MB/s of compaction reads
-from the disk. The last, partial page of a frame stays cached for the next frame's write.
+is synced (``POSIX_FADV_DONTNEED``), and what a walk or a read took once it is taken. A WAL
+object is read about once, by compaction, so its cached pages would only be memory taken from
+the segments that consumers read; PostgreSQL drops its WAL segments' pages for the same reason.
+On this machine (a VM whose host takes back the guest's free pages) a page cache that grows is
+also CPU: a page first touched costs ~16 us of system time. Six 12 s windows in a row at half
+the maximum rate (Arrow, 250k records/s, the cache growing ~1 GB per window) gave p99 39, 55,
+96, 237, 277, 620 ms, the brokers' system time rising from 0.08 to 0.33 s/s each; with the
+pages dropped, 41, 46, 35, 42, 40, 44 ms and 0.08 s/s throughout (compaction then read its
+sources from the disk, ~78 MB/s; it now takes their chunks from the logs' tail caches). The
+last, partial page of a frame stays cached for the next frame's write.
 
 An object bigger than ``max_object_bytes`` (4 MiB, a quarter of a file: a frame that does not
 fit the rest of a file starts the next one, so at most a quarter of a file goes unused) is a
@@ -203,8 +204,8 @@ class Journal:
         if start >= stop:
             return b""
         with open(os.path.join(self.directory, entry.file), "rb") as f:
-            if self._fsync and _FADV_RANDOM is not None:  # no read-ahead past the object
-                os.posix_fadvise(f.fileno(), 0, 0, _FADV_RANDOM)
+            if self._fsync:  # no read-ahead past the object
+                _advise(f.fileno(), 0, 0, _FADV_RANDOM)
             f.seek(entry.position + start)
             data = f.read(stop - start)
             if self._fsync:  # without fsync the pages may be dirty: dropping would write them
@@ -236,8 +237,8 @@ class Journal:
     def _walk(self, name: str, known: _File | None) -> None:
         path = os.path.join(self.directory, name)
         with open(path, "rb") as f:
-            if self._fsync and _FADV_RANDOM is not None:  # no read-ahead past the frames
-                os.posix_fadvise(f.fileno(), 0, 0, _FADV_RANDOM)
+            if self._fsync:  # no read-ahead past the frames
+                _advise(f.fileno(), 0, 0, _FADV_RANDOM)
             if known is None:
                 head = f.read(FILE_HEADER_SIZE)
                 if len(head) < FILE_HEADER_SIZE:
@@ -517,14 +518,21 @@ class Journal:
 
 def _drop_cached(fd: int, offset: int, length: int) -> None:
     """Ask the kernel to drop the clean cached pages wholly inside ``[offset, offset +
-    length)`` of ``fd`` (a partial page at either end stays). Advice only: where the platform
-    has no ``posix_fadvise`` or the file system ignores it (tmpfs), nothing happens."""
-    if _FADV_DONTNEED is None or length <= 0:
+    length)`` of ``fd`` (a partial page at either end stays)."""
+    if length > 0:
+        _advise(fd, offset, length, _FADV_DONTNEED)
+
+
+def _advise(fd: int, offset: int, length: int, advice: int | None) -> None:
+    """``posix_fadvise``, as advice only: where the platform lacks it (``advice`` None), the
+    file system ignores it (tmpfs) or the call fails, nothing happens: the bytes written or
+    read are as they are either way."""
+    if advice is None:
         return
     try:
-        os.posix_fadvise(fd, offset, length, _FADV_DONTNEED)
-    except OSError as err:  # the bytes are written and synced: only the advice failed
-        log.debug("posix_fadvise(DONTNEED) failed: %s", err)
+        os.posix_fadvise(fd, offset, length, advice)
+    except OSError as err:
+        log.debug("posix_fadvise(%d) failed: %s", advice, err)
 
 
 def _prewrite_direct(path: str, header: bytes, capacity: int) -> int:

@@ -170,7 +170,10 @@ def test_the_journal_leaves_no_frame_in_the_page_cache(tmp_path: Path) -> None:
         os.fsync(f.fileno())
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     if any(resident_pages(probe)):
-        pytest.skip(f"the file system of {tmp_path} keeps pages against POSIX_FADV_DONTNEED")
+        pytest.skip(
+            f"the file system of {tmp_path} keeps its pages against POSIX_FADV_DONTNEED "
+            "(tmpfs does: its pages are the file); run with --basetemp on a disk file system"
+        )
     journal = Journal(str(tmp_path), capacity=4 << 20, writer=True)
     journal.open_file()
     payload = os.urandom(1 << 20)
