@@ -27,6 +27,11 @@ def main() -> None:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            # The broker's smallest (group.min.session.timeout.ms): after each SIGKILL the
+            # group waits out the dead member's session before the next one gets its
+            # partitions; librdkafka's default (45 s) made that wait most of the test.
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
         }
     )
     producer = confluent_kafka.Producer(
