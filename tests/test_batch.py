@@ -407,6 +407,29 @@ def test_control_batch(control_type: ControlType) -> None:
     assert record.timestamp == 123
 
 
+def test_a_control_batch_is_decoded_once_for_its_type_and_epoch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Producer state reads both from every marker it applies, on every replica."""
+    data = build_control(
+        ControlType.ABORT, producer_id=3, producer_epoch=1, coordinator_epoch=9, timestamp=1
+    )
+    decodes = []
+    to_arrow = RecordBatch.to_arrow
+
+    def counting(self: RecordBatch) -> pa.RecordBatch:
+        decodes.append(self)
+        return to_arrow(self)
+
+    monkeypatch.setattr(RecordBatch, "to_arrow", counting)
+    batch = parse_header(data)
+    assert (batch.control_type(), batch.coordinator_epoch()) == (ControlType.ABORT, 9)
+    assert (batch.control_type(), batch.coordinator_epoch()) == (ControlType.ABORT, 9)
+    assert len(decodes) == 1
+    assert parse_header(data).control_type() is ControlType.ABORT  # a new view decodes anew
+    assert len(decodes) == 2
+
+
 def test_control_batch_arguments() -> None:
     with pytest.raises(ValueError, match="producer id"):
         build_control(
