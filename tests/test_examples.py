@@ -44,13 +44,23 @@ def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture(scope="module")
+def quickstart(bootstrap: str) -> subprocess.CompletedProcess[str]:
+    """``examples/quickstart.py`` run once (it writes 1,000 records to the topic quickstart
+    and reads them back with Spark); the other examples read that topic. Each run of an
+    example starts a Spark JVM, so one run instead of four saves about a minute."""
+    return run_example("quickstart", "--bootstrap-server", bootstrap)
+
+
 def committed_count(bootstrap: str, topic: str) -> int:
     tps = [TopicPartition(topic, p) for p in range(3)]
     return len(read_to_end(bootstrap, tps, timeout=120).records)
 
 
-def test_quickstart_then_streaming_read(bootstrap: str) -> None:
-    result = run_example("quickstart", "--bootstrap-server", bootstrap)
+def test_quickstart_then_streaming_read(
+    bootstrap: str, quickstart: subprocess.CompletedProcess[str]
+) -> None:
+    result = quickstart
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Spark read 1000 records from quickstart" in result.stdout
     result = run_example("streaming_read", "--bootstrap-server", bootstrap, "--available-now")
@@ -58,13 +68,15 @@ def test_quickstart_then_streaming_read(bootstrap: str) -> None:
     assert "total 1000" in result.stdout
 
 
-def test_exactly_once_pipeline_restarts_from_its_checkpoint(bootstrap: str, tmp_path: Path) -> None:
-    run_example("quickstart", "--bootstrap-server", bootstrap, "--topic", "eo-in")
+def test_exactly_once_pipeline_restarts_from_its_checkpoint(
+    bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    assert quickstart.returncode == 0, quickstart.stderr
     args = (
         "--bootstrap-server",
         bootstrap,
         "--source",
-        "eo-in",
+        "quickstart",
         "--sink",
         "eo-out",
         "--checkpoint",
@@ -77,14 +89,16 @@ def test_exactly_once_pipeline_restarts_from_its_checkpoint(bootstrap: str, tmp_
         assert committed_count(bootstrap, "eo-out") == 1000
 
 
-def test_to_parquet(bootstrap: str, tmp_path: Path) -> None:
-    run_example("quickstart", "--bootstrap-server", bootstrap, "--topic", "pq-in")
+def test_to_parquet(
+    bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    assert quickstart.returncode == 0, quickstart.stderr
     result = run_example(
         "to_parquet",
         "--bootstrap-server",
         bootstrap,
         "--topic",
-        "pq-in",
+        "quickstart",
         "--path",
         str(tmp_path / "parquet"),
         "--available-now",
@@ -93,14 +107,16 @@ def test_to_parquet(bootstrap: str, tmp_path: Path) -> None:
     assert "1000 records in Parquet" in result.stdout
 
 
-def test_delta_sink(bootstrap: str, tmp_path: Path) -> None:
-    run_example("quickstart", "--bootstrap-server", bootstrap, "--topic", "delta-in")
+def test_delta_sink(
+    bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    assert quickstart.returncode == 0, quickstart.stderr
     result = run_example(
         "delta_sink",
         "--bootstrap-server",
         bootstrap,
         "--topic",
-        "delta-in",
+        "quickstart",
         "--path",
         str(tmp_path / "delta"),
         "--available-now",
