@@ -948,4 +948,5 @@ def build_control(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=NO_SEQUENCE,
+        timestamps=(timestamp, timestamp),  # one record: no Arrow call to find them
     )

@@ -405,6 +405,7 @@ def test_control_batch(control_type: ControlType) -> None:
     assert record.key == struct.pack(">hh", 0, control_type)
     assert record.value == struct.pack(">hi", 0, 77)
     assert record.timestamp == 123
+    assert (batch.first_timestamp, batch.max_timestamp) == (123, 123)
 
 
 def test_a_control_batch_is_decoded_once_for_its_type_and_epoch(
