@@ -49,7 +49,9 @@ def quickstart(bootstrap: str) -> subprocess.CompletedProcess[str]:
     """``examples/quickstart.py`` run once (it writes 1,000 records to the topic quickstart
     and reads them back with Spark); the other examples read that topic. Each run of an
     example starts a Spark JVM, so one run instead of four saves about a minute."""
-    return run_example("quickstart", "--bootstrap-server", bootstrap)
+    result = run_example("quickstart", "--bootstrap-server", bootstrap)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
 
 
 def committed_count(bootstrap: str, topic: str) -> int:
@@ -60,9 +62,7 @@ def committed_count(bootstrap: str, topic: str) -> int:
 def test_quickstart_then_streaming_read(
     bootstrap: str, quickstart: subprocess.CompletedProcess[str]
 ) -> None:
-    result = quickstart
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Spark read 1000 records from quickstart" in result.stdout
+    assert "Spark read 1000 records from quickstart" in quickstart.stdout
     result = run_example("streaming_read", "--bootstrap-server", bootstrap, "--available-now")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "total 1000" in result.stdout
@@ -71,7 +71,6 @@ def test_quickstart_then_streaming_read(
 def test_exactly_once_pipeline_restarts_from_its_checkpoint(
     bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
 ) -> None:
-    assert quickstart.returncode == 0, quickstart.stderr
     args = (
         "--bootstrap-server",
         bootstrap,
@@ -92,7 +91,6 @@ def test_exactly_once_pipeline_restarts_from_its_checkpoint(
 def test_to_parquet(
     bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
 ) -> None:
-    assert quickstart.returncode == 0, quickstart.stderr
     result = run_example(
         "to_parquet",
         "--bootstrap-server",
@@ -110,7 +108,6 @@ def test_to_parquet(
 def test_delta_sink(
     bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
 ) -> None:
-    assert quickstart.returncode == 0, quickstart.stderr
     result = run_example(
         "delta_sink",
         "--bootstrap-server",
