@@ -21,6 +21,7 @@ from tests.wire import (
     RawConnection,
     broker_address,
     create_topic,
+    fetch,
     metadata,
     partition_state,
     produce,
@@ -126,7 +127,9 @@ def produce_to_leader(cluster: Cluster, topic: str, records: bytes, acks: int = 
 
 
 def wait_for_topic(cluster: Cluster, topic: str, isr: int) -> None:
-    """Until every live broker's metadata shows the topic with an ISR of ``isr`` replicas."""
+    """Until every live broker's metadata shows the topic with an ISR of ``isr`` replicas and
+    its leader serves it: a broker opens its replicas in the background, and answers
+    NOT_LEADER_OR_FOLLOWER ("still opening") until it has read its replica from storage."""
 
     def ready() -> bool:
         for broker in cluster.brokers.values():
@@ -137,7 +140,15 @@ def wait_for_topic(cluster: Cluster, topic: str, isr: int) -> None:
                     return False
             except ConnectionError:
                 return False
-        return True
+        try:
+            leader = partition_state(cluster.bootstrap, topic).leader_id
+            if leader < 0:
+                return False
+            with RawConnection(broker_address(cluster.bootstrap, leader), timeout=5) as conn:
+                [t] = fetch(conn, topic, 0, 0).responses
+        except (OSError, ConnectionError):
+            return False
+        return bool(t.partitions[0].error_code == 0)
 
     wait_until(ready, message=f"{topic} known everywhere with an ISR of {isr}")
 
