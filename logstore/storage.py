@@ -625,6 +625,14 @@ class LocalStorage(Storage):
 
     def _size_either(self, path: str, full: str) -> int:
         found = self._journaled_entry(path, refresh=False)
+        if found is not None and not found[0].writer:
+            # Another process journals this root and may have deleted the object since this
+            # process last walked: walk again before saying it is there, as an object store's
+            # HEAD sees a delete at once (a reader polling exists() for a delete otherwise
+            # waited forever once it had seen the object). Reads do not walk again: the bytes
+            # of an object deleted since stay valid until its journal file goes (then the
+            # read finds no file), as a segment stays readable for file.delete.delay.ms.
+            found = self._journaled_entry(path, refresh=True)
         if found is not None:
             return int(found[1].size)
         try:

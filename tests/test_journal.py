@@ -207,9 +207,15 @@ def test_another_process_sees_writes_and_deletes_as_they_happen(tmp_path: Path) 
     assert reader.exists(name(20))
     assert reader.size(name(20)) == 100
     assert len(reader.list(WAL)) == 39
+    # exists() and size() of a name the reader has seen see its delete at once (an object
+    # store's HEAD does): a reader polling for a delete must not wait forever
+    writer.delete(name(20))
+    assert not reader.exists(name(20))
+    with pytest.raises(ObjectNotFoundError):
+        reader.size(name(20))
     writer.delete(name(1))
     writer.delete_many([name(2), name(3)])
-    # a reader learns of deletes at its next walk (a list, or a name it does not know)
+    # a read or a list learns of deletes at its next walk (a list, or a name it does not know)
     assert [o.path for o in reader.list(WAL)][:1] == [name(4)]
     assert not reader.exists(name(1))
     with pytest.raises(ObjectNotFoundError):
