@@ -361,10 +361,20 @@ def fetch_sessions(work: Path, args: argparse.Namespace) -> dict[str, Any]:
                 if x.leader == 0
             ]
         session = {(topic, i) for i in led}
+        wait_until(
+            lambda: quiet_session(proxy, session),
+            timeout=60,
+            message="the follower's session covers broker 0's partitions and is quiet",
+        )
+        # Brokers open new replicas in the background, so the session's first full fetch
+        # named only the partitions open by then and incrementals added the rest. A new
+        # connection makes the follower start a new session, whose full fetch names them all
+        # (what Kafka's follower sends after a reconnect): the request measured below.
+        proxy.cut_all()
         full = wait_until(
             lambda: settled_full_fetch(proxy, session),
             timeout=60,
-            message="the follower's session covers broker 0's partitions and is quiet",
+            message="a full fetch naming all of broker 0's partitions, then a quiet session",
         )
         mark = len(proxy.requests)
         active = led[: args.session_active]
@@ -434,9 +444,9 @@ def names(request: RecordedRequest) -> set[tuple[str, int]]:
     return {(t.topic, x.partition) for t in request.body.topics for x in t.partitions}
 
 
-def settled_full_fetch(proxy: TcpProxy, session: set[tuple[str, int]]) -> RecordedRequest | None:
-    """The last full fetch once it named all of ``session`` and three incrementals since named
-    nothing (the session is established and quiet)."""
+def quiet_session(proxy: TcpProxy, session: set[tuple[str, int]]) -> RecordedRequest | None:
+    """The follower's last full fetch once it and the incrementals since named all of
+    ``session`` and the last three incrementals named nothing (established and quiet)."""
     reqs = follower_fetches(proxy)
     fulls = [r for r in reqs if r.body.session_epoch == 0]
     if not fulls:
@@ -446,7 +456,13 @@ def settled_full_fetch(proxy: TcpProxy, session: set[tuple[str, int]]) -> Record
     covered = names(full).union(*(names(r) for r in after)) if after else names(full)
     if not covered >= session or len(after) < 3 or any(names(r) for r in after[-3:]):
         return None
-    return full if names(full) >= session else None
+    return full
+
+
+def settled_full_fetch(proxy: TcpProxy, session: set[tuple[str, int]]) -> RecordedRequest | None:
+    """:func:`quiet_session`'s full fetch if it named all of ``session`` by itself."""
+    full = quiet_session(proxy, session)
+    return full if full is not None and names(full) >= session else None
 
 
 # --- main -----------------------------------------------------------------------------------
