@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.produce import machine
 from logstore.batch import Compression, build, parse_header

@@ -15,10 +15,14 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from logstore.batch import build, iter_batches
 from logstore.config import LogConfig
