@@ -284,11 +284,13 @@ class Runner:
         stream = self.stream(source, micro_batch=True)
         writer = stream.writeStream.format("noop").option("checkpointLocation", self._checkpoint())
         query = writer.trigger(processingTime="100 milliseconds").start()
+        # as many as the rows make (a small --rows run has fewer than MICRO_BATCHES + 3)
+        wanted = max(min(MICRO_BATCHES + 3, self.rows // MICRO_BATCH_ROWS), 4)
         try:
             deadline = time.monotonic() + 600
             while True:
                 done = [p for p in query.recentProgress if p["numInputRows"] > 0]
-                if len(done) >= MICRO_BATCHES + 3 or time.monotonic() > deadline:
+                if len(done) >= wanted or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
         finally:
@@ -393,9 +395,12 @@ def _replog_plan(bootstrap: str) -> tuple[int, int]:
     try:
         tps = planner.view.topic_partitions()
         planned = planner.plan(planner.view.earliest(tps), planner.view.latest(tps))
-        replica = planned[0].replicas[0]
-        with SegmentReader.open(replica.log_dir, tps[0].topic, tps[0].partition) as reader:
-            batch = next(iter(reader.batches(0, 1)))
+        first = planned[0]
+        replica = first.replicas[0]
+        # The plan's objects say where the first replica holds the range: segment objects,
+        # or chunks of its broker's WAL objects, which no listing of the partition finds.
+        with SegmentReader.open(replica.log_dir, first.topic, first.partition) as reader:
+            batch = next(iter(reader.batches(first.start, first.start + 1, objects=first.objects)))
         return int(batch.record_count), max(len(planned) // len(tps), 1)
     finally:
         planner.close()

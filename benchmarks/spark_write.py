@@ -140,8 +140,9 @@ class TimedReplogStreamWriter(ReplogStreamWriter):
     """replog's stream writer, unchanged, appending the wall-clock span of each call."""
 
     def __init__(self, schema: StructType, options: Any, overwrite: bool) -> None:
-        super().__init__(schema, options, overwrite)
-        self.timings = str(options["bench.timings"])
+        rest = dict(options)  # the sink refuses options it does not know: keep ours apart
+        self.timings = str(rest.pop("bench.timings"))
+        super().__init__(schema, rest, overwrite)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ReplogCommitMessage:
         start = time.time()
