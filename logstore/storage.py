@@ -38,6 +38,7 @@ b'atch'
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -493,6 +494,30 @@ def _find_journal(root: str) -> tuple[str, str] | None:
         directory = parent
 
 
+#: How many roots' reader journals a process keeps (see :func:`_reader_journal`)
+_READER_JOURNALS_KEPT = 16
+_reader_journals: collections.OrderedDict[tuple[str, bool], Journal] = collections.OrderedDict()
+_reader_journals_lock = threading.Lock()
+
+
+def _reader_journal(directory: str, *, fsync: bool) -> Journal:
+    """The one reader Journal of ``directory`` in this process, shared by every LocalStorage
+    opened on it (or below it), the most recently used few kept. Why: Spark opens the root
+    afresh in every task, and each walk of a new Journal starts at the journal's first
+    frame; a shared one walks only what was appended since (a reused Python worker's next
+    task). A reader's Journal holds no file open, so nothing closes it."""
+    key = (os.path.realpath(directory), fsync)
+    with _reader_journals_lock:
+        journal = _reader_journals.get(key)
+        if journal is None:
+            journal = _reader_journals[key] = Journal(directory, fsync=fsync)
+            while len(_reader_journals) > _READER_JOURNALS_KEPT:
+                _reader_journals.popitem(last=False)
+        else:
+            _reader_journals.move_to_end(key)
+        return journal
+
+
 class LocalStorage(Storage):
     """Objects as files under a directory, using ``os`` directly.
 
@@ -555,8 +580,9 @@ class LocalStorage(Storage):
                 return None
             with self._view_lock:
                 if self._view is None:
-                    self._view = _JournalView(Journal(found[0], fsync=self._fsync), found[1])
-                    refresh = True
+                    journal = _reader_journal(found[0], fsync=self._fsync)
+                    self._view = _JournalView(journal, found[1])
+                    refresh = True  # what was journaled before this instance was opened
                 view = self._view
         if refresh and not view.journal.writer:  # a writer's map is whole since its start
             view.journal.refresh()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from logstore.errors import ObjectNotFoundError, StorageError
+from logstore.errors import CorruptRecordError, ObjectNotFoundError, StorageError
 from logstore.journal import FILE_HEADER_SIZE, JOURNAL_DIR, Journal
 from logstore.storage import LocalStorage, Storage
 from tests.helpers import wait_until
@@ -260,26 +260,91 @@ def test_a_restarted_writer_deletes_dead_files_and_keeps_live_ones(tmp_path: Pat
     assert len(journal_files(tmp_path)) <= 2
 
 
-def test_a_torn_or_damaged_frame_ends_the_walk_there(tmp_path: Path) -> None:
+def flip_byte(path: Path, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_a_damaged_frame_ends_the_walk_there(tmp_path: Path) -> None:
+    """A bit flipped inside the fourth of five objects: the writer's walk (a restart's
+    recovery) ends before it; another process's walk, which reads headers only, lists it
+    until its first read, which refuses it and ends that walk there too."""
     writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
     for i in range(5):
         writer.write(name(i), b"%d" % i * 100)
     writer.close()
     (active,) = journal_files(tmp_path)
-    path = tmp_path / JOURNAL_DIR / active
-    journal = Journal(str(tmp_path))
+    journal = Journal(str(tmp_path), writer=True)
     journal.refresh()
     third = journal.lookup(name(3))
     assert third is not None
-    # a bit flipped inside the fourth object: it and everything after it are not served
-    with open(path, "r+b") as f:
-        f.seek(third.position + 10)
-        byte = f.read(1)
-        f.seek(third.position + 10)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(tmp_path / JOURNAL_DIR / active, third.position + 10)
+    restarted = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    assert [o.path for o in restarted.list(WAL)] == [name(i) for i in range(3)]
+    restarted.close()
     reader = Storage.from_url(tmp_path.as_uri())
-    assert [o.path for o in reader.list(WAL)] == [name(i) for i in range(3)]
     assert reader.read(name(2)) == b"2" * 100
+    assert reader.read(name(4)) == b"4" * 100  # whole: its own CRC checks
+    with pytest.raises(CorruptRecordError, match=f"{active}: the journal frame at byte"):
+        reader.read_range(name(3), 0, 10)
+    assert [o.path for o in reader.list(WAL)] == [name(i) for i in range(3)]
+    with pytest.raises(ObjectNotFoundError):
+        reader.read(name(4))
+    # and so for a reader opened afterwards in this process (the same walk, shared)
+    assert [o.path for o in Storage.from_url(tmp_path.as_uri()).list(WAL)] == [
+        name(i) for i in range(3)
+    ]
+
+
+def test_a_torn_last_frame_is_not_served(tmp_path: Path) -> None:
+    """The last frame of a file is never taken on its header alone: a crash that tore it (its
+    header down, its data not) leaves it out of every walk."""
+    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    for i in range(3):
+        writer.write(name(i), b"%d" % i * 3000)
+    writer.close()
+    (active,) = journal_files(tmp_path)
+    journal = Journal(str(tmp_path), writer=True)
+    journal.refresh()
+    last = journal.lookup(name(2))
+    assert last is not None
+    with open(tmp_path / JOURNAL_DIR / active, "r+b") as f:  # its last pages never written
+        f.seek(last.position + 1000)
+        f.write(bytes(2000))
+    reader = Storage.from_url(tmp_path.as_uri())
+    assert [o.path for o in reader.list(WAL)] == [name(0), name(1)]
+    assert reader.read(name(1)) == b"1" * 3000
+    with pytest.raises(ObjectNotFoundError):
+        reader.read(name(2))
+
+
+def test_readers_in_one_process_share_one_walk(tmp_path: Path) -> None:
+    """Every storage opened on a root in a process (a Spark task each) shares one reader
+    journal, whose walks go on from where the last one stopped: a storage opened after more
+    writes (below the root, too) sees them, and so does the one opened first."""
+    writer = journaled(tmp_path, prefix=WAL, capacity=8192)
+    for i in range(20):
+        writer.write(name(i), b"%d" % i * 100)
+    first = Storage.from_url(tmp_path.as_uri())
+    assert len(first.list(WAL)) == 20
+    for i in range(20, 40):  # over more files
+        writer.write(name(i), b"%d" % i * 100)
+    second = Storage.from_url((tmp_path / "_replog").as_uri())  # below the root, too
+    assert second.read(f"wal/L0/{name(39).rsplit('/', 1)[1]}") == b"39" * 100
+    assert isinstance(first, LocalStorage)
+    assert isinstance(second, LocalStorage)
+    views = [s._journal_view(refresh=False) for s in (first, second, writer)]
+    assert views[0] is not None
+    assert views[1] is not None
+    assert views[2] is not None
+    assert views[0].journal is views[1].journal
+    assert len(first.list(WAL)) == 40
+    # the writer's own storage keeps its own (writing) journal
+    assert views[2].journal is not views[0].journal
+    writer.close()
 
 
 def test_foreign_bytes_are_not_frames(tmp_path: Path) -> None:
