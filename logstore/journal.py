@@ -315,7 +315,9 @@ class Journal:
             while self._walk_chunk(f, known, size):
                 size = _WALK_BYTES
 
-    def _header_at(self, known: _File, at: int, head: bytes) -> tuple[int, int, int, int] | None:
+    def _header_at(
+        self, known: _File, at: int, head: bytes | memoryview
+    ) -> tuple[int, int, int, int] | None:
         """The kind, name length, data length and CRC of the frame header at the start of
         ``head`` (read at byte ``at`` of ``known``), if it is one of this file's frames that
         fits it."""
@@ -388,25 +390,19 @@ class Journal:
             while True:
                 if len(view) - at < FRAME_HEADER_SIZE:
                     return at > 0 and known.end + at + FRAME_HEADER_SIZE <= known.capacity
-                header = view[at : at + _FRAME_HEADER.size]
-                magic, kind, _, name_length, data_length, generation = _FRAME_HEADER.unpack(header)
+                parsed = self._header_at(known, known.end + at, view[at : at + FRAME_HEADER_SIZE])
+                if parsed is None:
+                    return False
+                kind, name_length, data_length, crc = parsed
                 body = at + FRAME_HEADER_SIZE
                 end = body + name_length + data_length
-                if (
-                    magic != _FRAME_MAGIC
-                    or generation != known.generation
-                    or kind not in (_OBJECT, _DELETE)
-                    or known.end + end > known.capacity
-                ):
-                    return False
                 if end > len(view):
                     if at > 0:
                         return True  # the next call reads from this frame's start
                     view = memoryview(bytes(view) + f.read(end - len(view)))
                     if len(view) < end:
                         return False
-                    header = view[: _FRAME_HEADER.size]
-                (crc,) = _FRAME_CRC.unpack_from(view, at + _FRAME_HEADER.size)
+                header = view[at : at + _FRAME_HEADER.size]
                 raw_name = bytes(view[body : body + name_length])
                 if crc != _frame_crc(header, raw_name, view[body + name_length : end]):
                     return False

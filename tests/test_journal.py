@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from logstore.errors import CorruptRecordError, ObjectNotFoundError, StorageError
-from logstore.journal import FILE_HEADER_SIZE, JOURNAL_DIR, Journal
+from logstore.journal import FILE_HEADER_SIZE, JOURNAL_DIR, Journal, JournalEntry
 from logstore.storage import LocalStorage, Storage
 from tests.helpers import wait_until
 from tests.test_storage import StorageTests, run_threads
@@ -260,6 +260,21 @@ def test_a_restarted_writer_deletes_dead_files_and_keeps_live_ones(tmp_path: Pat
     assert len(journal_files(tmp_path)) <= 2
 
 
+def write_and_find(tmp_path: Path, values: list[bytes], index: int) -> tuple[str, JournalEntry]:
+    """Journal ``values`` as objects 0, 1, ... into one journal file; its name, and where
+    object ``index`` is in it (as the writer's own walk finds it)."""
+    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
+    for i, value in enumerate(values):
+        writer.write(name(i), value)
+    writer.close()
+    (active,) = journal_files(tmp_path)
+    journal = Journal(str(tmp_path), writer=True)
+    journal.refresh()
+    entry = journal.lookup(name(index))
+    assert entry is not None
+    return active, entry
+
+
 def flip_byte(path: Path, position: int) -> None:
     with open(path, "r+b") as f:
         f.seek(position)
@@ -272,15 +287,7 @@ def test_a_damaged_frame_ends_the_walk_there(tmp_path: Path) -> None:
     """A bit flipped inside the fourth of five objects: the writer's walk (a restart's
     recovery) ends before it; another process's walk, which reads headers only, lists it
     until its first read, which refuses it and ends that walk there too."""
-    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
-    for i in range(5):
-        writer.write(name(i), b"%d" % i * 100)
-    writer.close()
-    (active,) = journal_files(tmp_path)
-    journal = Journal(str(tmp_path), writer=True)
-    journal.refresh()
-    third = journal.lookup(name(3))
-    assert third is not None
+    active, third = write_and_find(tmp_path, [b"%d" % i * 100 for i in range(5)], 3)
     flip_byte(tmp_path / JOURNAL_DIR / active, third.position + 10)
     restarted = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
     assert [o.path for o in restarted.list(WAL)] == [name(i) for i in range(3)]
@@ -302,15 +309,7 @@ def test_a_damaged_frame_ends_the_walk_there(tmp_path: Path) -> None:
 def test_a_torn_last_frame_is_not_served(tmp_path: Path) -> None:
     """The last frame of a file is never taken on its header alone: a crash that tore it (its
     header down, its data not) leaves it out of every walk."""
-    writer = journaled(tmp_path, prefix=WAL, capacity=1 << 20)
-    for i in range(3):
-        writer.write(name(i), b"%d" % i * 3000)
-    writer.close()
-    (active,) = journal_files(tmp_path)
-    journal = Journal(str(tmp_path), writer=True)
-    journal.refresh()
-    last = journal.lookup(name(2))
-    assert last is not None
+    active, last = write_and_find(tmp_path, [b"%d" % i * 3000 for i in range(3)], 2)
     with open(tmp_path / JOURNAL_DIR / active, "r+b") as f:  # its last pages never written
         f.seek(last.position + 1000)
         f.write(bytes(2000))
