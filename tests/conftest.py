@@ -30,7 +30,7 @@ import pytest
 from logstore.storage import Storage
 
 #: The tier markers (pyproject.toml's ``markers``): every test carries at least one.
-TIERS = ("unit", "s3", "cluster", "spark", "chaos")
+TIERS = ("unit", "s3", "cluster", "spark", "chaos", "docker")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects anything
