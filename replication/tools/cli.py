@@ -82,6 +82,38 @@ perf_app = typer.Typer(
 )
 app.add_typer(perf_app, name="perf")
 
+
+def _print_version(value: bool) -> None:
+    """``--version``: ``replog <version>`` from the installed distribution's metadata."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("replog")
+    except PackageNotFoundError:
+        raise ReplogError(
+            "replog is not installed, so it has no version: install it "
+            "(pip install -e . in the checkout, or pip install replog)"
+        ) from None
+    typer.echo(f"replog {installed}")
+    raise typer.Exit
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print replog's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    pass
+
 DataOption = Annotated[
     str, typer.Option("--data", help="directory or URL (s3://bucket/prefix) for the cluster's data")
 ]
