@@ -43,7 +43,7 @@ commitOffsetsToGroup (streaming)    a consumer group id: each finished micro-bat
                                     commits its end offsets to it (lag tools see
                                     the query; the checkpoint stays the truth)
 security.protocol, ssl.*, sasl.*    the clients' security settings                 PLAINTEXT
-                                    (SECURITY_OPTIONS; README, "Security")
+                                    (SECURITY_OPTIONS; docs/security.md)
 ==================================  =============================================  =================
 
 Precedence as in Kafka: startingTimestamp over startingOffsetsByTimestamp over

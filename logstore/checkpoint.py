@@ -8,7 +8,7 @@ model: a newer reader can refuse or migrate an older file.
 Recovery trusts a segment object listed here only if its size on storage still matches; any
 other object is scanned batch by batch and CRC-checked.
 
-Format 2 (written by logs whose data lives in the broker's WAL, STORAGE.md §2.6-2.7, 2.11)
+Format 2 (written by logs whose data lives in the broker's WAL, docs/storage.md §2.6-2.7, 2.11)
 adds what recovery needs to pick the partition's chunks out of the shared WAL objects:
 ``topic_id`` (a topic re-created under the same name never inherits old chunks),
 ``wal_start_seq`` (chunks first written before it are void: the log was emptied then) and

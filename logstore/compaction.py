@@ -1,5 +1,5 @@
 """WAL compaction, first level: many small L0 WAL objects into one packed L1 object, and the
-garbage collection of objects nobody refers to (STORAGE.md §2.8).
+garbage collection of objects nobody refers to (docs/storage.md §2.8).
 
 Why: a broker writes one L0 object per flush (:mod:`logstore.wal`), so a partition's data is
 spread over many small objects, each holding a little of every partition. Keeping them costs
@@ -37,7 +37,7 @@ objects by the smallest L0 seq each newer epoch wrote. Deleting that object woul
 paused old incarnation's late writes, so the lowest-seq L0 object of each broker epoch (usually
 the writer's empty fence object, 164 bytes per broker start) is never deleted here.
 
-Not here yet (they need ``Log`` hooks, see STORAGE.md §2.8): per-partition segment outputs
+Not here yet (they need ``Log`` hooks, see docs/storage.md §2.8): per-partition segment outputs
 (``<topic>/<p>/<base>.seg`` plus the partition checkpoint and producer snapshot), Ln -> Ln+1
 rounds by partition group, grouping by retention class, and deleting zombie objects.
 

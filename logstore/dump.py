@@ -4,7 +4,7 @@ As kafka-dump-log.sh: one line per batch with its offsets, leader epoch, produce
 record count, timestamps and whether its CRC is valid; ``records=True`` adds the records.
 A torn or corrupt stretch is reported with its byte position and the walk stops there.
 
-It reads what a broker root holds (STORAGE.md §2.2): a partition's ``.seg`` objects, one
+It reads what a broker root holds (docs/storage.md §2.2): a partition's ``.seg`` objects, one
 WAL or packed object (``_replog/wal/L<n>/....wal``: its header, whether its footer checks,
 then each chunk and its batches), or the ``_replog/wal`` directory (every object in seq
 order). An object whose footer does not check is walked the way recovery walks it

@@ -27,7 +27,7 @@ and no rename, so this log works differently while keeping Kafka's contracts:
   state lock that appends take.
 
 **Over the broker WAL** (``Log.open(..., topic_id=, topic=, partition=, wal_writer=,
-wal_index=)``, STORAGE.md §2; without those arguments the log is standalone, as above). The
+wal_index=)``, docs/storage.md §2; without those arguments the log is standalone, as above). The
 log no longer writes objects of its own: it is a :class:`~logstore.wal.WalSource`, and the
 broker's one :class:`~logstore.wal.WalWriter` takes every dirty log's pending batches into one
 object per flush, then hands each log its *chunk extent* (``wal_flushed``); only then does the
@@ -213,7 +213,7 @@ class Log:
         self.wal = wal
         #: WAL chunks first written before this seq are void (the log was emptied then)
         self._wal_start_seq = wal_start_seq
-        #: (S, X): chunks with last_seq <= S are void at offsets >= X (STORAGE.md §2.7)
+        #: (S, X): chunks with last_seq <= S are void at offsets >= X (docs/storage.md §2.7)
         self._truncations = list(truncations)
         #: how many of ``_pending`` the WAL writer has taken and not yet reported
         self._taken = 0
@@ -376,7 +376,7 @@ class Log:
         read_only: bool = False,
         high_watermark_hint: int = 0,
     ) -> Log:
-        """Recover a log whose batches live in segment objects and WAL chunks (STORAGE.md
+        """Recover a log whose batches live in segment objects and WAL chunks (docs/storage.md
         §2.6 step 3).
 
         Candidates: the partition's segment objects (checkpointed ones trusted by size, the
@@ -1284,7 +1284,7 @@ class Log:
         the object holding the cut is rewritten as its prefix, so a crash leaves a contiguous
         log whose excess the replication protocol truncates again.
 
-        Over the WAL (STORAGE.md §2.7), the objects are shared: a chunk in flight is waited
+        Over the WAL (docs/storage.md §2.7), the objects are shared: a chunk in flight is waited
         for, chunk extents past the cut are dropped from memory (a chunk holding the cut is
         shortened in memory) and the truncation record ``(S, cut)`` (S: the highest seq that
         may hold this partition's data) is in the checkpoint written before this returns,

@@ -100,7 +100,7 @@ class ChunkSegment:
 
     Why a separate kind: the object is shared with other partitions, so nothing of it may be
     deleted or rewritten for one partition. Truncation cuts a chunk in memory only (a new,
-    shorter extent of the same bytes; STORAGE.md §2.7), retention and compaction drop its
+    shorter extent of the same bytes; docs/storage.md §2.7), retention and compaction drop its
     reference (the garbage collector deletes the object once nobody refers to it). Each chunk
     is its own segment for retention (``rolled``) and is never merged with its neighbours.
     """

@@ -226,7 +226,7 @@ class WalSource(Protocol):
     never holds the only copy. With one flush in flight, ``taken end`` runs ahead of the
     durable end by at most one chunk. A truncation past the durable end must wait until the
     taken chunk is flushed or aborted (its bytes are in an object being written), then drop
-    pending batches past the cut (recorded with the seq that may hold them, see STORAGE.md
+    pending batches past the cut (recorded with the seq that may hold them, see docs/storage.md
     §2.7).
     """
 

@@ -809,7 +809,7 @@ class TransactionalIdAuthorizationFailedError(AuthorizationError):
 class SecurityDisabledError(WireError):
     """Security features (ACLs) are not enabled on this cluster.
 
-    Set authorizer.class.name on the brokers and controllers (see README, "Security").
+    Set authorizer.class.name on the brokers and controllers (see docs/security.md).
     """
 
     code = 54

@@ -4,7 +4,7 @@
         stall-delete] [--deletes-before-stall N]
 
 It loads the broker root's WAL index, opens every partition the way ``Log.open`` will (the
-recovery walk of STORAGE.md §2.6 over the chunks, :class:`ExtentTable`, which takes one
+recovery walk of docs/storage.md §2.6 over the chunks, :class:`ExtentTable`, which takes one
 reference per live extent), and compacts every L0 object holding chunks into one L1 object,
 deleting the sources at once (``delete_delay_ms=0``). It prints, flushed:
 

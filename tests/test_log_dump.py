@@ -107,7 +107,7 @@ def test_dump_of_what_is_not_a_segment_fails_and_says_what_to_give(
     assert "give a segment object (*.seg) or a partition directory" in result.stderr
 
 
-# --- the WAL layout (STORAGE.md §2.2) -----------------------------------------------------------
+# --- the WAL layout (docs/storage.md §2.2) ------------------------------------------------------
 
 TOPIC_ID = uuid.UUID(int=7).hex
 

@@ -1,6 +1,6 @@
 """Spark against a secured cluster: the replog source and the exactly-once sink on a 3-broker
 cluster whose REPLOG listener is SASL_SSL (SCRAM-SHA-512 over TLS) with the StandardAuthorizer
-on, the Spark user (``alice``) holding exactly the ACLs README's "Security" section says a
+on, the Spark user (``alice``) holding exactly the ACLs docs/security.md says a Spark
 pipeline needs, and no more.
 
 The settings are given as a Spark user gives them (``kafka.``-prefixed on the source,
@@ -60,7 +60,7 @@ def allow(rt: ResourceType, name: str, pattern: PatternType, op: AclOperation) -
 
 
 def alice_acls() -> list[AclBinding]:
-    """What README's "Security" section says a Spark pipeline needs: Read and Describe on the
+    """What docs/security.md says a Spark pipeline needs: Read and Describe on the
     input topics, Describe on the cluster (direct reads list log dirs), Write and Describe on
     the output topics, Write on the transactional ids ``replog-sink/`` (prefixed)."""
     topic, prefixed = ResourceType.TOPIC, PatternType.PREFIXED

@@ -1,5 +1,5 @@
 """Log over the broker WAL: many logs, one WalWriter, one object per flush; recovery of the
-logs from segment objects plus WAL chunks (STORAGE.md §2.6); truncation records (§2.7);
+logs from segment objects plus WAL chunks (docs/storage.md §2.6); truncation records (§2.7);
 compaction with the logs as extent holders (§2.8)."""
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class ClientConfig:
         ),
     )
 
-    # --- security (Kafka's client names; see README, "Security") -----------------------------
+    # --- security (Kafka's client names; see docs/security.md) --------------------------------
     security_protocol: str = field(
         default="PLAINTEXT",
         metadata=key(

@@ -4,7 +4,7 @@ Spark's planner reads partitions straight from a replica's storage. With the bro
 write-ahead log, recent batches are not in per-partition ``<topic>/<p>/*.seg`` objects but in
 byte ranges (chunks) of shared ``_replog/wal/...`` objects, which a LIST of the partition's
 directory cannot find; and listing storage once per partition per micro-batch is what made
-direct reads cost a LIST request each (STORAGE.md §1.10, §2.9). The broker holding the replica
+direct reads cost a LIST request each (docs/storage.md §1.4, §2.9). The broker holding the replica
 knows its extents in memory, so it answers from there: no storage request.
 
 An answer names, per partition, the broker's storage root (``log.dir``), the replica's high

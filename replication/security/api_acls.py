@@ -3,7 +3,7 @@ checks (``KafkaApis.scala``, ``ControllerApis.scala``, ``AuthHelper``) as data.
 
 The handlers (server/apis.py, server/group_apis.py, server/controller_apis.py, and the Kafka
 listener's own handlers in kafka/apis.py) make these checks; this table is what they follow,
-what the README's recipes come from, and what ``tests/test_security_authz.py`` holds them to:
+what docs/security.md's recipes come from, and what ``tests/test_security_authz.py`` holds them to:
 every API any handler table or the Kafka listener serves must have a row, so an API added
 without a thought about authorization fails CI.
 
