@@ -9,6 +9,7 @@ compatibility page's table of served APIs against what the Kafka listener's ApiV
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -99,9 +100,13 @@ def _code_files() -> Iterator[Path]:
         yield from sorted((ROOT / folder).rglob("*.py"))
 
 
-def _prose_of_code(path: Path) -> Iterator[tuple[int, str]]:
+@functools.cache
+def _prose_of_code(path: Path) -> tuple[tuple[int, str], ...]:
     """(line, text) of every comment and docstring of a Python file."""
-    source = path.read_text()
+    return tuple(_walk_prose(path.read_text()))
+
+
+def _walk_prose(source: str) -> Iterator[tuple[int, str]]:
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             yield token.start[0], token.string
