@@ -1,0 +1,292 @@
+"""Kafka's own tools (Apache Kafka 4.4.0, run from the jars' main classes as its bin/*.sh
+scripts run them) against replog's Kafka listener on real broker processes: kafka-topics,
+kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
+kafka-producer-perf-test and kafka-consumer-perf-test work; kafka-transactions, kafka-log-dirs
+and kafka-acls (on a SASL_SSL cluster with ACLs on) call APIs the listener does not serve yet
+(issue 44), and the tests pin their clear refusal and that the brokers go on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import Cluster
+from tests.helpers import unique_name, wait_until
+from tests.kafka_jvm import (
+    ACLS,
+    CONFIGS,
+    CONSOLE_CONSUMER,
+    CONSOLE_PRODUCER,
+    CONSUMER_GROUPS,
+    CONSUMER_PERF,
+    LOG_DIRS,
+    PRODUCER_PERF,
+    TOPICS,
+    TRANSACTIONS,
+    tool,
+)
+from tests.security_env import SecurityEnv
+from tests.test_kafka_clients import wait_known
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("kafka-tools"), brokers=3, kafka=True).start()
+    yield c
+    c.stop()
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def create(cluster: Cluster, partitions: int = 3) -> str:
+    """A topic made by kafka-topics, known (with its leaders) to every broker."""
+    topic = unique_name("tool")
+    out = ok(
+        tool(TOPICS, "--bootstrap-server", cluster.kafka_bootstrap, "--create", "--topic", topic,
+             "--partitions", str(partitions), "--replication-factor", "3")
+    )  # fmt: skip
+    assert f"Created topic {topic}." in out
+    wait_known(cluster, topic, partitions)
+    return topic
+
+
+def test_kafka_topics_creates_lists_describes_alters_and_deletes(cluster: Cluster) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster)
+    assert topic in ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--list")).split()
+
+    ok(
+        tool(
+            TOPICS,
+            "--bootstrap-server",
+            bootstrap,
+            "--alter",
+            "--topic",
+            topic,
+            "--partitions",
+            "5",
+        )
+    )
+    wait_known(cluster, topic, 5)
+    described = ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--describe", "--topic", topic))
+    assert re.search(
+        rf"Topic: {topic}\tTopicId: \S+\tPartitionCount: 5\tReplicationFactor: 3", described
+    )
+    rows = re.findall(
+        r"Partition: (\d+)\tLeader: (\d+)\tReplicas: ([\d,]+)\tIsr: ([\d,]+)", described
+    )
+    assert [int(r[0]) for r in rows] == [0, 1, 2, 3, 4]
+    for _, leader, replicas, isr in rows:
+        assert sorted(replicas.split(",")) == ["0", "1", "2"]
+        assert sorted(isr.split(",")) == ["0", "1", "2"]
+        assert leader in replicas.split(",")
+    # a topic that exists: Kafka's TopicExistsException, named
+    again = tool(TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                 "--partitions", "1", "--replication-factor", "3")  # fmt: skip
+    assert again.returncode != 0
+    assert "TopicExistsException" in again.stdout + again.stderr
+
+    ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--delete", "--topic", topic))
+    wait_until(
+        lambda: topic not in ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--list")).split(),
+        timeout=60,
+        message=f"{topic} gone from kafka-topics --list",
+    )
+
+
+def test_console_producer_consumer_group_and_consumer_groups_tool(cluster: Cluster) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster)
+    group = unique_name("console")
+    lines = [f"key-{i}:value-{i}" for i in range(30)]
+    ok(
+        tool(CONSOLE_PRODUCER, "--bootstrap-server", bootstrap, "--topic", topic,
+             "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
+             "--command-property", "acks=all", input="\n".join(lines) + "\n")
+    )  # fmt: skip
+
+    def consume() -> list[str]:
+        out = ok(
+            tool(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
+                 "--group", group, "--from-beginning", "--max-messages", "30",
+                 "--timeout-ms", "60000", "--formatter-property", "print.key=true",
+                 "--formatter-property", "key.separator=:")
+        )  # fmt: skip
+        return sorted(out.splitlines())
+
+    assert consume() == sorted(lines)
+
+    assert group in ok(tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--list")).split()
+    described = ok(
+        tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group)
+    )
+    rows = re.findall(rf"{group}\s+{topic}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", described)
+    assert len(rows) == 3
+    # the group committed everything it read: lag 0 on every partition, 30 records in all
+    assert sum(int(end) for _, _, end, _ in rows) == 30
+    assert all(current == end and lag == "0" for _, current, end, lag in rows)
+
+    reset = ok(
+        tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--reset-offsets", "--group",
+             group, "--topic", topic, "--to-earliest", "--execute")
+    )  # fmt: skip
+    assert sorted(re.findall(rf"{group}\s+{topic}\s+(\d+)\s+(\d+)", reset)) == [
+        ("0", "0"),
+        ("1", "0"),
+        ("2", "0"),
+    ]
+    # the group starts from the earliest offsets again: it reads all 30 a second time
+    assert consume() == sorted(lines)
+    state = ok(
+        tool(CONSUMER_GROUPS, "--bootstrap-server", bootstrap, "--describe", "--group", group,
+             "--state")
+    )  # fmt: skip
+    assert re.search(rf"{group}\s+\S+\s+\(\d\)\s+\S+\s+Empty\s+0", state), state
+
+
+def test_kafka_configs_describes_and_alters_a_topic_config(cluster: Cluster) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster)
+    entity = ["--bootstrap-server", bootstrap, "--entity-type", "topics", "--entity-name", topic]
+    assert ok(tool(CONFIGS, *entity, "--describe")).strip() == (
+        f"Dynamic configs for topic {topic} are:"
+    )
+    out = ok(tool(CONFIGS, *entity, "--alter", "--add-config", "retention.ms=3600000"))
+    assert f"Completed updating config for topic {topic}." in out
+
+    def described() -> str:
+        return ok(tool(CONFIGS, *entity, "--describe"))
+
+    # each broker learns the change from the cluster metadata; the tool asks any one of them
+    wait_until(
+        lambda: "retention.ms=3600000" in described(), timeout=60, message="retention.ms shown"
+    )
+    everything = ok(tool(CONFIGS, *entity, "--describe", "--all"))
+    assert "retention.ms=3600000" in everything
+    assert re.search(r"segment\.bytes=\d+", everything)
+
+    ok(tool(CONFIGS, *entity, "--alter", "--delete-config", "retention.ms"))
+    wait_until(
+        lambda: "retention.ms" not in described(), timeout=60, message="retention.ms deleted"
+    )
+
+
+def test_perf_tools_produce_and_consume(cluster: Cluster) -> None:
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster)
+    produced = ok(
+        tool(PRODUCER_PERF, "--topic", topic, "--num-records", "20000", "--record-size", "100",
+             "--throughput", "-1", "--command-property", f"bootstrap.servers={bootstrap}",
+             "acks=all")
+    )  # fmt: skip
+    assert re.search(r"^20000 records sent, [\d.]+ records/sec", produced, re.M), produced
+    consumed = ok(
+        tool(CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic, "--num-records",
+             "20000", "--timeout", "60000")
+    )  # fmt: skip
+    header, row = consumed.strip().splitlines()[-2:]
+    names, values = header.split(","), row.split(",")
+    fields = {n.strip(): v.strip() for n, v in zip(names, values, strict=True)}
+    assert int(fields["data.consumed.in.nMsg"]) == 20000
+    assert float(fields["data.consumed.in.MB"]) == pytest.approx(20000 * 100 / 2**20, rel=1e-3)
+
+
+def test_kafka_transactions_and_kafka_log_dirs_are_refused_clearly(cluster: Cluster) -> None:
+    """ListTransactions, DescribeTransactions and DescribeLogDirs are not on the Kafka listener
+    yet (issue 44): each tool names the API it lacks, and the brokers go on."""
+    bootstrap = cluster.kafka_bootstrap
+    listed = tool(TRANSACTIONS, "--bootstrap-server", bootstrap, "list")
+    assert listed.returncode == 1
+    assert "The node does not support LIST_TRANSACTIONS" in listed.stderr
+    described = tool(
+        TRANSACTIONS, "--bootstrap-server", bootstrap, "describe", "--transactional-id", "t"
+    )
+    assert described.returncode == 1
+    assert "The node does not support DESCRIBE_TRANSACTIONS" in described.stderr
+    dirs = tool(LOG_DIRS, "--bootstrap-server", bootstrap, "--describe")
+    assert dirs.returncode == 1
+    assert "UnsupportedVersionException: The node does not support DESCRIBE_LOG_DIRS" in dirs.stderr
+    assert all(b.alive for b in cluster.brokers.values())
+    ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--list"))
+
+
+# --- kafka-acls on a secured cluster -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path]]:
+    """One broker with SASL_SSL on both listeners and ACLs on; the super user's client
+    properties for Kafka's tools (a PEM truststore, SCRAM-SHA-512)."""
+    root = tmp_path_factory.mktemp("kafka-tools-secure")
+    env = SecurityEnv.create(root / "secrets")
+    c = Cluster(
+        root,
+        brokers=1,
+        kafka=True,
+        overrides=env.broker_overrides(
+            "SASL_SSL",
+            **{
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:broker",
+            },
+        ),
+        client=env.client_config("SASL_SSL"),
+    )
+    env.bootstrap(c.metadata_root)
+    properties = root / "admin.properties"
+    properties.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        f"sasl.jaas.config={env.jaas('broker')}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={env.ca}\n"
+    )
+    try:
+        c.start()
+        yield c, properties
+    finally:
+        c.stop()
+
+
+def test_kafka_acls_on_a_secured_cluster_is_refused_clearly(
+    secure: tuple[Cluster, Path],
+) -> None:
+    """Kafka's tools log in over SASL_SSL (SCRAM-SHA-512, PEM truststore) and work; kafka-acls
+    needs DescribeAcls and CreateAcls, which the Kafka listener does not serve yet (issue 44;
+    `replog acls` manages ACLs): it names the API, and the broker goes on."""
+    cluster, properties = secure
+    bootstrap = cluster.kafka_bootstrap
+    login = ["--bootstrap-server", bootstrap, "--command-config", str(properties)]
+    topic = unique_name("secure")
+    ok(tool(TOPICS, *login, "--create", "--topic", topic, "--partitions", "1",
+            "--replication-factor", "1"))  # fmt: skip
+    wait_until(
+        lambda: topic in ok(tool(TOPICS, *login, "--list")).split(),
+        timeout=60,
+        message=f"{topic} listed over SASL_SSL",
+    )
+    listed = tool(ACLS, *login, "--list")
+    assert listed.returncode == 1
+    assert "The node does not support DESCRIBE_ACLS" in listed.stdout + listed.stderr
+    added = tool(ACLS, *login, "--add", "--allow-principal", "User:alice", "--operation", "Read",
+                 "--topic", topic)  # fmt: skip
+    assert added.returncode == 1
+    # --add stops at its first call (DescribeAcls), before CreateAcls
+    assert "The node does not support DESCRIBE_ACLS" in added.stdout + added.stderr
+    # a wrong password is refused as Kafka refuses it
+    wrong = properties.with_name("wrong.properties")
+    wrong.write_text(properties.read_text().replace('password="', 'password="x'))
+    refused = tool(TOPICS, "--bootstrap-server", bootstrap, "--command-config", str(wrong),
+                   "--list", timeout=120)  # fmt: skip
+    assert refused.returncode != 0
+    assert "SaslAuthenticationException" in refused.stdout + refused.stderr
+    assert all(b.alive for b in cluster.brokers.values())
