@@ -5,8 +5,10 @@ configuration accepted by the local tooling. CI also runs `docker-compose config
 (.ci/run), which needs Debian's docker-compose; these tests need only PyYAML (they run
 `docker-compose config` too where it is installed).
 
-Every check runs on both variants: the plain file, and the secured one (docker-compose.yml
-with docker-compose.secure.yml as an override, merged here as Compose merges them). The
+Every check runs on each variant: the plain file, the secured one (docker-compose.yml with
+docker-compose.secure.yml as an override, merged here as Compose merges them), and the one on
+images built here (docker-compose.local-s3.yml over it: moto's S3 server for MinIO, no
+Prometheus or Grafana; tests/test_docker_demo.py runs it on a Docker engine). The
 secured variant's services also run here as plain local processes: its secrets-init command
 (on a local metadata directory), then the controller and brokers with the files it wrote,
 then a client with its client.properties."""
@@ -14,6 +16,7 @@ then a client with its client.properties."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -34,11 +37,13 @@ from tests.cluster import BrokerProcess, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 SECURE = ROOT / "docker-compose.secure.yml"
+LOCAL_S3 = ROOT / "docker-compose.local-s3.yml"
 #: each variant's files, as `docker-compose -f FILE -f FILE` takes them (later ones override)
-VARIANTS = {"plain": (COMPOSE,), "secure": (COMPOSE, SECURE)}
+VARIANTS = {"plain": (COMPOSE,), "secure": (COMPOSE, SECURE), "local-s3": (COMPOSE, LOCAL_S3)}
 #: where the secured variant's `secrets` volume is mounted (a temporary directory here)
 SECRETS = "/secrets"
 DOCKERFILE = ROOT / "Dockerfile"
+S3_DOCKERFILE = ROOT / "docker" / "s3-server.Dockerfile"
 
 #: what a service may hold here (a subset of the Compose specification's service keys)
 SERVICE_KEYS = {
@@ -52,10 +57,16 @@ SERVICE_KEYS = {
     "healthcheck",
     "restart",
     "volumes",
+    "profiles",
 }
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 #: services that run once and exit: they must retry, and others wait for their success
-ONE_SHOT = {"minio-init", "secrets-init", "topics", "spark-job"}
+ONE_SHOT = {"s3-init", "secrets-init", "topics", "producer", "spark-job"}
+#: services that read or write the object store: each needs its credentials and endpoint
+#: (the Spark job's executors read the brokers' objects directly; without them, through the
+#: brokers)
+STORAGE_USERS = {"s3-init", "secrets-init", "controller", "broker-0", "broker-1", "broker-2"}
+STORAGE_USERS |= {"spark-job"}
 #: commands the third-party images hold, for their health checks (each image's documentation:
 #: MinIO ships mc; Prometheus's and Grafana's images are busybox/Alpine based, with wget)
 IMAGE_COMMANDS = {
@@ -82,11 +93,28 @@ def merge(base: object, override: object, key: str = "") -> object:
     return override
 
 
+#: ``${NAME:-default}`` (the default if NAME is unset or empty) and ``${NAME-default}`` (if
+#: unset), as Compose interpolates them
+VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)(:?-)([^}]*)\}")
+
+
+def interpolate(text: str) -> str:
+    """``text`` with its variables replaced as Compose replaces them (from this environment)."""
+
+    def value(match: re.Match[str]) -> str:
+        name, kind, default = match.groups()
+        got = os.environ.get(name)
+        return default if got is None or (kind == ":-" and not got) else got
+
+    return VARIABLE.sub(value, text)
+
+
 def load_compose(*files: Path) -> dict[str, object]:
-    """The Compose model of ``files`` (anchors and merge keys resolved, files merged)."""
+    """The Compose model of ``files`` (variables, anchors and merge keys resolved, files
+    merged)."""
     doc: object = {}
     for path in files:
-        part = yaml.safe_load(path.read_text())
+        part = yaml.safe_load(interpolate(path.read_text()))
         assert isinstance(part, dict), f"{path.name} must be a mapping"
         unknown = {k for k in part if k not in {"services", "volumes", "networks"}}
         assert all(k.startswith("x-") for k in unknown), f"{path.name}: unknown keys {unknown}"
@@ -150,7 +178,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def volume(variant: str, request: pytest.FixtureRequest) -> Path | None:
     """Where the variant's /secrets is here (None: the plain variant has no secrets)."""
-    return None if variant == "plain" else Path(request.getfixturevalue("secured")) / "secrets"
+    return Path(request.getfixturevalue("secured")) / "secrets" if variant == "secure" else None
 
 
 def node_config(args: list[str], volume: Path | None, **more: str) -> BrokerConfig:
@@ -183,9 +211,17 @@ def replog_commands(services: dict[str, dict[str, object]]) -> dict[str, list[st
 
 @pytest.mark.unit
 def test_topology(services: dict[str, dict[str, object]]) -> None:
-    assert {"minio", "minio-init", "controller", "broker-0", "broker-1", "broker-2"} <= set(
-        services
-    )
+    assert {
+        "s3",
+        "s3-init",
+        "controller",
+        "broker-0",
+        "broker-1",
+        "broker-2",
+        "topics",
+        "producer",
+        "spark-job",
+    } <= set(services)
 
 
 @pytest.mark.unit
@@ -200,7 +236,7 @@ def test_node_commands_load_their_configuration(
         config = node_config(args, volume)
         protocols = {config.security.protocol(listener) for listener in ("REPLOG", "KAFKA")}
         assert protocols == ({"PLAINTEXT"} if volume is None else {"SASL_SSL"}), name
-        assert config.storage_endpoint_url == "http://minio:9000", name
+        assert config.storage_endpoint_url == "http://s3:9000", name
         assert config.metadata_root.startswith("s3://replog-metadata/"), name
         if role == "broker":
             assert config.advertised_host_port == (name, 9092)
@@ -252,8 +288,8 @@ def test_every_service_is_well_formed(services: dict[str, dict[str, object]]) ->
         assert set(service) <= SERVICE_KEYS, (name, set(service) - SERVICE_KEYS)
         assert "image" in service or "build" in service, f"{name}: no image and no build"
         for port in service.get("ports", []):  # type: ignore[attr-defined]
-            assert re.fullmatch(r"\d+:\d+", str(port)), (
-                f"{name}: port {port!r} is not HOST:CONTAINER"
+            assert re.fullmatch(r"(\d+\.\d+\.\d+\.\d+:)?\d*:\d+", str(port)), (
+                f"{name}: port {port!r} is not [IP:]HOST:CONTAINER (HOST empty: ephemeral)"
             )
         check = service.get("healthcheck")
         if check is not None:
@@ -318,13 +354,98 @@ def test_health_checks_run_commands_that_exist(services: dict[str, dict[str, obj
 
 @pytest.mark.unit
 def test_the_image_is_pinned_to_a_debian_release_with_java_17() -> None:
+    for dockerfile in (DOCKERFILE, S3_DOCKERFILE):
+        text = dockerfile.read_text()
+        # the base is a build argument (a local bookworm image where nothing can be pulled),
+        # by default a pinned public image
+        assert re.search(r"^FROM \$\{BASE\}$", text, re.MULTILINE), dockerfile.name
+        base = re.search(r"^ARG BASE=(\S+)$", text, re.MULTILINE)
+        assert base is not None, f"{dockerfile.name}: no default BASE"
+        pinned = r"python:3\.11(\.\d+)?-slim-(bookworm|trixie)"  # Debian 12 or 13: Java 17
+        assert re.fullmatch(pinned, base.group(1)), base.group(1)
+        assert "python3 -m venv" in text  # pip works on either base
     text = DOCKERFILE.read_text()
-    base = re.search(r"^FROM (\S+)", text, re.MULTILINE)
-    assert base is not None
-    pinned = r"python:3\.11(\.\d+)?-slim-(bookworm|trixie)"  # Debian 12 or 13: Java 17
-    assert re.fullmatch(pinned, base.group(1)), base.group(1)
     assert "openjdk-17-jre-headless" in text
-    assert '"/app[spark]"' in text  # the image runs the Spark job too
+    assert "['optional-dependencies']['spark']" in text  # the image runs the Spark job too
+    assert '"moto[server]==' in S3_DOCKERFILE.read_text()  # pinned as the images are
+
+
+@pytest.mark.unit
+def test_third_party_images_are_pinned(services: dict[str, dict[str, object]]) -> None:
+    for name, service in services.items():
+        image = str(service.get("image", ""))
+        if image.startswith("replog"):
+            continue  # built here (docker-compose.yml's build:, docker/build-images.sh)
+        tag = image.partition(":")[2]
+        assert tag != "latest", f"{name}: pin {image} to a release"
+        assert re.fullmatch(r"(v?\d+\.\d+\.\d+|RELEASE\.[0-9TZ-]+)", tag), (name, image)
+
+
+@pytest.mark.unit
+def test_every_service_that_reads_storage_has_its_credentials_and_endpoint(
+    services: dict[str, dict[str, object]],
+) -> None:
+    for name in STORAGE_USERS & set(services):
+        env = services[name].get("environment")
+        assert isinstance(env, dict), f"{name}: no environment: no credentials"
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+            assert env.get(key), f"{name}: {key} is not set"
+        # botocore's (so s3fs's) endpoint from the environment: the Spark job's executors
+        # take it from there, the nodes from storage.endpoint.url
+        assert env.get("AWS_ENDPOINT_URL_S3") == "http://s3:9000", name
+    s3 = services["s3"].get("environment", {})
+    assert isinstance(s3, dict)
+    if "MINIO_ROOT_USER" in s3:
+        env = services["controller"]["environment"]
+        assert isinstance(env, dict)
+        assert (s3["MINIO_ROOT_USER"], s3["MINIO_ROOT_PASSWORD"]) == (
+            env["AWS_ACCESS_KEY_ID"],
+            env["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+@pytest.mark.unit
+def test_a_producer_service_sends_a_known_number_of_records(
+    services: dict[str, dict[str, object]],
+) -> None:
+    args = command_args(services["producer"]["command"])
+    assert args[:2] == ["python", "docker/produce_events.py"]
+    at = args.index("--num-records")
+    assert int(args[at + 1]) > 0
+    assert args[args.index("--topic") + 1] == "events"
+    spark = command_args(services["spark-job"]["command"])
+    assert spark[spark.index("--source") + 1] == "events"
+    help_text = subprocess.run(
+        [sys.executable, str(ROOT / args[1]), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert help_text.returncode == 0, help_text.stderr
+    for flag in (a for a in args if a.startswith("--")):
+        assert flag in help_text.stdout, f"producer: {flag} is not an option of {args[1]}"
+
+
+@pytest.mark.unit
+def test_the_local_s3_variant_runs_on_images_built_here() -> None:
+    services = load_compose(*VARIANTS["local-s3"])["services"]
+    assert isinstance(services, dict)
+    s3 = services["s3"]
+    assert s3["image"] == "replog-s3:dev"
+    assert s3["build"]["dockerfile"] == S3_DOCKERFILE.name
+    assert ROOT / s3["build"]["context"] == S3_DOCKERFILE.parent
+    assert s3["entrypoint"][:1] == ["moto_server"]
+    port = s3["entrypoint"][s3["entrypoint"].index("--port") + 1]
+    assert published(s3, int(port)) is not None
+    # nothing pulled: every service's image is built here
+    for name, service in services.items():
+        if "monitoring" in service.get("profiles", []):
+            continue  # not started by `up`
+        image = str(service["image"])
+        assert image in ("replog:dev", "replog-s3:dev"), f"{name}: {image} would be pulled"
+    assert {n for n, s in services.items() if s.get("profiles")} == {"prometheus", "grafana"}
 
 
 # --- monitoring: Prometheus scrapes every node, Grafana shows the dashboard ------------------
@@ -399,6 +520,15 @@ def metric_names(expr: str) -> set[str]:
     return set(re.findall(r"\b(?:kafka|replog)_[a-z0-9_]+\b", expr))
 
 
+def published(service: dict[str, object], port: int) -> int | None:
+    """The host port a service publishes its container ``port`` on (0: an ephemeral one)."""
+    for spec in service.get("ports", []):  # type: ignore[attr-defined]
+        *host, container = str(spec).split(":")
+        if int(container) == port:
+            return int(host[-1]) if host and host[-1] else 0
+    return None
+
+
 def mounts(service: dict[str, object]) -> dict[str, Path]:
     """A service's bind mounts: path in the container -> file in this repository."""
     out = {}
@@ -432,7 +562,7 @@ def test_monitoring_images_are_pinned_and_ports_published(
     for name, port in (("prometheus", "9090:9090"), ("grafana", "3000:3000")):
         image = str(services[name]["image"])
         assert re.fullmatch(r"[a-z/]+:v?\d+\.\d+\.\d+", image), f"{name}: pin {image} to a release"
-        assert port in services[name]["ports"]  # type: ignore[operator]
+        assert f"{published(services[name], int(port.split(':')[1]))}:{port.split(':')[1]}" == port
 
 
 @pytest.mark.unit
@@ -485,7 +615,7 @@ def test_grafana_provisions_the_prometheus_datasource_and_the_dashboard(
     assert source["type"] == "prometheus"
     host, port = source["url"].removeprefix("http://").split(":")
     assert host == "prometheus"
-    assert f"{port}:{port}" in services[host]["ports"]  # type: ignore[operator]
+    assert published(services[host], int(port)) == int(port)
     (provider,) = yaml.safe_load((provisioning / "dashboards" / "replog.yml").read_text())[
         "providers"
     ]
@@ -586,10 +716,10 @@ def test_secured_services_use_the_secrets_after_secrets_init_made_them(secured: 
     assert "secrets" in doc["volumes"]  # type: ignore[operator]  # a named volume, declared
     init = services["secrets-init"]
     assert f"secrets:{SECRETS}" in init["volumes"]
-    assert init["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    assert init["depends_on"]["s3-init"]["condition"] == "service_completed_successfully"
     users = {n for n, s in services.items() if n != "secrets-init" and _mentions_secrets(s)}
     nodes = {n for n, a in replog_commands(services).items() if a[1:2] == ["start"]}
-    assert users >= nodes | {"topics", "spark-job"}
+    assert users >= nodes | {"topics", "producer", "spark-job"}
     for name in users:
         assert f"secrets:{SECRETS}:ro" in services[name]["volumes"], f"{name}: mount it read-only"
         assert _waits_for(services, name, "secrets-init"), f"{name} starts before secrets-init"
