@@ -1,9 +1,10 @@
 """Kafka's own tools (Apache Kafka 4.4.0, run from the jars' main classes as its bin/*.sh
 scripts run them) against replog's Kafka listener on real broker processes: kafka-topics,
 kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
-kafka-producer-perf-test and kafka-consumer-perf-test work; kafka-transactions, kafka-log-dirs
-and kafka-acls (on a SASL_SSL cluster with ACLs on) call APIs the listener does not serve yet
-(issue 44), and the tests pin their clear refusal and that the brokers go on."""
+kafka-producer-perf-test, kafka-consumer-perf-test and kafka-transactions list work;
+kafka-log-dirs, kafka-transactions describe and find-hanging, and kafka-acls (on a SASL_SSL
+cluster with ACLs on) call APIs the listener does not serve yet (issue 44), and the tests pin
+their clear refusal and that the brokers go on."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from tests.cluster import Cluster
@@ -200,21 +202,57 @@ def test_perf_tools_produce_and_consume(cluster: Cluster) -> None:
     assert float(fields["data.consumed.in.MB"]) == pytest.approx(20000 * 100 / 2**20, rel=1e-3)
 
 
-def test_kafka_transactions_and_kafka_log_dirs_are_refused_clearly(cluster: Cluster) -> None:
-    """ListTransactions, DescribeTransactions and DescribeLogDirs are not on the Kafka listener
-    yet (issue 44): each tool names the API it lacks, and the brokers go on."""
+def test_kafka_transactions_lists_transactions(cluster: Cluster) -> None:
     bootstrap = cluster.kafka_bootstrap
-    listed = tool(TRANSACTIONS, "--bootstrap-server", bootstrap, "list")
-    assert listed.returncode == 1
-    assert "The node does not support LIST_TRANSACTIONS" in listed.stderr
+    topic = create(cluster, partitions=2)
+    open_id, done_id = unique_name("txn-open"), unique_name("txn-done")
+    producers = []
+    for transactional_id, partition in ((open_id, 1), (done_id, 0)):
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+        )
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(topic, b"x", partition=partition)
+        producer.flush(60)
+        producers.append(producer)
+    producers[1].commit_transaction(60)
+
+    def rows(*args: str) -> dict[str, list[str]]:
+        out = ok(tool(TRANSACTIONS, "--bootstrap-server", bootstrap, *args))
+        _header, *lines = out.strip().splitlines()
+        return {line.split()[0]: line.split() for line in lines}
+
+    listed = rows("list")  # every broker asked; the coordinator's answer names both
+    assert listed[open_id][-1] == "Ongoing"
+    assert listed[done_id][-1] == "CompleteCommit"
+    # --duration-filter: running for at least that long (only an open transaction runs)
+    long_running = rows("list", "--duration-filter", "1")
+    assert open_id in long_running
+    assert done_id not in long_running
+    assert open_id not in rows("list", "--duration-filter", "3600000")
+
+    # DescribeTransactions is not on the Kafka listener yet (issue 44): named, refused
     described = tool(
-        TRANSACTIONS, "--bootstrap-server", bootstrap, "describe", "--transactional-id", "t"
+        TRANSACTIONS, "--bootstrap-server", bootstrap, "describe", "--transactional-id", open_id
     )
     assert described.returncode == 1
     assert "The node does not support DESCRIBE_TRANSACTIONS" in described.stderr
+    producers[0].abort_transaction(60)
+
+
+def test_kafka_log_dirs_and_find_hanging_are_refused_clearly(cluster: Cluster) -> None:
+    """DescribeLogDirs and DescribeProducers are not on the Kafka listener yet (issue 44): each
+    tool names the API it lacks, and the brokers go on."""
+    bootstrap = cluster.kafka_bootstrap
     dirs = tool(LOG_DIRS, "--bootstrap-server", bootstrap, "--describe")
     assert dirs.returncode == 1
     assert "UnsupportedVersionException: The node does not support DESCRIBE_LOG_DIRS" in dirs.stderr
+    hanging = tool(
+        TRANSACTIONS, "--bootstrap-server", bootstrap, "find-hanging", "--broker-id", "0"
+    )
+    assert hanging.returncode == 1
+    assert "The node does not support DESCRIBE_PRODUCERS" in hanging.stderr
     assert all(b.alive for b in cluster.brokers.values())
     ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--list"))
 

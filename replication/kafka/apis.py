@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -27,9 +28,11 @@ from typing import Any, Final
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.common import TopicPartition
+from replication.coordinator.transaction import TxnState
 from replication.errors import (
     CoordinatorNotAvailableError,
     IllegalSaslStateError,
+    NotCoordinatorError,
     TopicAuthorizationFailedError,
     UnsupportedCompressionTypeError,
     UnsupportedVersionError,
@@ -144,6 +147,7 @@ class KafkaProtocolApis:
             p.ApiKey.FIND_COORDINATOR: self._find_coordinator,
             p.ApiKey.LEAVE_GROUP: self._leave_group,
             p.ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
+            p.ApiKey.LIST_TRANSACTIONS: self._list_transactions,
         }
 
     # --- RequestChannel ---------------------------------------------------------------------
@@ -410,6 +414,52 @@ class KafkaProtocolApis:
         if request.api_version >= 4:
             return {"coordinators": coordinators}
         return coordinators[0]
+
+    async def _list_transactions(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
+        """The transactions this broker coordinates (Kafka's admin client asks every broker
+        and merges the answers). replog has one transaction coordinator, on the leader of
+        ``__transaction_state``-0: any other broker coordinates none, and answers an empty
+        list, as a Kafka broker that coordinates no transactional id does. The producer id
+        and (v1) duration filters are applied here; a state filter Kafka does not know is
+        named in ``unknown_state_filters``, as Kafka's coordinator names it."""
+        body: Any = request.body
+        states = list(body.state_filters)
+        known = {state.value for state in TxnState}
+        unknown = [state for state in states if state not in known]
+        response: p.ListTransactionsResponse = await self.apis.handle(
+            header, p.ListTransactionsRequest(state_filters=[s for s in states if s in known])
+        )
+        if response.error_code == NotCoordinatorError.code:
+            response = p.ListTransactionsResponse()
+        if unknown and not set(states) - set(unknown):
+            listings: list[p.TransactionListing] = []  # only unknown states: none match
+        else:
+            listings = list(response.transactions)
+        producer_ids = set(body.producer_id_filters)
+        if producer_ids:
+            listings = [t for t in listings if t.producer_id in producer_ids]
+        duration_ms = int(getattr(body, "duration_filter", -1))  # v1+, in ms; -1: none
+        if duration_ms >= 0:
+            # running longer than the filter: only open transactions have a start time
+            now_ms = int(time.time() * 1000)
+            listings = [
+                t
+                for t in listings
+                if t.transaction_start_time_ms >= 0
+                and now_ms - t.transaction_start_time_ms >= duration_ms
+            ]
+        return {
+            "error_code": response.error_code,
+            "unknown_state_filters": unknown,
+            "transaction_states": [
+                {
+                    "transactional_id": t.transactional_id,
+                    "producer_id": t.producer_id,
+                    "transaction_state": t.transaction_state,
+                }
+                for t in listings
+            ],
+        }
 
     async def _leave_group(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
         leave = to_replog(request.body, p.LeaveGroupRequest)
