@@ -40,7 +40,7 @@ AFTER_KILL = 500
 #: from the producer's end to the last output record: the Spark job's start (a JVM and the
 #: first streaming query, a minute or two on a busy 2-core machine) and a few micro-batches.
 #: The demo once took 4 minutes here (its executors had no S3 credentials).
-FIRST_OUTPUT_TIMEOUT = 240
+FIRST_OUTPUT_TIMEOUT = 300
 
 
 def run(args: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
