@@ -135,7 +135,7 @@ def spark_jars(name: str) -> list[Path]:
 
     def ships(artifact: str) -> bool:
         prefix = f"{artifact}-"
-        return any(n.startswith(prefix) and n[len(prefix) : len(prefix) + 1].isdigit() for n in shipped)
+        return any(n.startswith(prefix) and n[len(prefix) :][:1].isdigit() for n in shipped)
 
     return [jar for jar in jars(name) if not ships(jar.stem)]
 
