@@ -1255,6 +1255,18 @@ class KafkaConnection:
                 ],
             )
         response = self.request(to_kafka(body, load_request_schema(api, version)))
+        if api == p.ApiKey.LIST_TRANSACTIONS:  # Kafka names the listings transaction_states
+            return p.ListTransactionsResponse(
+                error_code=response.error_code,
+                transactions=[
+                    p.TransactionListing(
+                        transactional_id=t.transactional_id,
+                        producer_id=t.producer_id,
+                        transaction_state=t.transaction_state,
+                    )
+                    for t in response.transaction_states
+                ],
+            )
         return to_replog(response, RESPONSES[api])
 
 
