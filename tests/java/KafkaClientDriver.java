@@ -53,6 +53,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.errors.RetriableException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -601,7 +602,23 @@ public final class KafkaClientDriver {
             });
             ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
             attempt("describe_configs", () -> {
-                Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+                // a broker learns the new topic from the cluster metadata on its own, as Kafka's
+                // do: one that has not yet answers UnknownTopicOrPartition (retriable); ask again until the
+                // deadline
+                long deadline = System.currentTimeMillis() + DEADLINE_MS;
+                Config config;
+                while (true) {
+                    try {
+                        config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+                        break;
+                    } catch (ExecutionException e) {
+                        if (!(e.getCause() instanceof RetriableException)
+                                || System.currentTimeMillis() > deadline) {
+                            throw e;
+                        }
+                        Thread.sleep(100);
+                    }
+                }
                 Map<String, Object> v = new TreeMap<>();
                 for (String name : List.of("retention.ms", "min.insync.replicas", "segment.bytes")) {
                     ConfigEntry e = config.get(name);
