@@ -36,10 +36,14 @@ TIERS = ("unit", "s3", "cluster", "spark", "chaos", "docker")
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects anything
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Fail collection when a test carries none of the tier markers; put every test in an
-    xdist group (see :func:`xdist_group`)."""
+    xdist group (see :func:`xdist_group`), the Spark group's first."""
     untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    spark_modules = {module(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item, spark_modules)))
+    # the Spark group is the longest unit of work (one worker runs all of it): first, so the
+    # other worker runs everything else meanwhile instead of waiting for it at the end
+    items.sort(key=lambda item: module(item) not in spark_modules)
     if untiered:
         shown = "\n  ".join(untiered[:20])
         more = f"\n  ... and {len(untiered) - 20} more" if len(untiered) > 20 else ""
@@ -49,14 +53,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The pytest-xdist worker group of a test (pyproject.toml runs ``-n 2 --dist loadgroup``):
-    every Spark test in one group, so the run starts one SparkSession (it is slow to start and
-    holds a JVM), and every other test with the rest of its module, so a module-scoped fixture
-    (a shared broker or cluster) starts once."""
-    if item.get_closest_marker("spark"):
-        return "spark"
+def module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
+
+
+def xdist_group(item: pytest.Item, spark_modules: set[str]) -> str:
+    """The pytest-xdist worker group of a test (pyproject.toml runs ``-n 2 --dist loadgroup``):
+    every module with a test on the run's SparkSession (the ``spark`` fixture) in one group, so
+    the run starts one (it is slow to start and holds a JVM), and every other test with the
+    rest of its module, so a module-scoped fixture (a shared broker or cluster) starts once.
+    Spark tests that start their own Spark in a subprocess (the examples, the demo) are not in
+    that group: the other worker may run them while this one runs the session's tests."""
+    if module(item) in spark_modules:
+        return "spark"
+    return module(item)
 
 
 @dataclass(frozen=True)
