@@ -7,15 +7,29 @@ import sys
 from typing import Any
 
 
-def local_spark(app: str) -> Any:
+def local_spark(
+    app: str,
+    jars: str | None = None,
+    packages: str | None = None,
+    configs: dict[str, str] | None = None,
+) -> Any:
+    """``jars``: comma-separated local jar paths (``spark.jars``); ``packages``: Maven
+    coordinates for Spark's resolver (``spark.jars.packages``); ``configs``: more settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     from datasource.source import ReplogDataSource
 
+    builder = SparkSession.builder
+    if jars:
+        builder = builder.config("spark.jars", jars)
+    if packages:
+        builder = builder.config("spark.jars.packages", packages)
+    for key, value in (configs or {}).items():
+        builder = builder.config(key, value)
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,13 +1,14 @@
 """replog -> a Delta table, exactly once, through foreachBatch with txnAppId/txnVersion.
 
     python examples/delta_sink.py --topic quickstart --path /tmp/replog-delta [--available-now]
+        [--packages io.delta:delta-spark_2.13:4.4.0 | --jars delta-spark_2.13.jar,...]
 
 Delta's idempotent writes skip a (txnAppId, txnVersion) pair already committed to the table,
 so a micro-batch Spark replays is written once. This needs delta-spark and Delta's JVM jars:
-    pip install delta-spark
-and start Spark with the jars on the classpath, e.g. (fetched from Maven)
-spark.jars.packages=io.delta:delta-spark_2.13:<version>, or spark.jars=<local jars>.
-When either is missing the example says which and exits with status 2.
+    pip install 'replog[delta]'     # delta-spark 4.4.0
+and Delta's jars on Spark's classpath: --packages (Spark's resolver fetches them from Maven)
+or --jars (local jars: delta-spark_2.13, delta-storage and their dependencies). When either is
+missing the example says which and exits with status 2.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Any
 from _spark import local_spark
 
 MISSING = 2
+DELTA_CONFIGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 
 def delta_available(spark: Any) -> str | None:
@@ -28,12 +33,15 @@ def delta_available(spark: Any) -> str | None:
     except ImportError:
         return "the delta-spark Python package is not installed: pip install delta-spark"
     try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+        # spark.jars are on the driver thread's context class loader, not the system one
+        jvm = spark._jvm
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", True, loader)
     except Exception:  # noqa: BLE001 - py4j raises its own error type for a missing class
         return (
-            "Delta's JVM jars are not on Spark's classpath: set spark.jars.packages="
-            "io.delta:delta-spark_2.13:<version> (needs Maven access) or spark.jars to "
-            "local delta-spark and delta-storage jars"
+            "Delta's JVM jars are not on Spark's classpath: pass --packages "
+            "io.delta:delta-spark_2.13:4.4.0 (Spark fetches them from Maven) or --jars with "
+            "the local delta-spark_2.13 and delta-storage jars and their dependencies"
         )
     return None
 
@@ -44,9 +52,11 @@ def main() -> int:
     parser.add_argument("--topic", default="quickstart")
     parser.add_argument("--path", default="/tmp/replog-delta")
     parser.add_argument("--available-now", action="store_true", help="process the backlog, stop")
+    parser.add_argument("--jars", help="comma-separated local jars for spark.jars (Delta's)")
+    parser.add_argument("--packages", help="Maven coordinates for spark.jars.packages")
     args = parser.parse_args()
 
-    spark = local_spark("replog-delta-sink")
+    spark = local_spark("replog-delta-sink", args.jars, args.packages, DELTA_CONFIGS)
     missing = delta_available(spark)
     if missing:
         print(f"Delta is not available: {missing}", file=sys.stderr)
@@ -78,7 +88,9 @@ def main() -> int:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
-    print(f"{spark.read.format('delta').load(args.path).count()} records in {args.path}")
+    table = spark.read.format("delta").load(args.path)
+    distinct = table.select("partition", "offset").distinct().count()
+    print(f"{table.count()} records in {args.path} ({distinct} distinct offsets)")
     spark.stop()
     return 0
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from replication.client import TopicPartition
+from replication.client import Admin, NewTopic, Producer, TopicPartition
 from replication.tools import local_cluster
+from tests import maven
 from tests.helpers import read_to_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -105,23 +108,86 @@ def test_to_parquet(
     assert "1000 records in Parquet" in result.stdout
 
 
-def test_delta_sink(
-    bootstrap: str, quickstart: subprocess.CompletedProcess[str], tmp_path: Path
+def produce(bootstrap: str, topic: str, first: int, n: int) -> None:
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        if topic not in admin.list_topics():
+            admin.create_topics([NewTopic(topic, 3, 1)])
+    with Producer(bootstrap_servers=bootstrap, acks="all") as producer:
+        futures = [producer.send(topic, f"delta {i}".encode()) for i in range(first, first + n)]
+        for future in futures:
+            future.result(timeout=60)
+
+
+def delta_rows(path: Path) -> list[tuple[int, int, str]]:
+    """The table's (partition, offset, value) rows, read without Spark: the Parquet files its
+    log's add actions name, less those a remove action took out."""
+    files: set[str] = set()
+    for entry in sorted((path / "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                files.add(action["add"]["path"])
+            if "remove" in action:
+                files.discard(action["remove"]["path"])
+    rows: list[tuple[int, int, str]] = []
+    for name in files:
+        table = pq.read_table(path / name)
+        rows += zip(
+            *(table.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True
+        )
+    return rows
+
+
+def test_delta_sink_writes_each_record_once_across_a_replay_and_a_restart(
+    bootstrap: str, tmp_path: Path
 ) -> None:
+    try:
+        jars = ",".join(str(p) for p in maven.spark_jars("delta"))
+    except maven.MavenUnavailableError as e:
+        pytest.skip(f"Delta's jars cannot be fetched here: {e}")
+    topic, path = "delta-in", tmp_path / "delta"
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--path", str(path))
+    produce(bootstrap, topic, 0, 600)
+    result = run_example("delta_sink", *args, "--available-now", "--jars", jars)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "600 records in" in result.stdout
+    assert "(600 distinct offsets)" in result.stdout
+    assert sorted(v for *_, v in delta_rows(path)) == sorted(f"delta {i}" for i in range(600))
+
+    # a crash after Delta committed a batch but before Spark did: Spark replays the batch with
+    # its txnVersion, which Delta has already committed for this txnAppId, so it skips it
+    commits = path.parent / "delta-checkpoint" / "commits"
+    last = max(commits.glob("[0-9]*"), key=lambda p: int(p.name))
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
+    txns = [
+        json.loads(line)["txn"]
+        for entry in (path / "_delta_log").glob("*.json")
+        for line in entry.read_text().splitlines()
+        if "txn" in json.loads(line)
+    ]
+    assert {t["appId"] for t in txns} == {"replog-delta-example"}
+    assert max(t["version"] for t in txns) == int(last.name)
+
+    produce(bootstrap, topic, 600, 400)  # and new records for the restarted query
+    result = run_example("delta_sink", *args, "--available-now", "--jars", jars)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1000 records in" in result.stdout
+    assert "(1000 distinct offsets)" in result.stdout
+    rows = delta_rows(path)
+    assert len({(p, o) for p, o, _ in rows}) == len(rows) == 1000
+    assert sorted(v for *_, v in rows) == sorted(f"delta {i}" for i in range(1000))
+
+
+def test_delta_sink_says_what_is_missing(bootstrap: str, tmp_path: Path) -> None:
     result = run_example(
         "delta_sink",
         "--bootstrap-server",
         bootstrap,
-        "--topic",
-        "quickstart",
         "--path",
-        str(tmp_path / "delta"),
+        str(tmp_path / "d"),
         "--available-now",
     )
-    if result.returncode == 2:
-        # no Maven here: Delta's JVM jars cannot be fetched; the example says what is missing
-        reason = result.stderr.strip().splitlines()[-1]
-        assert reason.startswith("Delta is not available:"), result.stderr
-        pytest.skip(reason)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1000 records in" in result.stdout
+    assert result.returncode == 2, result.stdout + result.stderr
+    reason = result.stderr.strip().splitlines()[-1]
+    assert reason.startswith("Delta is not available: Delta's JVM jars are not on"), result.stderr
