@@ -454,7 +454,7 @@ def kafka_side(work: Path, flush_every_message: bool = False) -> Iterator[Side]:
     )
     with cluster as kafka:
         yield Side(
-            "kafka_fsync" if flush_every_message else "kafka",
+            "kafka_flush_every_message" if flush_every_message else "kafka",
             kafka.bootstrap,
             dict(zip(kafka.broker_ids, kafka.pids, strict=True)),
             kafka.kill,
@@ -542,8 +542,11 @@ def main() -> None:
             with kafka_side(work / "kafka") as side:
                 results["kafka"] = {"about": side.info, **workloads(side, args)}
         if args.kafka_fsync:
-            with kafka_side(work / "kafka-fsync", flush_every_message=True) as side:
-                results["kafka_fsync"] = {"about": side.info, **workloads(side, args, full=False)}
+            with kafka_side(work / "kafka-flush-every-message", flush_every_message=True) as side:
+                results["kafka_flush_every_message"] = {
+                    "about": side.info,
+                    **workloads(side, args, full=False),
+                }
     if "replog" in results and "kafka" in results:
         out["replog_over_kafka"] = ratios(results["replog"], results["kafka"])
     out["complete"] = all(complete(r) for r in results.values())
