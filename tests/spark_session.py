@@ -9,7 +9,7 @@ their path (``PYTHONPATH``), both set before the JVM starts, so that they import
 The run's session also carries Spark's own Kafka connector (``format("kafka")``, the jars
 ``tests/maven.py`` fetches) so that tests can run a job written for Kafka against replog's Kafka
 listener; where ``mvn`` cannot fetch them the session starts without them (:data:`KAFKA_CONNECTOR`
-says why) and those tests skip.
+says why): the other Spark tests run, and those fail naming why.
 """
 
 from __future__ import annotations
