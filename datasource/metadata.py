@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from datasource.options import Assign, SourceOptions, Subscribe
+from datasource.options import CLIENT_SETTINGS, Assign, SourceOptions, Subscribe
 from logstore.reader import AbortedTxnRange
 from replication.client import (
     Admin,
@@ -58,11 +58,12 @@ class ClusterView:
 
     def _config(self) -> dict[str, Any]:
         return {
-            **dict(self.options.client_security),
-            "bootstrap.servers": self.options.bootstrap_servers,
             "client.id": _CLIENT_ID,
             "request.timeout.ms": 30_000,
             "default.api.timeout.ms": 60_000,
+            **{k: v for k, v in self.options.consumer_settings if k in CLIENT_SETTINGS},
+            **dict(self.options.client_security),
+            "bootstrap.servers": self.options.bootstrap_servers,
         }
 
     @property

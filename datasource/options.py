@@ -44,6 +44,12 @@ commitOffsetsToGroup (streaming)    a consumer group id: each finished micro-bat
                                     the query; the checkpoint stays the truth)
 security.protocol, ssl.*, sasl.*    the clients' security settings                 PLAINTEXT
                                     (SECURITY_OPTIONS; docs/security.md)
+kafka.<consumer setting>            handed to the clients (SOURCE_CONSUMER_SETTINGS:  the clients'
+                                    client.id, fetch.max.bytes, request.timeout.ms,
+                                    ...); others are ignored and logged, as a Kafka
+                                    consumer does; Spark's refused ones refused
+kafka.group.id, groupIdPrefix       accepted, as Spark's connector accepts them; the  none
+                                    reads join no group (see _GROUP_NAMING)
 ==================================  =============================================  =================
 
 Precedence as in Kafka: startingTimestamp over startingOffsetsByTimestamp over
@@ -71,6 +77,7 @@ reprs leave them out and an error about such an option names it without its valu
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -90,7 +97,13 @@ from datasource.offsets import (
     parse_partition_map,
 )
 from logstore.errors import ConfigError
-from replication.client.config import ClientConfig, ProducerConfig, load, parse_bootstrap
+from replication.client.config import (
+    ClientConfig,
+    ConsumerConfig,
+    ProducerConfig,
+    load,
+    parse_bootstrap,
+)
 from replication.client.types import TopicPartition
 
 __all__ = [
@@ -117,6 +130,8 @@ SECURITY_OPTIONS: Final = tuple(
         if f.metadata.get("key", "").startswith(("security.", "ssl.", "sasl."))
     )
 )
+
+log = logging.getLogger(__name__)
 
 ReadMode = Literal["auto", "direct", "broker"]
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
@@ -147,6 +162,7 @@ KNOWN_OPTIONS: Final = (
     "fetchOffset.retryIntervalMs",
     "kafkaConsumer.pollTimeoutMs",
     "commitOffsetsToGroup",
+    "groupIdPrefix",
     *SECURITY_OPTIONS,
 )
 STORAGE_PREFIX: Final = "storage."
@@ -156,6 +172,45 @@ KAFKA_PREFIX: Final = "kafka."
 SOURCE_CLIENT_OPTIONS: Final = frozenset(
     {"bootstrap.servers", "isolation.level", *SECURITY_OPTIONS}
 )
+#: Kafka consumer settings a read hands to its clients when given as ``kafka.<name>``, as Spark's
+#: Kafka connector hands its ``kafka.*`` options to its consumers: the connection's and the
+#: fetch's. The consumers of reads through the brokers get them all; the driver's and the
+#: executors' admin clients get those every client has (CLIENT_SETTINGS).
+SOURCE_CONSUMER_SETTINGS: Final = (
+    "client.id",
+    "request.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
+    "metadata.max.age.ms",
+    "fetch.min.bytes",
+    "fetch.max.wait.ms",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "max.poll.records",
+)
+#: Of SOURCE_CONSUMER_SETTINGS, those of every client (the admin clients' too).
+CLIENT_SETTINGS: Final = frozenset(
+    f.metadata["key"] for f in fields(ClientConfig) if "key" in f.metadata
+) & frozenset(SOURCE_CONSUMER_SETTINGS)
+#: Consumer settings Spark's Kafka connector refuses, refused here for the same reasons.
+REFUSED_CONSUMER_SETTINGS: Final = {
+    "auto.offset.reset": "startingOffsets says where a new query starts (earliest, latest or "
+    "JSON offsets), and its checkpoint where it resumes",
+    "enable.auto.commit": "the query's checkpoint keeps its progress; commitOffsetsToGroup "
+    "also commits it to a consumer group for lag tools",
+    "key.deserializer": "keys are read as bytes (binary column); deserialize them with "
+    "DataFrame operations",
+    "value.deserializer": "values are read as bytes (binary column); deserialize them with "
+    "DataFrame operations",
+    "interceptor.classes": "the records read are the rows as they are; no interceptor runs",
+}
+#: Accepted so that a job written for Spark's Kafka connector runs unchanged, and meaning what
+#: they mean there for reads: nothing a broker sees. Spark's connector names the consumer group
+#: of its consumers with them but assigns partitions and never commits; replog's reads join no
+#: group either (commitOffsetsToGroup is what makes a group's lag show the query).
+_GROUP_NAMING: Final = ("group.id",)
+
 #: Options Spark itself may add to a read or a write; they mean nothing to replog.
 _SPARK_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -234,6 +289,11 @@ class SourceOptions:
     storage_options: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     #: the clients' security settings by Kafka name (SECURITY_OPTIONS; never printed)
     client_security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    #: ``kafka.<name>`` consumer settings handed to the clients (SOURCE_CONSUMER_SETTINGS)
+    consumer_settings: tuple[tuple[str, str], ...] = ()
+    #: ``kafka.<name>`` settings given that replog's clients do not have: ignored, as a Kafka
+    #: consumer ignores (and logs) a setting it does not know
+    ignored_kafka_settings: tuple[str, ...] = ()
     fetch_offset_num_retries: int = 3
     fetch_offset_retry_interval_ms: int = 10
     poll_timeout_ms: int = 120_000
@@ -272,9 +332,13 @@ class _Options:
         client: frozenset[str] = frozenset(),
         prefixes: tuple[str, ...] = (),
         described: str = "",
+        other_kafka: bool = False,
     ) -> None:
         canonical = {name.lower(): name for name in known}
         self.values: dict[str, str] = {}
+        #: with ``other_kafka``: the ``kafka.<name>`` options that are not documented names,
+        #: by ``<name>`` (lower-cased), for the caller to pass through, refuse or ignore
+        self.kafka: dict[str, str] = {}
         #: the name each option was given under (``kafka.bootstrap.servers``), for errors
         self.given: dict[str, str] = {}
         self.prefixed: dict[str, dict[str, str]] = {prefix: {} for prefix in prefixes}
@@ -295,6 +359,8 @@ class _Options:
                 self.given[name] = key
             elif prefix is not None:
                 self.prefixed[prefix][key[len(prefix) :]] = str(value)
+            elif other_kafka and bare and bare not in canonical:  # not a source option
+                self.kafka[bare] = str(value)
             elif lower not in _SPARK_OPTIONS:
                 unknown.append(key)
         if unknown:
@@ -496,10 +562,15 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         client=SOURCE_CLIENT_OPTIONS,
         prefixes=(STORAGE_PREFIX,),
         described=" (fsspec options); bootstrap.servers, isolation.level and the security "
-        "settings also as kafka.<name>",
+        "settings also as kafka.<name>, and Kafka consumer settings as kafka.<name>",
+        other_kafka=True,
     )
     servers = _bootstrap_servers(opts)
     security = _client_security(opts, servers)
+    consumer, ignored = _consumer_settings(opts, servers)
+    prefix = opts.get("groupIdPrefix")
+    if prefix is not None and not prefix.strip():
+        raise InvalidOptionError("groupIdPrefix", prefix, "a non-empty prefix of group ids")
     subscription = _subscription(opts)
     strategy = opts.choice("startingOffsetsByTimestampStrategy", ("error", "latest"), "error")
     starting = _offsets_spec(
@@ -572,7 +643,44 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         poll_timeout_ms=120_000 if poll is None else poll,
         commit_group=commit_group,
         client_security=security,
+        consumer_settings=consumer,
+        ignored_kafka_settings=ignored,
     )
+
+
+def _consumer_settings(
+    opts: _Options, servers: str
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The ``kafka.<name>`` consumer settings to hand to the clients, checked as a consumer
+    would, and the names of those ignored; Spark's refused ones are refused."""
+    consumer: dict[str, str] = {}
+    ignored: list[str] = []
+    for name, value in sorted(opts.kafka.items()):
+        given = KAFKA_PREFIX + name
+        if name in REFUSED_CONSUMER_SETTINGS:
+            raise InvalidOptionError(
+                given, value, "no value", "not supported: " + REFUSED_CONSUMER_SETTINGS[name]
+            )
+        if name in _GROUP_NAMING:
+            if not value.strip():
+                raise InvalidOptionError(given, value, "a consumer group id")
+            continue
+        if name not in SOURCE_CONSUMER_SETTINGS:
+            ignored.append(given)
+            continue
+        try:
+            load(ConsumerConfig, {name: value, "bootstrap.servers": servers}, {})
+        except ConfigError as err:
+            raise InvalidOptionError(given, value, "a valid consumer setting", str(err)) from None
+        consumer[name] = value
+    if ignored:
+        log.warning(
+            "ignored: %s (replog's reads hand only these Kafka consumer settings to their "
+            "clients: %s)",
+            ", ".join(ignored),
+            ", ".join(SOURCE_CONSUMER_SETTINGS),
+        )
+    return tuple(consumer.items()), tuple(ignored)
 
 
 def _client_security(opts: _Options, servers: str) -> tuple[tuple[str, str], ...]:

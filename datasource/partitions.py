@@ -58,6 +58,8 @@ class ReadSettings:
     #: the clients' security settings by Kafka name (never printed), for reads through the
     #: brokers
     client_security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    #: the ``kafka.<name>`` consumer settings of the read (SOURCE_CONSUMER_SETTINGS)
+    consumer_settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

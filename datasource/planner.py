@@ -85,6 +85,7 @@ class Planner:
             fail_on_data_loss=options.fail_on_data_loss,
             poll_timeout_ms=options.poll_timeout_ms,
             client_security=options.client_security,
+            consumer_settings=options.consumer_settings,
         )
         self._readers: dict[tuple[str, TopicPartition], SegmentReader] = {}
         #: brokers that answered DescribeLogObjects with UNSUPPORTED_VERSION (older replog):

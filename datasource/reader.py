@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datasource.errors import DataLossError, ReadTimeoutError
+from datasource.options import CLIENT_SETTINGS
 from datasource.partitions import OffsetRangePartition, ReplicaLocation, extents_problem
 from datasource.schema import to_spark_batch
 from logstore.errors import OffsetOutOfRangeError
@@ -206,9 +207,10 @@ class _RangeRead:
                 settings = self.p.settings
                 self._admin = Admin(
                     {
+                        "client.id": _CONSUMER["client.id"],
+                        **{k: v for k, v in settings.consumer_settings if k in CLIENT_SETTINGS},
                         **dict(settings.client_security),
                         "bootstrap.servers": settings.bootstrap_servers,
-                        "client.id": _CONSUMER["client.id"],
                     }
                 )
             found = self._admin.describe_log_objects(
@@ -249,6 +251,7 @@ class _RangeRead:
         consumer = Consumer(
             {
                 **_CONSUMER,
+                **dict(settings.consumer_settings),
                 **dict(settings.client_security),
                 "bootstrap.servers": settings.bootstrap_servers,
                 "isolation.level": "read_committed"

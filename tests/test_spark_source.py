@@ -253,7 +253,13 @@ BAD_OPTIONS = [
     ({"subscribe": "a", "assign": "[]"}, True, "assign", "exactly one"),
     ({"assign": '{"a": "0"}'}, True, "assign", "list of partitions"),
     ({"subscribepattern": "(unclosed"}, True, "subscribePattern", "regular expression"),
-    ({"subscribe": "a", "kafka.group.id": "g"}, True, "kafka.group.id", "unknown option"),
+    # Kafka consumer settings Spark's connector refuses, refused for its reasons
+    ({"subscribe": "a", "kafka.auto.offset.reset": "x"}, True, "kafka.auto.offset.reset", "start"),
+    ({"subscribe": "a", "kafka.enable.auto.commit": "x"}, True, "kafka.enable.auto.commit", "chec"),
+    ({"subscribe": "a", "kafka.value.deserializer": "x"}, True, "kafka.value.deserializer", "byt"),
+    ({"subscribe": "a", "kafka.fetch.max.bytes": "lots"}, True, "kafka.fetch.max.bytes", "valid"),
+    ({"subscribe": "a", "kafka.group.id": " "}, True, "kafka.group.id", "group id"),
+    ({"subscribe": "a", "groupidprefix": ""}, True, "groupIdPrefix", "prefix"),
     # Kafka's kafka. prefix: client settings take it (and errors name them as written) ...
     (
         {"subscribe": "a", "kafka.isolation.level": "x"},
@@ -451,13 +457,46 @@ def test_kafka_prefix_names_the_same_client_settings_on_the_source() -> None:
 
 
 @pytest.mark.unit
+def test_kafka_consumer_settings_reach_the_clients_and_unknown_ones_are_ignored_by_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A job written for Spark's Kafka connector, unchanged: its group naming is accepted, its
+    # consumer settings reach replog's clients, and what replog's clients lack is named.
+    with caplog.at_level("WARNING", logger="datasource.options"):
+        opts = parse_source_options(
+            {
+                "kafka.bootstrap.servers": "h:1",
+                "subscribe": "a",
+                "kafka.group.id": "etl",
+                "groupIdPrefix": "etl-",
+                "kafka.client.id": "etl-reader",
+                "kafka.max.poll.records": "100",
+                "kafka.Session.Timeout.ms": "10000",
+                "kafka.receive.buffer.bytes": "65536",
+            },
+            streaming=True,
+        )
+    assert dict(opts.consumer_settings) == {"client.id": "etl-reader", "max.poll.records": "100"}
+    assert opts.ignored_kafka_settings == ("kafka.receive.buffer.bytes", "kafka.session.timeout.ms")
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "kafka.receive.buffer.bytes, kafka.session.timeout.ms" in warning
+    assert "max.poll.records" in warning  # what is handed on
+    planner = Planner(opts)
+    assert planner.settings.consumer_settings == opts.consumer_settings
+    # the admin clients get the settings every client has, and keep their own defaults
+    config = planner.view._config()
+    assert config["client.id"] == "etl-reader"
+    assert "max.poll.records" not in config
+
+
+@pytest.mark.unit
 def test_schema_at_load_checks_every_option_either_kind_of_read_accepts() -> None:
     # Spark calls schema() at load(), before it knows whether a batch or a stream reads.
     base = {"bootstrap.servers": "h:1", "subscribe": "a"}
     for bad, option in [
         ({"maxoffsetspertrigger": "lots"}, "maxOffsetsPerTrigger"),
         ({"subscribe": "a", "assign": '{"a": [0]}'}, "assign"),
-        ({"kafka.group.id": "g"}, "kafka.group.id"),
+        ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset"),
         ({"endingoffsets": '{"a": {"0": -2}}'}, "endingOffsets"),
     ]:
         with pytest.raises(InvalidOptionError) as caught:
@@ -611,7 +650,15 @@ def test_direct_reads_of_local_files_match_the_broker_fallback(
     _mixed_records(broker.bootstrap, topic, 3000)
     opts = options(broker.bootstrap, topic, includeHeaders="true")
     direct = _all_columns(batch_df(spark, {**opts, "read.mode": "direct"}))
-    brokered = _all_columns(batch_df(spark, {**opts, "read.mode": "broker"}))
+    # a job ported from Spark's Kafka connector, its kafka.* consumer settings as they were
+    ported = {
+        "kafka.group.id": "etl",
+        "groupIdPrefix": "etl-",
+        "kafka.client.id": "etl-reader",
+        "kafka.max.partition.fetch.bytes": "4096",
+        "kafka.session.timeout.ms": "10000",
+    }
+    brokered = _all_columns(batch_df(spark, {**opts, **ported, "read.mode": "broker"}))
     auto = _all_columns(batch_df(spark, {**opts, "minPartitions": "5"}))
     assert len(direct) == 3000
     assert direct == brokered == auto
@@ -632,7 +679,15 @@ def test_direct_reads_from_s3_match_the_broker_and_fall_back_when_unreachable(
     storage = {f"storage.{k}": v for k, v in s3_url.storage_options.items()}
     opts = options(b.bootstrap, topic, includeHeaders="true")
     direct = _all_columns(batch_df(spark, {**opts, **storage, "read.mode": "direct"}))
-    brokered = _all_columns(batch_df(spark, {**opts, "read.mode": "broker"}))
+    # a job ported from Spark's Kafka connector, its kafka.* consumer settings as they were
+    ported = {
+        "kafka.group.id": "etl",
+        "groupIdPrefix": "etl-",
+        "kafka.client.id": "etl-reader",
+        "kafka.max.partition.fetch.bytes": "4096",
+        "kafka.session.timeout.ms": "10000",
+    }
+    brokered = _all_columns(batch_df(spark, {**opts, **ported, "read.mode": "broker"}))
     # Executors that cannot reach the store read through the broker (auto), or fail (direct).
     unreachable = {
         "storage.endpoint_url": "http://127.0.0.1:9",
@@ -691,7 +746,15 @@ def test_direct_reads_of_wal_chunks_match_the_broker_before_and_after_compaction
     assert all(e.path.startswith("_replog/wal/L0/") and e.position > 0 for e in extents)
     opts = options(l0_only.bootstrap, topic, includeHeaders="true")
     direct = _all_columns(batch_df(spark, {**opts, "read.mode": "direct", "minPartitions": "4"}))
-    brokered = _all_columns(batch_df(spark, {**opts, "read.mode": "broker"}))
+    # a job ported from Spark's Kafka connector, its kafka.* consumer settings as they were
+    ported = {
+        "kafka.group.id": "etl",
+        "groupIdPrefix": "etl-",
+        "kafka.client.id": "etl-reader",
+        "kafka.max.partition.fetch.bytes": "4096",
+        "kafka.session.timeout.ms": "10000",
+    }
+    brokered = _all_columns(batch_df(spark, {**opts, **ported, "read.mode": "broker"}))
     assert len(direct) == 3000
     assert direct == brokered
 
@@ -710,7 +773,15 @@ def test_direct_reads_of_wal_chunks_match_the_broker_before_and_after_compaction
     _mixed_records(compacting.bootstrap, topic, 1000)
     opts = options(compacting.bootstrap, topic, includeHeaders="true")
     direct = _all_columns(batch_df(spark, {**opts, "read.mode": "direct"}))
-    brokered = _all_columns(batch_df(spark, {**opts, "read.mode": "broker"}))
+    # a job ported from Spark's Kafka connector, its kafka.* consumer settings as they were
+    ported = {
+        "kafka.group.id": "etl",
+        "groupIdPrefix": "etl-",
+        "kafka.client.id": "etl-reader",
+        "kafka.max.partition.fetch.bytes": "4096",
+        "kafka.session.timeout.ms": "10000",
+    }
+    brokered = _all_columns(batch_df(spark, {**opts, **ported, "read.mode": "broker"}))
     assert len(direct) == 3000
     assert direct == brokered
 
