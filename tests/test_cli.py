@@ -135,6 +135,25 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     assert idle.stdout == ""
     assert idle.stderr.strip() == "Processed a total of 0 messages"
 
+    # --group (as kafka-console-consumer's): a first run from the beginning prints 25 and
+    # commits the offsets after them; the next run of the group prints the other 35; after one
+    # more record, a third prints just that one. Each record once over the three runs.
+    group = unique_name("cli-group")
+    as_group = ("consume", topic, "--group", group, "--property", "print.key=true",
+                "--property", "key.separator=:", "--timeout-ms", "60000", *bs)  # fmt: skip
+    first = ok(replog(*as_group, "--from-beginning", "--max-messages", "25"))
+    rest = ok(replog(*as_group, "--max-messages", "35"))
+    ok(replog("produce", topic, "--key-separator", ":", *bs, input="user-late:late\n"))
+    late = ok(replog(*as_group, "--max-messages", "1"))
+    assert len(first.stdout.splitlines()) == 25
+    assert sorted(first.stdout.splitlines() + rest.stdout.splitlines()) == sorted(lines)
+    assert late.stdout == "user-late:late\n"
+    assert_one_line_error(
+        replog("consume", topic, "--group", group, "--partition", "0", *bs),
+        "--group",
+        "--partition",
+    )
+
     # describe --json: the metadata, and every replica's own LEO and lag, from its broker
     def described() -> dict[str, Any] | None:
         doc = json.loads(ok(replog("topics", "describe", topic, "--json", *bs)).stdout)
@@ -151,7 +170,7 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     assert (doc["partition_count"], doc["replication_factor"]) == (3, 3)
     assert doc["is_internal"] is False
     assert [p["partition"] for p in doc["partitions"]] == [0, 1, 2]
-    assert sum(p["high_watermark"] for p in doc["partitions"]) == 60
+    assert sum(p["high_watermark"] for p in doc["partitions"]) == 61  # the 60, and "late"
     for p in doc["partitions"]:
         assert sorted(p["replicas"]) == [0, 1, 2]
         assert sorted(p["isr"]) == [0, 1, 2]
@@ -173,8 +192,18 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
             assert r["size_bytes"] > 0 or p["high_watermark"] == 0
             assert r["leader_epoch"] == p["leader_epoch"]
 
+    # with no name, every topic; the trouble filters keep none of a healthy topic's partitions
+    every = json.loads(ok(replog("topics", "describe", "--json", *bs)).stdout)
+    [ours] = [d for d in every if d["topic"] == topic]
+    assert (ours["partition_count"], ours["min_insync_replicas"]) == (3, 2)
+    for flag in ("--under-replicated-partitions", "--under-min-isr-partitions",
+                 "--unavailable-partitions"):  # fmt: skip
+        troubled = json.loads(ok(replog("topics", "describe", flag, "--json", *bs)).stdout)
+        assert topic not in [d["topic"] for d in troubled], flag
+
     table = ok(replog("topics", "describe", topic, *bs)).stdout
     assert f"topic {topic}: 3 partitions, replication factor 3" in table
+    assert "min.insync.replicas 2" in table
     assert "leader" in table
     assert "LEO" in table
     assert "lag" in table
@@ -206,6 +235,23 @@ def test_describe_shows_a_lost_replica(cluster_factory: object) -> None:
         kept = next(r for r in p["replica_states"] if r["broker"] == 0)
         assert kept["log_end_offset"] is not None
         assert kept["error"] is None
+
+    # Once the ISR has shrunk to broker 0, both partitions are under-replicated, at
+    # min.insync.replicas (1), not under it, and still led.
+    def troubled(flag: str) -> list[int]:
+        found = json.loads(ok(replog("topics", "describe", flag, "--json", *bs)).stdout)
+        return [p["partition"] for d in found if d["topic"] == topic for p in d["partitions"]]
+
+    wait_until(
+        lambda: troubled("--under-replicated-partitions") == [0, 1],
+        timeout=30,
+        message="both partitions under-replicated",
+    )
+    assert troubled("--at-min-isr-partitions") == [0, 1]
+    assert troubled("--under-min-isr-partitions") == []
+    assert troubled("--unavailable-partitions") == []
+    table = ok(replog("topics", "describe", "--under-replicated-partitions", *bs)).stdout
+    assert f"topic {topic}: 2 partitions" in table
 
 
 # --- mistakes: one line, exit 1 ---------------------------------------------------------------

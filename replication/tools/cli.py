@@ -44,8 +44,10 @@ from replication.tools.cli_common import (  # noqa: E402
     DEFAULT_BOOTSTRAP,
     BootstrapOption,
     CommandConfigOption,
+    CommandError,
     admin_client,
     client_config,
+    key_values,
     read_properties,
 )
 from replication.tools.cli_monitoring import cluster_prometheus_config  # noqa: E402
@@ -72,9 +74,8 @@ from replication.tools.cli_security import acls_app, security_app, users_app  # 
 app.add_typer(users_app, name="users")
 app.add_typer(acls_app, name="acls")
 app.add_typer(security_app, name="security")
-topics_app = typer.Typer(
-    no_args_is_help=True, help="Create, list, describe and delete topics (as kafka-topics)."
-)
+from replication.tools.cli_topics import topics_app  # noqa: E402
+
 app.add_typer(topics_app, name="topics")
 perf_app = typer.Typer(
     no_args_is_help=True,
@@ -113,6 +114,7 @@ def _root(
     ] = False,
 ) -> None:
     pass
+
 
 DataOption = Annotated[
     str, typer.Option("--data", help="directory or URL (s3://bucket/prefix) for the cluster's data")
@@ -399,30 +401,6 @@ def demo(
 # --- clients: topics, produce, consume, perf ------------------------------------------------------
 
 
-class CommandError(ReplogError):
-    """The command cannot do what was asked; the message says what to change."""
-
-
-_EXAMPLES = {
-    "--config": "retention.ms=86400000",
-    "--property": "print.key=true",
-    "--consumer-property": "fetch.max.wait.ms=100",
-    "--consumer-props": "fetch.max.wait.ms=100",
-}
-
-
-def _pairs(flag: str, pairs: list[str] | None) -> dict[str, str]:
-    """``["key=value", ...]`` of a repeated flag into a mapping (malformed pairs refused)."""
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            example = _EXAMPLES.get(flag, "linger.ms=10")
-            raise CommandError(f"{flag} {pair!r}: expected key=value, e.g. {flag} {example}")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def _partitions_of(
     bootstrap: str, command_config: Path | None, topic: str, partition: int | None
 ) -> list[int]:
@@ -439,157 +417,6 @@ def _partitions_of(
             f"--partition {partition}: topic {topic!r} has partitions 0..{len(ids) - 1}"
         )
     return [partition]
-
-
-@topics_app.command("create")
-def topics_create(
-    name: Annotated[str, typer.Argument(help="the topic's name")],
-    partitions: Annotated[
-        int | None,
-        typer.Option("--partitions", help="how many partitions (default: num.partitions)"),
-    ] = None,
-    replication_factor: Annotated[
-        int | None,
-        typer.Option(
-            "--replication-factor",
-            help="replicas of each partition (default: default.replication.factor)",
-        ),
-    ] = None,
-    configs: Annotated[
-        list[str] | None,
-        typer.Option("--config", help="a topic config key=value, repeatable: retention.ms=60000"),
-    ] = None,
-    if_not_exists: Annotated[
-        bool, typer.Option("--if-not-exists", help="succeed if the topic already exists")
-    ] = False,
-    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfigOption = None,
-) -> None:
-    """Create a topic."""
-    from replication.errors import TopicAlreadyExistsError
-
-    settings = _pairs("--config", configs)
-    with admin_client(bootstrap, command_config) as admin:
-        try:
-            admin.create_topic(
-                name,
-                -1 if partitions is None else partitions,
-                -1 if replication_factor is None else replication_factor,
-                settings,
-            )
-        except TopicAlreadyExistsError:
-            if if_not_exists:
-                return
-            raise
-    typer.echo(f"Created topic {name}.")
-
-
-@topics_app.command("list")
-def topics_list(
-    exclude_internal: Annotated[
-        bool, typer.Option("--exclude-internal", help="leave out internal topics (__...)")
-    ] = False,
-    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfigOption = None,
-) -> None:
-    """Print the name of every topic, one a line."""
-    with admin_client(bootstrap, command_config) as admin:
-        names = admin.list_topics(include_internal=not exclude_internal)
-    for name in names:
-        typer.echo(name)
-
-
-@topics_app.command("delete")
-def topics_delete(
-    name: Annotated[str, typer.Argument(help="the topic's name")],
-    if_exists: Annotated[
-        bool, typer.Option("--if-exists", help="succeed if the topic does not exist")
-    ] = False,
-    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfigOption = None,
-) -> None:
-    """Delete a topic and its data."""
-    from replication.errors import UnknownTopicOrPartitionError
-
-    with admin_client(bootstrap, command_config) as admin:
-        try:
-            admin.delete_topic(name)
-        except UnknownTopicOrPartitionError:
-            if if_exists:
-                return
-            raise
-    typer.echo(f"Deleted topic {name}.")
-
-
-@topics_app.command("describe")
-def topics_describe(
-    name: Annotated[str, typer.Argument(help="the topic's name")],
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON (shape below)")] = False,
-    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
-    command_config: CommandConfigOption = None,
-) -> None:
-    """Per partition: leader, leader epoch, replicas, ISR, high watermark, and each replica's
-    log end offset (LEO) and lag (leader LEO - replica LEO), asked of every broker.
-
-    --json prints one object: {"topic", "is_internal", "partition_count",
-    "replication_factor", "partitions": [{"partition", "leader", "leader_epoch", "replicas",
-    "isr", "offline_replicas", "under_replicated", "high_watermark", "log_start_offset",
-    "log_end_offset", "replica_states": [{"broker", "is_leader", "in_isr",
-    "log_start_offset", "log_end_offset", "durable_end_offset", "high_watermark",
-    "leader_epoch", "size_bytes", "lag", "error"}]}]}. Partition offsets are the leader's
-    (-1 if it did not answer); a replica whose broker did not answer has null offsets and lag
-    and says why in "error".
-    """
-    import json
-
-    from replication.client.describe import describe_topic_status
-
-    with admin_client(bootstrap, command_config) as admin:
-        status = describe_topic_status(admin, name)
-    if as_json:
-        typer.echo(json.dumps(status.to_json()))
-        return
-    from rich.table import Table
-
-    table = Table(
-        title=f"topic {status.name}: {len(status.partitions)} partitions, "
-        f"replication factor {status.replication_factor}"
-        + (" (internal)" if status.is_internal else "")
-    )
-    for col in ("partition", "leader", "epoch", "ISR", "HW", "replica", "LEO", "lag", "durable"):
-        table.add_column(col, justify="left" if col in ("ISR", "replica") else "right")
-    for p in status.partitions:
-        first = True
-        for r in p.replica_states:
-            who = f"{r.broker}" + (" leader" if r.is_leader else "")
-            if not r.in_isr:
-                who += " [red](out of ISR)[/red]"
-            table.add_row(
-                str(p.partition) if first else "",
-                str(p.leader) if first else "",
-                str(p.leader_epoch) if first else "",
-                ",".join(map(str, p.isr)) if first else "",
-                _offset(p.high_watermark) if first else "",
-                who,
-                _offset(None if r.log is None else r.log.log_end_offset),
-                "[red]?[/red]" if r.lag is None else str(r.lag),
-                _offset(None if r.log is None else r.log.durable_end_offset),
-            )
-            first = False
-    Console().print(table)
-    unknown: dict[str, list[str]] = {}  # why -> partitions whose replica shows "?"
-    for p in status.partitions:
-        for r in p.replica_states:
-            if r.error:
-                unknown.setdefault(r.error, []).append(f"{p.partition}")
-    for why, where in unknown.items():
-        err_console.print(
-            f"? (partitions {', '.join(where)}): {why}", highlight=False, soft_wrap=True
-        )
-
-
-def _offset(value: int | None) -> str:
-    return "?" if value is None or value < 0 else str(value)
 
 
 @app.command("produce")
@@ -621,7 +448,7 @@ def produce(
 
     from replication.client import Producer
 
-    props = _pairs("--producer-property", producer_property)
+    props = key_values("--producer-property", producer_property)
     _partitions_of(bootstrap, command_config, topic, partition)  # the topic exists, or fail
     separator = None if key_separator is None else key_separator.encode()
     if separator == b"":
@@ -722,13 +549,24 @@ def consume(
         list[str] | None,
         typer.Option("--consumer-property", help="a consumer setting key=value, repeatable"),
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            help="read as a member of this consumer group: its share of the partitions, from "
+            "the group's committed offsets (else the end, or the start with "
+            "--from-beginning), committing what was printed",
+        ),
+    ] = None,
     bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
     command_config: CommandConfigOption = None,
 ) -> None:
     """Print each record's value on its own line (as kafka-console-consumer).
 
     Runs until Ctrl-C, --max-messages records, or --timeout-ms without a new record; then
-    prints "Processed a total of N messages" on stderr.
+    prints "Processed a total of N messages" on stderr. With --group, the offsets after the
+    records printed are committed to the group on the way out (and every 5 s), so the next
+    run of the group goes on from there.
     """
     import time
 
@@ -739,31 +577,48 @@ def consume(
     if timeout_ms is not None and timeout_ms < 0:
         raise CommandError(f"--timeout-ms {timeout_ms}: must be 0 or more")
     start_at = _start_offset(offset, partition)
-    fmt = _pairs("--property", properties)
+    fmt = key_values("--property", properties)
     unknown = sorted(set(fmt) - set(_CONSOLE_PROPERTIES))
     if unknown:
         raise CommandError(
             f"--property {unknown[0]}: unknown; known: {', '.join(_CONSOLE_PROPERTIES)}"
         )
     render = _formatter(fmt)
+    membership: dict[str, str] = {}
+    if group is not None:
+        if partition is not None:
+            raise CommandError(
+                "--group and --partition: a group's members share the partitions the "
+                "coordinator gives them; leave out one of the two"
+            )
+        if not group.strip():
+            raise CommandError("--group '': give a consumer group id")
+        membership = {
+            "group.id": group,
+            "auto.offset.reset": "earliest" if from_beginning else "latest",
+        }
     config = client_config(
         bootstrap,
         command_config,
         **{"isolation.level": isolation_level},
-        **_pairs("--consumer-property", consumer_property),
+        **membership,
+        **key_values("--consumer-property", consumer_property),
     )
     partitions = _partitions_of(bootstrap, command_config, topic, partition)
     tps = [TopicPartition(topic, p) for p in partitions]
     out = sys.stdout.buffer
     count = 0
     with Consumer(config) as consumer:
-        consumer.assign(tps)
-        if isinstance(start_at, int):
-            consumer.seek(tps[0], start_at)
-        elif from_beginning or start_at == "earliest":
-            consumer.seek_to_beginning()
+        if group is not None:
+            consumer.subscribe([topic])  # it starts at the group's offsets, or auto.offset.reset
         else:
-            consumer.seek_to_end()
+            consumer.assign(tps)
+            if isinstance(start_at, int):
+                consumer.seek(tps[0], start_at)
+            elif from_beginning or start_at == "earliest":
+                consumer.seek_to_beginning()
+            else:
+                consumer.seek_to_end()
         last = time.monotonic()
         try:
             while max_messages is None or count < max_messages:
@@ -781,8 +636,12 @@ def consume(
                     rows = f.num_rows
                     if max_messages is not None:
                         rows = min(rows, max_messages - count)
+                    if rows < f.num_rows:
+                        # Fetched but not printed: the consumer's position (what a group
+                        # commits) goes back to the first record not printed.
+                        consumer.seek(f.topic_partition, f.batch.column("offset")[rows].as_py())
                     if rows <= 0:
-                        break
+                        continue
                     lines = render(f, rows)
                     count += rows  # before the write: Ctrl-C can land as a write returns
                     out.write(lines)
@@ -958,7 +817,7 @@ def perf_produce(
             linger_ms=linger_ms,
             compression_type=compression_type,
             partition=partition,
-            producer_props=_pairs("--producer-props", producer_props),
+            producer_props=key_values("--producer-props", producer_props),
             client_props=read_properties(command_config) if command_config else None,
             latency_sample_every=latency_sample_every,
             arrow_batch_records=arrow_batch_records,
@@ -1029,7 +888,7 @@ def perf_consume(
             group=group,
             members=members,
             timeout_ms=timeout,
-            consumer_props=_pairs("--consumer-props", consumer_props),
+            consumer_props=key_values("--consumer-props", consumer_props),
             client_props=read_properties(command_config) if command_config else None,
         )
         if as_json:
@@ -1049,7 +908,7 @@ def perf_consume(
             messages,
             timeout_ms=timeout,
             fetch_size=fetch_size,
-            consumer_props=_pairs("--consumer-props", consumer_props),
+            consumer_props=key_values("--consumer-props", consumer_props),
             client_props=read_properties(command_config) if command_config else None,
             progress=update,
         )

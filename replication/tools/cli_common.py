@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from jproperties import Properties, PropertyError
 
-from logstore.errors import ConfigError
+from logstore.errors import ConfigError, ReplogError
 
 if TYPE_CHECKING:
     from replication.client import Admin
@@ -25,8 +25,10 @@ __all__ = [
     "DEFAULT_BOOTSTRAP",
     "BootstrapOption",
     "CommandConfigOption",
+    "CommandError",
     "admin_client",
     "client_config",
+    "key_values",
     "read_properties",
 ]
 
@@ -48,6 +50,30 @@ CommandConfigOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+class CommandError(ReplogError):
+    """The command cannot do what was asked; the message says what to change."""
+
+
+_EXAMPLES = {
+    "--config": "retention.ms=86400000",
+    "--property": "print.key=true",
+    "--consumer-property": "fetch.max.wait.ms=100",
+    "--consumer-props": "fetch.max.wait.ms=100",
+}
+
+
+def key_values(flag: str, pairs: list[str] | None) -> dict[str, str]:
+    """``["key=value", ...]`` of a repeated flag into a mapping (malformed pairs refused)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            example = _EXAMPLES.get(flag, "linger.ms=10")
+            raise CommandError(f"{flag} {pair!r}: expected key=value, e.g. {flag} {example}")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def read_properties(path: Path) -> dict[str, str]:
