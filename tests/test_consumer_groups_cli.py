@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -116,5 +118,85 @@ def test_an_active_group_cannot_be_reset_or_deleted(broker: BrokerProcess) -> No
         refused = replog(broker, "delete", group)
         assert refused.returncode == 1
         assert "GroupNotEmpty" in refused.stderr or "members" in refused.stderr
+    finally:
+        member.close()
+
+
+def test_all_groups_members_state_and_resets_by_time(broker: BrokerProcess) -> None:
+    """The kafka-consumer-groups flags a migrating user reaches for: --all-groups, --members,
+    --state, --all-topics, --to-datetime and --by-duration."""
+    topic, group, other = unique_name("cg"), unique_name("g"), unique_name("g")
+    now = int(time.time() * 1000)
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+    with Producer(bootstrap_servers=broker.bootstrap) as producer:
+        for i in range(100):  # per partition: 25 records two hours old, then 25 of now
+            old = i < 50
+            producer.send(
+                topic, value=b"x", partition=i % 2, timestamp=now - (7_200_000 if old else 0)
+            )
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    for g in (group, other):
+        with Consumer(bootstrap_servers=broker.bootstrap, group_id=g) as consumer:
+            consumer.assign(tps)
+            consumer.commit({tps[0]: 40, tps[1]: 45})
+
+    every = replog(broker, "describe", "--all-groups", "--json")
+    assert every.returncode == 0, every.stderr
+    assert {group, other} <= {d["group_id"] for d in json.loads(every.stdout)}
+
+    # --by-duration PT1H: the first record of the last hour, 25 in each partition
+    done = replog(
+        broker, "reset-offsets", group, "--all-topics", "--by-duration", "PT1H", "--execute"
+    )
+    assert done.returncode == 0, done.stderr
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        assert admin.list_consumer_group_offsets(group) == {tps[0]: 25, tps[1]: 25}
+    # --to-datetime three hours ago, with a zone: the start
+    three_hours_ago = datetime.fromtimestamp((now - 3 * 3_600_000) / 1000, tz=UTC)
+    done = replog(
+        broker, "reset-offsets", group, "--topic", topic,
+        "--to-datetime", three_hours_ago.isoformat(timespec="milliseconds"), "--execute",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        assert admin.list_consumer_group_offsets(group) == {tps[0]: 0, tps[1]: 0}
+        assert admin.list_consumer_group_offsets(other) == {tps[0]: 40, tps[1]: 45}
+    # --all-groups dry run: a plan for each group, nothing changed
+    plan = replog(broker, "reset-offsets", "--all-groups", "--all-topics", "--to-latest")
+    assert plan.returncode == 0, plan.stderr
+    assert f"group {group}" in plan.stdout
+    assert f"group {other}" in plan.stdout
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        assert admin.list_consumer_group_offsets(other) == {tps[0]: 40, tps[1]: 45}
+    for bad, words in [
+        (("--to-latest", "--all-topics"), "group id or --all-groups"),
+        ((group, "--to-latest"), "--topic (repeatable) or --all-topics"),
+        ((group, "--all-topics", "--by-duration", "1h"), "ISO-8601 duration"),
+        ((group, "--all-topics", "--to-datetime", "yesterday"), "YYYY-MM-DDTHH:mm:SS.sss"),
+    ]:
+        refused = replog(broker, "reset-offsets", *bad)
+        assert refused.returncode == 1, bad
+        assert words in refused.stderr, (bad, refused.stderr)
+
+    # --members and --state of a live group
+    member = Consumer(
+        bootstrap_servers=broker.bootstrap, group_id=other, client_id="cg-member",
+        session_timeout_ms=6000, heartbeat_interval_ms=300,
+    )  # fmt: skip
+    try:
+        member.subscribe([topic])
+        wait_until(lambda: member.poll(timeout_ms=100) is not None and member.assignment())
+        members = replog(broker, "describe", other, "--members", "--json")
+        assert members.returncode == 0, members.stderr
+        [described] = json.loads(members.stdout)["members"]
+        assert described["client_id"] == "cg-member"
+        assert described["assignment"] == [[topic, 0], [topic, 1]]
+        state = replog(broker, "describe", other, "--state")
+        assert state.returncode == 0, state.stderr
+        assert "Stable" in state.stdout
+        both = replog(broker, "describe", other, "--state", "--members")
+        assert both.returncode == 1
+        assert "at most one of --members and --state" in both.stderr
     finally:
         member.close()

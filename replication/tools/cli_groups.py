@@ -14,6 +14,9 @@ and exit status 1, as every replog command.
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -80,33 +83,85 @@ def describe_rows(admin: Any, group_id: str) -> tuple[Any, list[dict[str, Any]]]
 
 @groups_app.command("describe")
 def describe_group(
-    group_id: GroupArgument,
+    group_id: Annotated[
+        str | None, typer.Argument(help="the group id (or --all-groups)", show_default=False)
+    ] = None,
+    all_groups: Annotated[bool, typer.Option("--all-groups", help="describe every group")] = False,
+    members: Annotated[
+        bool,
+        typer.Option(
+            "--members", help="the members instead: id, instance id, client, host, partitions"
+        ),
+    ] = False,
+    state: Annotated[
+        bool,
+        typer.Option(
+            "--state", help="the group's state instead: state, assignor, coordinator, members"
+        ),
+    ] = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Per partition: committed offset, log end offset, lag and the member that owns it; then
-    the group's state, assignor and coordinator."""
+    the group's state, assignor and coordinator. --members and --state show those instead,
+    as kafka-consumer-groups --describe does.
+
+    --json prints one object per group ({"group_id", "state", "assignor", "coordinator",
+    "members", "partitions"}; with --members, "members" is the list of members), a list of
+    them with --all-groups.
+    """
+    if members and state:
+        raise ConfigError("give at most one of --members and --state")
+    if (group_id is None) == (not all_groups):
+        raise ConfigError("give a group id or --all-groups (one of the two)")
     with admin_client(bootstrap, command_config) as admin:
-        group, rows = describe_rows(admin, group_id)
+        ids = [group_id] if group_id is not None else [g for g, _ in admin.list_consumer_groups()]
+        described = [describe_rows(admin, g) for g in ids]
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "group_id": group.group_id,
-                    "state": group.state,
-                    "assignor": group.assignor,
-                    "coordinator": group.coordinator,
-                    "members": len(group.members),
-                    "partitions": rows,
-                }
-            )
-        )
+        docs = [_group_json(group, rows, members=members) for group, rows in described]
+        typer.echo(json.dumps(docs if all_groups else docs[0]))
         return
-    table = Table(
-        title=f"group {group.group_id}: {group.state}, {len(group.members)} members, "
+    for group, rows in described:
+        if members:
+            _print_members(group)
+        elif state:
+            _print_state(group)
+        else:
+            _print_offsets(group, rows)
+
+
+def _group_json(group: Any, rows: list[dict[str, Any]], *, members: bool) -> dict[str, Any]:
+    return {
+        "group_id": group.group_id,
+        "state": group.state,
+        "assignor": group.assignor,
+        "coordinator": group.coordinator,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "assignment": sorted([tp.topic, tp.partition] for tp in m.assignment),
+            }
+            for m in group.members
+        ]
+        if members
+        else len(group.members),
+        "partitions": rows,
+    }
+
+
+def _title(group: Any) -> str:
+    return (
+        f"group {group.group_id}: {group.state}, {len(group.members)} members, "
         f"assignor {group.assignor or '-'}, coordinator broker {group.coordinator}"
     )
+
+
+def _print_offsets(group: Any, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=_title(group))
     for column in ("topic", "partition", "current offset", "log end", "lag", "member", "client"):
         table.add_column(column, justify="right" if column in ("partition", "lag") else "left")
     for r in rows:
@@ -122,16 +177,69 @@ def describe_group(
     Console().print(table)
 
 
+def _print_members(group: Any) -> None:
+    table = Table(title=_title(group))
+    for column in ("member", "instance", "client", "host", "partitions", "assignment"):
+        table.add_column(column, justify="right" if column == "partitions" else "left")
+    for m in group.members:
+        table.add_row(
+            m.member_id,
+            m.group_instance_id or "-",
+            m.client_id,
+            m.host,
+            str(len(m.assignment)),
+            ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(m.assignment)) or "-",
+        )
+    Console().print(table)
+
+
+def _print_state(group: Any) -> None:
+    table = Table()
+    for column in ("group", "coordinator", "assignor", "state", "members"):
+        table.add_column(column, justify="right" if column == "members" else "left")
+    table.add_row(
+        group.group_id,
+        str(group.coordinator),
+        group.assignor or "-",
+        group.state,
+        str(len(group.members)),
+    )
+    Console().print(table)
+
+
 @groups_app.command("reset-offsets")
 def reset_offsets(
-    group_id: GroupArgument,
-    topic: Annotated[str, typer.Option("--topic", help="the topic whose offsets to reset")],
+    group_id: Annotated[
+        str | None, typer.Argument(help="the group id (or --all-groups)", show_default=False)
+    ] = None,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option("--topic", help="a topic whose offsets to reset (repeatable)"),
+    ] = None,
+    all_topics: Annotated[
+        bool, typer.Option("--all-topics", help="every topic the group has offsets of")
+    ] = False,
+    all_groups: Annotated[bool, typer.Option("--all-groups", help="every group")] = False,
     to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
     to_offset: Annotated[int | None, typer.Option("--to-offset", help="this offset")] = None,
     to_timestamp: Annotated[
         int | None,
         typer.Option("--to-timestamp", help="the first offset at or after this time (ms)"),
+    ] = None,
+    to_datetime: Annotated[
+        str | None,
+        typer.Option(
+            "--to-datetime",
+            help="the first offset at or after this time: YYYY-MM-DDTHH:mm:SS.sss, with a "
+            "zone (Z, +01:00) or local time",
+        ),
+    ] = None,
+    by_duration: Annotated[
+        str | None,
+        typer.Option(
+            "--by-duration", help="the first offset at or after now minus PnDTnHnMnS (P1DT2H)"
+        ),
     ] = None,
     shift_by: Annotated[
         int | None, typer.Option("--shift-by", help="move the committed offsets by N (+/-)")
@@ -142,8 +250,9 @@ def reset_offsets(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     command_config: CommandConfigOption = None,
 ) -> None:
-    """Set a group's committed offsets of a topic (the group must have no members). Without
-    --execute this prints the new offsets and changes nothing, as kafka-consumer-groups."""
+    """Set a group's committed offsets of some topics (the group must have no members).
+    Without --execute this prints the new offsets and changes nothing, as
+    kafka-consumer-groups."""
     from replication.client import TopicPartition
 
     chosen = [
@@ -153,6 +262,8 @@ def reset_offsets(
             ("--to-latest", to_latest),
             ("--to-offset", to_offset is not None),
             ("--to-timestamp", to_timestamp is not None),
+            ("--to-datetime", to_datetime is not None),
+            ("--by-duration", by_duration is not None),
             ("--shift-by", shift_by is not None),
         )
         if v
@@ -160,40 +271,94 @@ def reset_offsets(
     if len(chosen) != 1:
         raise ConfigError(
             "give exactly one of --to-earliest, --to-latest, --to-offset, --to-timestamp, "
-            f"--shift-by (got {', '.join(chosen) or 'none'})"
+            f"--to-datetime, --by-duration, --shift-by (got {', '.join(chosen) or 'none'})"
         )
+    if (group_id is None) == (not all_groups):
+        raise ConfigError("give a group id or --all-groups (one of the two)")
+    if bool(topic) == all_topics:
+        raise ConfigError("give --topic (repeatable) or --all-topics (one of the two)")
+    if to_datetime is not None:
+        to_timestamp = parse_datetime_ms("--to-datetime", to_datetime)
+    elif by_duration is not None:
+        to_timestamp = int(time.time() * 1000) - parse_duration_ms("--by-duration", by_duration)
     with admin_client(bootstrap, command_config) as admin:
-        info = admin.describe_topic(topic)
-        tps = [TopicPartition(topic, p.partition) for p in info.partitions]
-        earliest = admin.list_offsets(dict.fromkeys(tps, "earliest"))
-        latest = admin.list_offsets(dict.fromkeys(tps, "latest"))
-        committed = admin.list_consumer_group_offsets(group_id)
-        if to_earliest:
-            plan = earliest
-        elif to_latest:
-            plan = latest
-        elif to_offset is not None:
-            plan = dict.fromkeys(tps, to_offset)
-        elif to_timestamp is not None:
-            found = admin.list_offsets(dict.fromkeys(tps, to_timestamp))
-            plan = {tp: (o if o >= 0 else latest[tp]) for tp, o in found.items()}
-        else:
-            assert shift_by is not None
-            plan = {tp: committed.get(tp, earliest[tp]) + shift_by for tp in tps}
-        # as Kafka: an offset outside the log is clamped to it
-        plan = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in plan.items()}
-        if execute:
-            admin.alter_consumer_group_offsets(group_id, plan)
-    table = Table(
-        title=f"group {group_id}, topic {topic}: "
-        + ("reset" if execute else "plan (dry run: add --execute)")
-    )
-    for column in ("partition", "current offset", "new offset"):
-        table.add_column(column, justify="right")
-    for tp in tps:
-        current = committed.get(tp)
-        table.add_row(str(tp.partition), "-" if current is None else str(current), str(plan[tp]))
-    Console().print(table)
+        ids = [group_id] if group_id is not None else [g for g, _ in admin.list_consumer_groups()]
+        for group in ids:
+            committed = admin.list_consumer_group_offsets(group)
+            topics = sorted({tp.topic for tp in committed}) if all_topics else list(topic or [])
+            tps = [
+                TopicPartition(name, p.partition)
+                for name in topics
+                for p in admin.describe_topic(name).partitions
+            ]
+            if not tps:
+                continue
+            earliest = admin.list_offsets(dict.fromkeys(tps, "earliest"))
+            latest = admin.list_offsets(dict.fromkeys(tps, "latest"))
+            if to_earliest:
+                plan = earliest
+            elif to_latest:
+                plan = latest
+            elif to_offset is not None:
+                plan = dict.fromkeys(tps, to_offset)
+            elif to_timestamp is not None:
+                found = admin.list_offsets(dict.fromkeys(tps, to_timestamp))
+                plan = {tp: (o if o >= 0 else latest[tp]) for tp, o in found.items()}
+            else:
+                assert shift_by is not None
+                plan = {tp: committed.get(tp, earliest[tp]) + shift_by for tp in tps}
+            # as Kafka: an offset outside the log is clamped to it
+            plan = {tp: min(max(o, earliest[tp]), latest[tp]) for tp, o in plan.items()}
+            if execute:
+                admin.alter_consumer_group_offsets(group, plan)
+            table = Table(
+                title=f"group {group}, {', '.join(topics)}: "
+                + ("reset" if execute else "plan (dry run: add --execute)")
+            )
+            for column in ("topic", "partition", "current offset", "new offset"):
+                table.add_column(column, justify="left" if column == "topic" else "right")
+            for tp in tps:
+                current = committed.get(tp)
+                table.add_row(
+                    tp.topic,
+                    str(tp.partition),
+                    "-" if current is None else str(current),
+                    str(plan[tp]),
+                )
+            Console().print(table)
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_duration_ms(flag: str, text: str) -> int:
+    """An ISO-8601 duration as Java's Duration.parse takes it (``PnDTnHnMnS``: P1DT2H30M,
+    PT15M, PT0.5S), in ms; ConfigError names the flag otherwise."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.groupdict().values()) or text.strip().upper().endswith("T"):
+        raise ConfigError(
+            f"{flag} {text!r}: expected an ISO-8601 duration PnDTnHnMnS, e.g. P1DT2H or PT15M"
+        )
+    d, h, m, sec = (float(match.group(k) or 0) for k in ("d", "h", "m", "s"))
+    return int(((d * 24 + h) * 60 + m) * 60_000 + sec * 1000)
+
+
+def parse_datetime_ms(flag: str, text: str) -> int:
+    """``YYYY-MM-DDTHH:mm:SS[.sss]`` with an optional zone (Z, +01:00; else local time), in
+    ms since the epoch; ConfigError names the flag otherwise."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{flag} {text!r}: expected YYYY-MM-DDTHH:mm:SS.sss, optionally with a zone "
+            "(2026-12-04T09:30:00.000Z, or +01:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()  # local time, as Kafka's tool reads a time without a zone
+    return int(when.timestamp() * 1000)
 
 
 @groups_app.command("delete")
