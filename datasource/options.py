@@ -46,8 +46,9 @@ security.protocol, ssl.*, sasl.*    the clients' security settings              
                                     (SECURITY_OPTIONS; docs/security.md)
 kafka.<consumer setting>            handed to the clients (SOURCE_CONSUMER_SETTINGS:  the clients'
                                     client.id, fetch.max.bytes, request.timeout.ms,
-                                    ...); others are ignored and logged, as a Kafka
-                                    consumer does; Spark's refused ones refused
+                                    ...); Kafka's other consumer settings ignored
+                                    and logged; Spark's refused ones and unknown
+                                    names refused
 kafka.group.id, groupIdPrefix       accepted, as Spark's connector accepts them; the  none
                                     reads join no group (see _GROUP_NAMING)
 ==================================  =============================================  =================
@@ -205,6 +206,67 @@ REFUSED_CONSUMER_SETTINGS: Final = {
     "DataFrame operations",
     "interceptor.classes": "the records read are the rows as they are; no interceptor runs",
 }
+#: The settings of Kafka's Java consumer (Kafka 4.x: ConsumerConfig, CommonClientConfigs, the
+#: SSL and SASL configs) that replog's clients do not have: ignored with a warning when given
+#: as ``kafka.<name>``, as Kafka's consumer ignores what it does not use. Any other
+#: ``kafka.<name>`` is no Kafka setting (a typo, most often) and is refused by name.
+KAFKA_ONLY_CONSUMER_SETTINGS: Final = frozenset(
+    {
+        "allow.auto.create.topics",
+        "auto.commit.interval.ms",
+        "auto.include.jmx.reporter",
+        "check.crcs",
+        "client.dns.lookup",
+        "client.rack",
+        "connections.max.idle.ms",
+        "default.api.timeout.ms",
+        "enable.metrics.push",
+        "exclude.internal.topics",
+        "group.instance.id",
+        "group.protocol",
+        "group.remote.assignor",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "metadata.recovery.rebootstrap.trigger.ms",
+        "metadata.recovery.strategy",
+        "metric.reporters",
+        "metrics.num.samples",
+        "metrics.recording.level",
+        "metrics.sample.window.ms",
+        "partition.assignment.strategy",
+        "receive.buffer.bytes",
+        "reconnect.backoff.max.ms",
+        "reconnect.backoff.ms",
+        "security.providers",
+        "send.buffer.bytes",
+        "session.timeout.ms",
+        "socket.connection.setup.timeout.max.ms",
+        "ssl.cipher.suites",
+        "ssl.enabled.protocols",
+        "ssl.engine.factory.class",
+        "ssl.keymanager.algorithm",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.protocol",
+        "ssl.provider",
+        "ssl.secure.random.implementation",
+        "ssl.trustmanager.algorithm",
+        "ssl.truststore.certificates",
+        "sasl.client.callback.handler.class",
+        "sasl.login.callback.handler.class",
+        "sasl.login.class",
+        "sasl.login.connect.timeout.ms",
+        "sasl.login.read.timeout.ms",
+        "sasl.login.refresh.buffer.seconds",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.window.factor",
+        "sasl.login.refresh.window.jitter",
+        "sasl.login.retry.backoff.max.ms",
+        "sasl.login.retry.backoff.ms",
+    }
+)
+#: Families of Kafka's SASL settings for mechanisms replog has not (GSSAPI, OAUTHBEARER).
+KAFKA_ONLY_CONSUMER_PREFIXES: Final = ("sasl.kerberos.", "sasl.oauthbearer.")
 #: Accepted so that a job written for Spark's Kafka connector runs unchanged, and meaning what
 #: they mean there for reads: nothing a broker sees. Spark's connector names the consumer group
 #: of its consumers with them but assigns partitions and never commits; replog's reads join no
@@ -665,9 +727,17 @@ def _consumer_settings(
             if not value.strip():
                 raise InvalidOptionError(given, value, "a consumer group id")
             continue
-        if name not in SOURCE_CONSUMER_SETTINGS:
+        if name in KAFKA_ONLY_CONSUMER_SETTINGS or name.startswith(KAFKA_ONLY_CONSUMER_PREFIXES):
             ignored.append(given)
             continue
+        if name not in SOURCE_CONSUMER_SETTINGS:
+            raise InvalidOptionError(
+                given,
+                value,
+                "a source option, or a Kafka consumer setting as kafka.<name>: kafka."
+                + ", kafka.".join(SOURCE_CONSUMER_SETTINGS),
+                "unknown option (not a setting of Kafka's consumer either)",
+            )
         try:
             load(ConsumerConfig, {name: value, "bootstrap.servers": servers}, {})
         except ConfigError as err:

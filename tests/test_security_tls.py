@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import kafka
@@ -368,13 +369,150 @@ def test_fuzzed_tls_records_never_kill_the_broker(cluster: Cluster) -> None:
     broker_alive_and_serving(cluster, topic)
 
 
-def test_unknown_keystore_type_is_refused(tmp_path: Path) -> None:
+def _tool(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{argv[0]} failed: {done.stderr}{done.stdout}"
+
+
+@pytest.fixture(scope="module")
+def java_stores(env: SecurityEnv) -> dict[str, Path]:
+    """The stores a Java (Kafka) user brings: PKCS12 keystores made by openssl, a PKCS12
+    truststore made by Java's keytool (its default type since Java 9), and a JKS keystore."""
+    if shutil.which("keytool") is None or shutil.which("openssl") is None:
+        pytest.fail("keytool (Java 17) and openssl are needed: install a JDK and openssl")
+    root = env.root / "java-stores"
+    root.mkdir(exist_ok=True)
+    stores = {name: root / f"{name}.p12" for name in ("client", "broker", "trust")}
+    for name in ("client", "broker"):
+        pem = str(getattr(env, name))
+        _tool("openssl", "pkcs12", "-export", "-in", pem, "-inkey", pem,
+              "-out", str(stores[name]), "-passout", "pass:store-secret")  # fmt: skip
+    _tool("keytool", "-importcert", "-noprompt", "-alias", "replog-ca", "-file", str(env.ca),
+          "-keystore", str(stores["trust"]), "-storetype", "PKCS12",
+          "-storepass", "changeit")  # fmt: skip
+    stores["jks"] = root / "client.jks"
+    _tool("keytool", "-importkeystore", "-noprompt",
+          "-srckeystore", str(stores["client"]), "-srcstoretype", "PKCS12",
+          "-srcstorepass", "store-secret", "-destkeystore", str(stores["jks"]),
+          "-deststoretype", "JKS", "-deststorepass", "store-secret")  # fmt: skip
+    return stores
+
+
+def test_pkcs12_stores_from_keytool_and_openssl_work_end_to_end(
+    cluster: Cluster, java_stores: dict[str, Path]
+) -> None:
+    """A client configured as a Java client is (PKCS12 keystore and truststore, their
+    passwords) produces and reads over mutual TLS, as the principal of its certificate."""
+    pkcs12: dict[str, Any] = {
+        "security.protocol": "SSL",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(java_stores["client"]),
+        "ssl.keystore.password": "store-secret",
+        "ssl.truststore.type": "PKCS12",
+        "ssl.truststore.location": str(java_stores["trust"]),
+        "ssl.truststore.password": "changeit",
+    }
+    topic = new_topic(cluster)
+    with Producer({**pkcs12, "bootstrap_servers": cluster.bootstrap, "acks": "all"}) as pr:
+        offset = pr.send(topic, b"from a PKCS12 keystore", partition=0).result().offset
+    read = read_to_end(
+        cluster.bootstrap, [TopicPartition(topic, 0)], isolation_level="read_uncommitted", **pkcs12
+    )
+    assert {r.offset: r.value for r in read.records}[offset] == b"from a PKCS12 keystore"
+
+
+@pytest.mark.unit
+def test_a_broker_serves_tls_from_pkcs12_stores(
+    env: SecurityEnv, java_stores: dict[str, Path]
+) -> None:
+    from replication.security.config import SecurityConfig
+    from replication.security.tls import server_context
+
+    server = server_context(
+        SecurityConfig(
+            ssl_keystore_type="PKCS12",
+            ssl_keystore_location=str(java_stores["broker"]),
+            ssl_keystore_password="store-secret",
+            ssl_truststore_type="PKCS12",
+            ssl_truststore_location=str(java_stores["trust"]),
+            ssl_truststore_password="changeit",
+            ssl_client_auth="required",
+        )
+    )
+    client = client_context(
+        load(
+            ClientConfig,
+            {**env.client_config("SSL", keystore=env.client), "bootstrap.servers": "h:1"},
+            {},
+        )
+    )
+    left, right = socket.socketpair()
+    with left, right:
+        left.settimeout(10)
+        right.settimeout(10)
+        accepted: list[ssl.SSLSocket] = []
+
+        def serve() -> None:
+            conn = server.wrap_socket(right, server_side=True)
+            accepted.append(conn)
+            conn.sendall(conn.recv(5))
+
+        import threading
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        with client.wrap_socket(left, server_hostname="localhost") as tls:
+            tls.sendall(b"hello")
+            assert tls.recv(5) == b"hello"
+            thread.join(10)
+            # the broker's certificate came from its PKCS12 store; the client's chains to the
+            # CA that the keytool truststore holds
+            assert "broker" in str((tls.getpeercert() or {})["subject"])
+            with accepted[0] as served:
+                assert "alice" in str((served.getpeercert() or {})["subject"])
+
+
+@pytest.mark.unit
+def test_jks_and_mistaken_stores_are_refused_saying_what_to_do(
+    env: SecurityEnv, java_stores: dict[str, Path]
+) -> None:
     from logstore.errors import ConfigError
     from replication.security.config import SecurityConfig
     from replication.security.tls import server_context
 
-    with pytest.raises(ConfigError, match="openssl pkcs12"):
+    def client(**settings: str) -> ssl.SSLContext:
+        return client_context(
+            load(
+                ClientConfig,
+                {"security.protocol": "SSL", "bootstrap.servers": "h:1", **settings},
+                {},
+            )
+        )
+
+    jks = str(java_stores["jks"])
+    # a JKS store, said to be JKS or PKCS12: the keytool command that converts it
+    for kind in ("JKS", "PKCS12"):
+        with pytest.raises(ConfigError, match="keytool -importkeystore") as caught:
+            client(**{"ssl.keystore.type": kind, "ssl.keystore.location": jks,
+                      "ssl.keystore.password": "store-secret"})  # fmt: skip
+        assert "PKCS12" in str(caught.value)
+    with pytest.raises(ConfigError, match="keytool -importkeystore"):
         server_context(SecurityConfig(ssl_keystore_type="JKS", ssl_keystore_location="x"))
+    with pytest.raises(ConfigError, match="use PEM or PKCS12"):
+        client(**{"ssl.truststore.type": "BCFKS", "ssl.truststore.location": str(env.ca)})
+    # a wrong password names the password setting
+    with pytest.raises(ConfigError, match=re.escape("ssl.keystore.password")):
+        client(**{"ssl.keystore.type": "PKCS12", "ssl.keystore.password": "wrong",
+                  "ssl.keystore.location": str(java_stores["client"])})  # fmt: skip
+    # a PKCS12 store given as PEM: set the type
+    with pytest.raises(ConfigError, match=re.escape("set ssl.truststore.type=PKCS12")):
+        client(**{"ssl.truststore.location": str(java_stores["trust"])})
+    with pytest.raises(ConfigError, match=re.escape("set ssl.keystore.type=PKCS12")):
+        client(**{"ssl.keystore.location": str(java_stores["client"])})
+    # a truststore given as the keystore: it holds no key
+    with pytest.raises(ConfigError, match="holds no private key"):
+        client(**{"ssl.keystore.type": "PKCS12", "ssl.keystore.password": "changeit",
+                  "ssl.keystore.location": str(java_stores["trust"])})  # fmt: skip
 
 
 @pytest.mark.unit

@@ -259,6 +259,8 @@ BAD_OPTIONS = [
     ({"subscribe": "a", "kafka.value.deserializer": "x"}, True, "kafka.value.deserializer", "byt"),
     ({"subscribe": "a", "kafka.fetch.max.bytes": "lots"}, True, "kafka.fetch.max.bytes", "valid"),
     ({"subscribe": "a", "kafka.group.id": " "}, True, "kafka.group.id", "group id"),
+    # a kafka.<name> that is no setting of Kafka's consumer either: a typo, named
+    ({"subscribe": "a", "kafka.fetch.max.byte": "1"}, True, "kafka.fetch.max.byte", "unknown"),
     ({"subscribe": "a", "groupidprefix": ""}, True, "groupIdPrefix", "prefix"),
     # Kafka's kafka. prefix: client settings take it (and errors name them as written) ...
     (

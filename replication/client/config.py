@@ -145,14 +145,38 @@ class ClientConfig:
         default="",
         metadata=key(
             "ssl.truststore.location",
-            "PEM file of the CA certificates that signed the brokers' (empty: the system's)",
+            "the CA certificates that signed the brokers', a PEM file or a PKCS12 store "
+            "(ssl.truststore.type); empty: the system's",
         ),
+    )
+    ssl_truststore_type: str = field(
+        default="PEM",
+        metadata=key("ssl.truststore.type", "format of the truststore: PEM or PKCS12"),
+    )
+    ssl_truststore_password: str = field(
+        default="",
+        repr=False,
+        metadata=key("ssl.truststore.password", "password of a PKCS12 truststore", secret=True),
     )
     ssl_keystore_location: str = field(
         default="",
         metadata=key(
             "ssl.keystore.location",
-            "PEM file with this client's private key and certificate (mutual TLS)",
+            "this client's private key and certificate (mutual TLS): a PEM file or a PKCS12 "
+            "store (ssl.keystore.type)",
+        ),
+    )
+    ssl_keystore_type: str = field(
+        default="PEM",
+        metadata=key("ssl.keystore.type", "format of the keystore: PEM or PKCS12"),
+    )
+    ssl_keystore_password: str = field(
+        default="",
+        repr=False,
+        metadata=key(
+            "ssl.keystore.password",
+            "password of a PKCS12 keystore (empty: ssl.key.password)",
+            secret=True,
         ),
     )
     ssl_key_password: str = field(

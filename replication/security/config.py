@@ -35,11 +35,21 @@ class SecurityConfig:
         default="",
         metadata=k(
             "ssl.keystore.location",
-            "PEM file with this node's private key and certificate chain (SSL, SASL_SSL)",
+            "this node's private key and certificate chain (SSL, SASL_SSL): a PEM file or a "
+            "PKCS12 store (ssl.keystore.type)",
         ),
     )
     ssl_keystore_type: str = field(
-        default="PEM", metadata=k("ssl.keystore.type", "format of the keystore: PEM")
+        default="PEM", metadata=k("ssl.keystore.type", "format of the keystore: PEM or PKCS12")
+    )
+    ssl_keystore_password: str = field(
+        default="",
+        repr=False,
+        metadata=k(
+            "ssl.keystore.password",
+            "password of a PKCS12 keystore (empty: ssl.key.password)",
+            secret=True,
+        ),
     )
     ssl_key_password: str = field(
         default="",
@@ -50,12 +60,18 @@ class SecurityConfig:
         default="",
         metadata=k(
             "ssl.truststore.location",
-            "PEM file of the CA certificates to trust (peers' and clients' certificates); "
-            "empty: the system's CAs",
+            "the CA certificates to trust (peers' and clients' certificates), a PEM file or a "
+            "PKCS12 store (ssl.truststore.type); empty: the system's CAs",
         ),
     )
     ssl_truststore_type: str = field(
-        default="PEM", metadata=k("ssl.truststore.type", "format of the truststore: PEM")
+        default="PEM",
+        metadata=k("ssl.truststore.type", "format of the truststore: PEM or PKCS12"),
+    )
+    ssl_truststore_password: str = field(
+        default="",
+        repr=False,
+        metadata=k("ssl.truststore.password", "password of a PKCS12 truststore", secret=True),
     )
     ssl_client_auth: str = field(
         default="none",
