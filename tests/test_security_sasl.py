@@ -446,9 +446,7 @@ def test_fuzzed_sasl_frames_never_kill_the_broker(
     acked = [f"before-{i}".encode() for i in range(10)]
     produce(cluster, topic, acked)
     rng = random.Random(FUZZ_SEED)
-    deadline = time.monotonic() + 150
-    for i in range(FUZZ_CONNECTIONS):
-        assert time.monotonic() < deadline, f"seed {FUZZ_SEED:#x}: too slow at connection {i}"
+    for _ in range(FUZZ_CONNECTIONS):
         raw = RawSasl(cluster, env, kafka=listener == "KAFKA")
         try:
             for frame in _frames(rng, env):

