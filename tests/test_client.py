@@ -73,6 +73,7 @@ from replication.errors import (
 from tests import cluster
 from tests.cluster import BrokerProcess
 from tests.helpers import free_port, unique_name, wait_until
+from tests.readback import read_count
 
 # --- murmur2 and the partitioner ----------------------------------------------------------------
 
@@ -1121,21 +1122,6 @@ def admin(broker: BrokerProcess) -> Iterator[Admin]:
         yield client
 
 
-def _consume(bootstrap: str, tps: list[TopicPartition], count: int, **kwargs: Any) -> list[Any]:
-    settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "auto_offset_reset": "earliest"}
-    settings.update(kwargs)
-    out: list[Any] = []
-    with Consumer(settings) as consumer:
-        consumer.assign(tps)
-
-        def polled() -> bool:
-            out.extend(consumer.poll(500, max_records=100_000))
-            return len(out) >= count
-
-        wait_until(polled, timeout=30, interval=0, message=f"{count} records")
-    return out
-
-
 @pytest.mark.cluster
 def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) -> None:
     name = unique_name("admin")
@@ -1186,7 +1172,7 @@ def test_round_trip_records(
     for i, meta in enumerate(metas):
         assert meta.partition == partition_for_key(b"key-%d" % (i % 17), 3)
         assert (meta.offset >= 0) == (acks != "0")
-    records = _consume(broker.bootstrap, [TopicPartition(name, i) for i in range(3)], 300)
+    records = read_count(broker.bootstrap, [TopicPartition(name, i) for i in range(3)], 300)
     assert len(records) == 300
     by_value = {r.value: r for r in records}
     for i in range(300):
@@ -1345,7 +1331,7 @@ def test_producer_survives_a_broker_restart(
                 failed.append(err)
     assert failed == []
     assert any("retrying" in r.getMessage() for r in caplog.records)
-    got = _consume(
+    got = read_count(
         node.bootstrap,
         [TopicPartition("restart", 0), TopicPartition("restart", 1)],
         len(delivered),

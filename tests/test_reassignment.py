@@ -26,7 +26,8 @@ from replication.client.describe import describe_topic_waiting
 from replication.client.types import PartitionInfo
 from replication.metadata.store import MetadataStore
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 
 pytestmark = pytest.mark.cluster
 

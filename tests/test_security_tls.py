@@ -35,7 +35,8 @@ from replication.common import TopicPartition
 from replication.errors import IllegalSaslStateError, SslAuthenticationError
 from replication.security.tls import PrincipalMapper, client_context
 from tests.cluster import Cluster, wait_until
-from tests.helpers import read_to_end, unique_name
+from tests.helpers import unique_name
+from tests.readback import read_to_end
 from tests.security_env import SecurityEnv
 
 pytestmark = pytest.mark.cluster
