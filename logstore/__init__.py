@@ -27,3 +27,7 @@ of logs over the WAL live in one broker checkpoint (``_replog/checkpoint.json``)
 checkpoint per partition. Only whole CRC-valid batches are ever served, from memory or from
 any object. ``replog log dump`` reads every kind of object.
 """
+
+from logstore._distribution import check_installation
+
+check_installation()

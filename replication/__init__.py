@@ -13,3 +13,7 @@
 - :mod:`replication.errors` and :mod:`replication.config`: the error tree and the broker's
   configuration, used by all of the above.
 """
+
+from logstore._distribution import check_installation
+
+check_installation()

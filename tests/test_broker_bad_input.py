@@ -591,7 +591,8 @@ def test_broker_registration_from_a_client_is_refused(
 #: REPLOG_FUZZ_SEED=<int> replays or varies a run; the seed is printed and in failures
 FUZZ_SEED = int(os.environ.get("REPLOG_FUZZ_SEED", "0x5EEDF422"), 0)
 FUZZ_FRAMES = 15_000  # frames the broker must have read (10,000 at least, with a margin)
-FUZZ_BUDGET_S = 55
+# a deadline for a broker that stops reading frames (a hang), not a bound on its speed
+FUZZ_DEADLINE_S = 300
 FRAMES_PER_CONNECTION = 4  # most mutated frames close the connection: few go unread
 FUZZ_THREADS = 6
 HEALTHY_EVERY = 200  # frames between two produces of the well-behaved client
@@ -918,6 +919,7 @@ def test_fuzzed_frames_never_kill_the_broker_nor_corrupt_a_log(
 
         stats, stop = FuzzStats(), threading.Event()
         started = time.monotonic()
+        deadline = started + FUZZ_DEADLINE_S
         with ThreadPoolExecutor(FUZZ_THREADS) as pool:
             workers = [
                 pool.submit(_fuzz, address, FUZZ_SEED + i, stop, stats) for i in range(FUZZ_THREADS)
@@ -933,15 +935,15 @@ def test_fuzzed_frames_never_kill_the_broker_nor_corrupt_a_log(
                     with stats.changed:
                         stats.changed.wait_for(
                             functools.partial(read_up_to, mark),
-                            timeout=max(0, FUZZ_BUDGET_S - (time.monotonic() - started)),
+                            timeout=max(0, deadline - time.monotonic()),
                         )
                     assert broker.alive, f"broker died (seed {FUZZ_SEED}):\n{broker.stderr_tail()}"
                     for worker in workers:
                         if worker.done():
                             worker.result()  # raises what went wrong in it
-                    elapsed = time.monotonic() - started
-                    assert elapsed < FUZZ_BUDGET_S, (
-                        f"fuzz too slow: {stats.read} frames read in {elapsed:.0f} s"
+                    assert stats.read >= mark, (
+                        f"the broker read {stats.read} of {mark} frames within {FUZZ_DEADLINE_S} s "
+                        f"(seed {FUZZ_SEED})"
                     )
                     ledger.produce(good)
                     if mark % (5 * HEALTHY_EVERY) == 0:

@@ -12,11 +12,13 @@ import socket
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from logstore.storage import Storage
 from replication.client import Admin
+from tests import faulty_fs
 from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import (
@@ -254,7 +256,7 @@ def test_longest_time_without_an_ack_per_fault_class() -> None:
 
 
 @pytest.mark.unit
-def test_storage_faults_from_the_control_file() -> None:
+def test_storage_faults_from_the_control_file(monkeypatch: pytest.MonkeyPatch) -> None:
     inner = Storage.from_url(f"memory://chaos-{uuid.uuid4().hex}/root")
     storage = FaultyStorage(inner)
     apply_faults(storage, [{"kind": "tear", "op": "write", "fraction": 0.25}])
@@ -263,9 +265,12 @@ def test_storage_faults_from_the_control_file() -> None:
         storage.child("events/0").write("00000000000000000000.seg", b"12345678")
     assert inner.read("events/0/00000000000000000000.seg") == b"12", "a torn write leaves a prefix"
     apply_faults(storage, [{"kind": "stall", "op": "write", "seconds": 0.2}])
-    began = time.monotonic()
+    stalls: list[tuple[float, bool]] = []  # (seconds waited, whether the write had landed)
+    monkeypatch.setattr(
+        faulty_fs, "time", SimpleNamespace(sleep=lambda s: stalls.append((s, inner.exists("x"))))
+    )
     storage.write("x", b"slow")
-    assert time.monotonic() - began >= 0.2
+    assert stalls == [(0.2, False)], "the write waits 0.2 s, then happens"
     assert inner.read("x") == b"slow"
     apply_faults(storage, [{"kind": "fail", "op": "write"}])
     with pytest.raises(InjectedStorageError):

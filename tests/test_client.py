@@ -73,6 +73,7 @@ from replication.errors import (
 from tests import cluster
 from tests.cluster import BrokerProcess
 from tests.helpers import free_port, unique_name, wait_until
+from tests.readback import read_count
 
 # --- murmur2 and the partitioner ----------------------------------------------------------------
 
@@ -679,10 +680,11 @@ def scripted() -> Iterator[ScriptedBroker]:
 def test_connection_unreachable_is_quick_and_named() -> None:
     port = free_port()
     conn = BrokerConnection("127.0.0.1", port, "test", 1000)
-    started = time.monotonic()
     with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}") as info:
         conn.send(p.ApiKey.METADATA, 1, p.MetadataRequest())
-    assert time.monotonic() - started < 2
+    # quick: the refusal itself is reported, not a connect timeout waited out
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)
+    assert "no connection within" not in str(info.value)
     assert info.value.retriable
     assert info.value.port == port
     conn.close()
@@ -913,11 +915,13 @@ def test_producer_unknown_topic(scripted: ScriptedBroker) -> None:
     with _fast_producer(
         scripted.bootstrap, max_block_ms=200, request_timeout_ms=1000, delivery_timeout_ms=1500
     ) as producer:
-        started = time.monotonic()
         future = producer.send("nope", b"x")
         with pytest.raises(UnknownTopicOrPartitionError, match="'nope' not present in metadata"):
             future.result(timeout=10)
-        assert time.monotonic() - started < 5
+        # the metadata wait ended at max.block.ms, not at delivery.timeout.ms
+        with pytest.raises(UnknownTopicOrPartitionError, match=r"\(max\.block\.ms=200\)"):
+            future.result(timeout=0)
+        assert not [b for h, b in scripted.requests if h.api_key == p.ApiKey.PRODUCE]
         with pytest.raises(UnknownTopicOrPartitionError, match="partition 5 of topic 't'"):
             producer.send("t", b"x", partition=5).result(timeout=10)
         # A topic that disappears: retried until delivery.timeout.ms, then named.
@@ -946,9 +950,11 @@ def test_producer_close_with_timeout_fails_what_is_left(scripted: ScriptedBroker
     first = producer.send("t", b"in flight", partition=0)
     wait_until(lambda: any(h.api_key == p.ApiKey.PRODUCE for h, _ in scripted.requests), 10)
     queued = producer.send("t", b"queued", partition=0)
-    started = time.monotonic()
     producer.close(timeout=0.1)
-    assert time.monotonic() - started < 5
+    # close did not wait for the request or delivery timeouts: what was left failed within it
+    assert first.done()
+    assert queued.done()
+    assert not producer._sender.is_alive()
     for future in (first, queued):
         with pytest.raises(ClientClosedError, match="closed before"):
             future.result(timeout=1)
@@ -975,10 +981,11 @@ def test_producer_close_from_a_callback(scripted: ScriptedBroker) -> None:
 def test_producer_bootstrap_unreachable_is_quick() -> None:
     port = free_port()
     with Producer(bootstrap_servers=f"127.0.0.1:{port}") as producer:
-        started = time.monotonic()
-        with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}"):
+        with pytest.raises(BrokerUnreachableError, match=f"127.0.0.1:{port}") as info:
             producer.send("t", b"x").result(timeout=10)
-        assert time.monotonic() - started < 2
+        # quick: said at the first refusal, not retried until max.block.ms
+        assert "gave up after" not in str(info.value)
+        assert isinstance(info.value.__cause__, ConnectionRefusedError)
     with pytest.raises(ClientClosedError):
         producer.send("t", b"x")
     consumer = Consumer(bootstrap_servers=f"127.0.0.1:{port}")
@@ -1115,21 +1122,6 @@ def admin(broker: BrokerProcess) -> Iterator[Admin]:
         yield client
 
 
-def _consume(bootstrap: str, tps: list[TopicPartition], count: int, **kwargs: Any) -> list[Any]:
-    settings: dict[str, Any] = {"bootstrap_servers": bootstrap, "auto_offset_reset": "earliest"}
-    settings.update(kwargs)
-    out: list[Any] = []
-    with Consumer(settings) as consumer:
-        consumer.assign(tps)
-
-        def polled() -> bool:
-            out.extend(consumer.poll(500, max_records=100_000))
-            return len(out) >= count
-
-        wait_until(polled, timeout=30, interval=0, message=f"{count} records")
-    return out
-
-
 @pytest.mark.cluster
 def test_admin_create_describe_list_delete(broker: BrokerProcess, admin: Admin) -> None:
     name = unique_name("admin")
@@ -1180,7 +1172,7 @@ def test_round_trip_records(
     for i, meta in enumerate(metas):
         assert meta.partition == partition_for_key(b"key-%d" % (i % 17), 3)
         assert (meta.offset >= 0) == (acks != "0")
-    records = _consume(broker.bootstrap, [TopicPartition(name, i) for i in range(3)], 300)
+    records = read_count(broker.bootstrap, [TopicPartition(name, i) for i in range(3)], 300)
     assert len(records) == 300
     by_value = {r.value: r for r in records}
     for i in range(300):
@@ -1339,7 +1331,7 @@ def test_producer_survives_a_broker_restart(
                 failed.append(err)
     assert failed == []
     assert any("retrying" in r.getMessage() for r in caplog.records)
-    got = _consume(
+    got = read_count(
         node.bootstrap,
         [TopicPartition("restart", 0), TopicPartition("restart", 1)],
         len(delivered),

@@ -15,7 +15,7 @@ import pytest
 from replication.client import Admin, NewTopic, Producer, TopicPartition
 from replication.tools import local_cluster
 from tests import maven
-from tests.helpers import read_to_end
+from tests.readback import read_to_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

@@ -11,7 +11,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import time
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +33,8 @@ from replication import protocol as p
 from replication.client import Producer as ReplogProducer
 from replication.common import TopicPartition
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import confluent_read_count, read_to_end
 from tests.wire import RawConnection
 
 pytestmark = pytest.mark.cluster
@@ -104,39 +104,6 @@ def sample(n: int) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes | No
     return out
 
 
-def confluent_consume(
-    bootstrap: str, topic: str, partitions: int, count: int, **config: Any
-) -> list[Any]:
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique_name("g"),
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            **config,
-        }
-    )
-    try:
-        consumer.assign(
-            [
-                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                for p in range(partitions)
-            ]
-        )
-        out: list[Any] = []
-        deadline = time.monotonic() + 60
-        while len(out) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            out.append(message)
-        assert len(out) == count, f"read {len(out)} of {count} records"
-        return out
-    finally:
-        consumer.close()
-
-
 def as_tuples(messages: list[Any]) -> set[Any]:
     return {(m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]) for m in messages}
 
@@ -180,7 +147,10 @@ def test_confluent_kafka_produces_and_consumes_with_every_codec(
     assert failed == []
     assert len(delivered) == len(records)
 
-    messages = confluent_consume(cluster.kafka_bootstrap, topic, 3, len(records))
+    messages = confluent_read_count(
+        {"bootstrap.servers": cluster.kafka_bootstrap}, topic, 3, len(records)
+    )
+    assert len(messages) == len(records)
     assert as_tuples(messages) == expected(records)
     # every record is where its delivery report said, and offsets are dense from 0
     assert {(m.partition(), m.offset()): m.key() for m in messages} == delivered
@@ -332,7 +302,10 @@ def test_a_kafka_client_reads_what_replog_wrote(cluster: Cluster) -> None:
             for key, value, headers, ts in records
         ]
         offsets = {(f.result(30).partition, f.result(30).offset) for f in futures}
-    messages = confluent_consume(cluster.kafka_bootstrap, topic, 3, len(records))
+    messages = confluent_read_count(
+        {"bootstrap.servers": cluster.kafka_bootstrap}, topic, 3, len(records)
+    )
+    assert len(messages) == len(records)
     assert as_tuples(messages) == expected(records)
     assert {(m.partition(), m.offset()) for m in messages} == offsets
 
@@ -379,7 +352,10 @@ def test_kafka_admin_describes_the_cluster_and_configs_grows_topics_and_deletes_
     deleted = admin.delete_records([confluent_kafka.TopicPartition(topic, 3, 4)])
     (result,) = deleted.values()
     assert result.result(30).low_watermark == 4
-    messages = confluent_consume(cluster.kafka_bootstrap, topic, 4, 36)
+    messages = confluent_read_count(
+        {"bootstrap.servers": cluster.kafka_bootstrap}, topic, 4, 36
+    )
+    assert len(messages) == 36
     assert min(m.offset() for m in messages if m.partition() == 3) == 4
     assert {m.partition() for m in messages} == {0, 1, 2, 3}
 

@@ -19,8 +19,9 @@ import pytest
 from replication import protocol as p
 from replication.common import TopicPartition
 from tests.cluster import BrokerProcess, Cluster
-from tests.helpers import free_port, read_to_end, unique_name, wait_until
+from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import TcpProxy
+from tests.readback import read_to_end
 from tests.test_kafka_clients import create_topic, wait_known
 
 pytestmark = pytest.mark.chaos

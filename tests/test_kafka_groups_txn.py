@@ -17,7 +17,8 @@ import pytest
 
 from replication.common import TopicPartition
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 from tests.test_kafka_clients import create_topic
 
 pytestmark = pytest.mark.cluster

@@ -14,8 +14,9 @@ import pytest
 
 from replication.client import TopicPartition
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name
+from tests.helpers import unique_name
 from tests.kafka_jvm import driver
+from tests.readback import read_to_end
 from tests.test_kafka_clients import create_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

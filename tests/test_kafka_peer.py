@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from benchmarks.peers.kafka import KafkaCluster
 from tests.cluster import FAST_FAILOVER, Cluster
 from tests.helpers import unique_name, wait_until
+from tests.readback import confluent_read_count
 
 pytestmark = pytest.mark.cluster
 
@@ -67,32 +68,6 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[tuple[int, 
     return acked
 
 
-def consume(bootstrap: str, topic: str, expected: int) -> list[confluent_kafka.Message]:
-    """Every partition from offset 0 (assign, no group join) until ``expected`` records."""
-    consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "enable.auto.commit": False}
-    )
-    got: list[confluent_kafka.Message] = []
-    try:
-        consumer.assign(
-            [
-                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                for p in range(PARTITIONS)
-            ]
-        )
-
-        def read_all() -> bool:
-            for message in consumer.consume(1000, 0.5):
-                assert message.error() is None, message.error()
-                got.append(message)
-            return len(got) >= expected
-
-        wait_until(read_all, timeout=60, message=f"{expected} records from {topic}")
-    finally:
-        consumer.close()
-    return got
-
-
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return int(metadata.topics[topic].partitions[partition].leader)
@@ -101,7 +76,7 @@ def leader_of(bootstrap: str, topic: str, partition: int) -> int:
 def check_round_trip(bootstrap: str, topic: str) -> None:
     values = [b"value-%04d" % i for i in range(RECORDS)]
     acked = produce(bootstrap, topic, values)
-    got = consume(bootstrap, topic, RECORDS)
+    got = confluent_read_count({"bootstrap.servers": bootstrap}, topic, PARTITIONS, RECORDS)
     assert sorted((m.partition(), m.offset()) for m in got) == sorted(acked)
     assert sorted(m.value() or b"" for m in got) == values
     # every record reads back with the key it was produced with
@@ -139,7 +114,7 @@ def test_leader_sigkill_loses_no_acked_record(kafka: KafkaCluster) -> None:
         message=f"a new leader for {topic}-0 after broker {leader} was killed",
     )
     after = produce(kafka.bootstrap, topic, [b"after-%d" % i for i in range(100)])
-    got = consume(kafka.bootstrap, topic, 200)
+    got = confluent_read_count({"bootstrap.servers": kafka.bootstrap}, topic, PARTITIONS, 200)
     assert sorted((m.partition(), m.offset()) for m in got) == sorted(before + after)
     kafka.restart(leader)
     wait_until(

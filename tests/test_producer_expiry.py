@@ -37,7 +37,8 @@ from replication.config import BrokerConfig, broker_config_from
 from replication.errors import ConfigError, UnknownProducerIdError
 from replication.metadata.image import MetadataImage, PartitionState
 from tests.cluster import BrokerProcess
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 
 LEADER = PartitionState((0,), (0,), 0, 1, 0)
 HOUR_MS = 3_600_000

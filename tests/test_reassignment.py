@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ from replication.client.describe import describe_topic_waiting
 from replication.client.types import PartitionInfo
 from replication.metadata.store import MetadataStore
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 
 pytestmark = pytest.mark.cluster
 
@@ -219,7 +219,6 @@ def test_a_throttled_move_stays_in_progress_and_cancel_reverts(
                 producer.send(topic, f"{n:04d}".encode() * 250, partition=0)
             producer.flush(timeout=60)
         move = reassignment_file(tmp_path, topic, [1, 2, 3])
-        started = time.monotonic()
         ok(
             replog(
                 "partitions", "reassign", "--bootstrap-server", cluster.bootstrap,
@@ -232,9 +231,8 @@ def test_a_throttled_move_stays_in_progress_and_cancel_reverts(
             timeout=60,
             message="the new replica fetching",
         )
-        elapsed = time.monotonic() - started
-        # the throttle's bound: a second's burst, `rate` per second, and a batch or two
-        assert fetched <= rate * (elapsed + 1) + 20_000, (fetched, elapsed)
+        # throttled: fetching, yet far behind the leader (unthrottled, a few fetches copy it all)
+        assert fetched < stored_bytes(cluster, 0, topic) // 2, fetched
         ongoing = admin.list_partition_reassignments()
         assert TopicPartition(topic, 0) in ongoing  # 300 KB at 5 KB/s cannot be done yet
         assert ongoing[TopicPartition(topic, 0)].adding_replicas == (3,)

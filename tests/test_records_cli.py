@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from replication.client import Admin, NewTopic, Producer, TopicPartition
 from replication.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
+from tests.readback import read_count
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -92,17 +93,8 @@ def test_records_delete_moves_the_log_start_offset(cluster: Cluster, tmp_path: P
         assert admin.list_offsets({tp0: "earliest", tp1: "earliest"}) == {tp0: 7, tp1: 10}
         # followers follow the leader's log start offset in their fetches
         wait_until(lambda: log_starts(admin, tp0) == [7, 7], message="both replicas start at 7")
-    with Consumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([tp0])
-        consumer.seek_to_beginning(tp0)
-        seen: list[int] = []
-
-        def polled() -> bool:
-            seen.extend(r.offset for r in consumer.poll(timeout_ms=200))
-            return len(seen) >= 3
-
-        wait_until(polled, message="the records left in partition 0")
-    assert seen == [7, 8, 9]
+    # the records left in partition 0
+    assert [r.offset for r in read_count(cluster.bootstrap, [tp0], 3)] == [7, 8, 9]
 
 
 def test_records_delete_refuses_bad_input_in_one_line(cluster: Cluster, tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ import socket
 import ssl
 import struct
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,8 @@ from replication.common import TopicPartition
 from replication.errors import IllegalSaslStateError, SslAuthenticationError
 from replication.security.tls import PrincipalMapper, client_context
 from tests.cluster import Cluster, wait_until
-from tests.helpers import read_to_end, unique_name
+from tests.helpers import unique_name
+from tests.readback import read_to_end
 from tests.security_env import SecurityEnv
 
 pytestmark = pytest.mark.cluster
@@ -343,9 +343,7 @@ def test_fuzzed_tls_records_never_kill_the_broker(cluster: Cluster) -> None:
     produce_and_read(cluster, topic, 10)
     rng = random.Random(FUZZ_SEED)
     hello = _client_hello()
-    deadline = time.monotonic() + 120
-    for i in range(FUZZ_CONNECTIONS):
-        assert time.monotonic() < deadline, f"seed {FUZZ_SEED:#x}: too slow at connection {i}"
+    for _ in range(FUZZ_CONNECTIONS):
         sock = _raw(cluster)
         try:
             sock.sendall(_garble(rng, hello))

@@ -38,7 +38,8 @@ from replication.security.acl import (
     ResourceType,
 )
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 from tests.security_env import SecurityEnv
 from tests.test_spark_sink_faults import ids, open_sink_transactions
 

@@ -21,7 +21,8 @@ from replication.client import (
 )
 from replication.errors import UnknownTopicOrPartitionError
 from tests.cluster import BrokerProcess
-from tests.helpers import read_to_end, unique_name
+from tests.helpers import unique_name
+from tests.readback import read_to_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

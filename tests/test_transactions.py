@@ -40,8 +40,9 @@ from replication.errors import (
     UnknownTopicOrPartitionError,
 )
 from tests.cluster import BrokerProcess, Cluster
-from tests.helpers import free_port, read_to_end, unique_name, wait_until
+from tests.helpers import free_port, unique_name, wait_until
 from tests.proxy import TcpProxy
+from tests.readback import read_to_end
 from tests.wire import RawConnection, metadata
 
 pytestmark = [pytest.mark.timeout(180)]

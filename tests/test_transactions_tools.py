@@ -29,7 +29,8 @@ from replication.errors import (
 )
 from replication.tools.cli_transactions import transactions_app
 from tests.cluster import Cluster
-from tests.helpers import read_to_end, unique_name, wait_until
+from tests.helpers import unique_name, wait_until
+from tests.readback import read_to_end
 from tests.wire import RawConnection, produce
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

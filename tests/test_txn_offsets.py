@@ -19,7 +19,8 @@ from replication.client import (
 )
 from replication.errors import CommitFailedError
 from tests.cluster import BrokerProcess, wait_until
-from tests.helpers import read_to_end, unique_name
+from tests.helpers import unique_name
+from tests.readback import read_to_end
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 

@@ -38,7 +38,7 @@ from tests.chaos.history import (
     producer_value,
     txn_value,
 )
-from tests.helpers import read_to_end
+from tests.readback import read_to_end
 
 log = logging.getLogger(__name__)
 
