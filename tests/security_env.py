@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from logstore.storage import Storage
 from replication.controller.controller import bootstrap_credentials
 from replication.metadata.store import MetadataStore
+from replication.security.certs import CA_KEY_USAGE
 from replication.security.scram import MECHANISMS, new_credential
 
 #: the users every SecurityEnv knows, with their passwords
@@ -64,20 +65,7 @@ def _make_ca(cn: str) -> _Ca:
         .not_valid_before(now - _DAY)
         .not_valid_after(now + 30 * _DAY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(CA_KEY_USAGE, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from logstore import errors as logstore_errors
 from replication import errors
+from replication import protocol as p
 from replication.errors import (
     BrokerUnreachableError,
     CommitFailedError,
@@ -39,47 +40,10 @@ from replication.protocol import (
     STRING,
     SUPPORTED_VERSIONS,
     UUID,
-    AbortedTransaction,
     ApiKey,
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    ApiVersionsResponseKey,
     Array,
     BytesType,
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
-    DescribeLogObjectsPartition,
-    DescribeLogObjectsPartitionResponse,
-    DescribeLogObjectsRequest,
-    DescribeLogObjectsResponse,
-    DescribeLogObjectsTopic,
-    DescribeLogObjectsTopicResponse,
-    EpochEndOffset,
-    FetchRequest,
-    FetchRequestPartition,
-    FetchRequestTopic,
-    FetchResponse,
-    FetchResponsePartition,
-    FetchResponseTopic,
-    ForgottenTopic,
-    LeaderIdAndEpoch,
-    ListOffsetsRequest,
-    ListOffsetsRequestPartition,
-    ListOffsetsRequestTopic,
-    LogObjectExtent,
-    MetadataRequest,
-    MetadataResponse,
-    MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
-    OffsetForLeaderPartition,
-    OffsetForLeaderTopic,
-    OffsetsForLeaderEpochRequest,
     Primitive,
-    ProduceRequest,
-    ProduceRequestPartition,
-    ProduceRequestTopic,
     RequestHeader,
     String,
     Struct,
@@ -187,17 +151,17 @@ def test_every_request_and_response_round_trips(key: ApiKey, version: int, data:
 
 def test_produce_request_round_trip_and_records_are_not_copied() -> None:
     records = bytes(range(256)) * 4
-    body = ProduceRequest(
+    body = p.ProduceRequest(
         transactional_id="txn-1",
         acks=-1,
         timeout_ms=1500,
         topic_data=[
-            ProduceRequestTopic(
+            p.ProduceRequestTopic(
                 name="events",
                 partition_data=[
-                    ProduceRequestPartition(index=0, records=records),
-                    ProduceRequestPartition(index=1, records=None),
-                    ProduceRequestPartition(index=2, records=memoryview(records)[:10]),
+                    p.ProduceRequestPartition(index=0, records=records),
+                    p.ProduceRequestPartition(index=1, records=None),
+                    p.ProduceRequestPartition(index=2, records=memoryview(records)[:10]),
                 ],
             )
         ],
@@ -212,7 +176,7 @@ def test_produce_request_round_trip_and_records_are_not_copied() -> None:
 
 
 def test_fetch_request_and_response_round_trip() -> None:
-    request = FetchRequest(
+    request = p.FetchRequest(
         replica_id=2,
         max_wait_ms=500,
         min_bytes=1,
@@ -221,10 +185,10 @@ def test_fetch_request_and_response_round_trip() -> None:
         session_id=99,
         session_epoch=3,
         topics=[
-            FetchRequestTopic(
+            p.FetchRequestTopic(
                 topic="events",
                 partitions=[
-                    FetchRequestPartition(
+                    p.FetchRequestPartition(
                         partition=0,
                         current_leader_epoch=5,
                         fetch_offset=1234,
@@ -235,51 +199,53 @@ def test_fetch_request_and_response_round_trip() -> None:
                 ],
             )
         ],
-        forgotten_topics_data=[ForgottenTopic(topic="old", partitions=[1, 2])],
+        forgotten_topics_data=[p.ForgottenTopic(topic="old", partitions=[1, 2])],
         rack_id="rack-a",
     )
     assert request_round_trip(ApiKey.FETCH, 0, request) == request
-    response = FetchResponse(
+    response = p.FetchResponse(
         throttle_time_ms=0,
         error_code=0,
         session_id=99,
         responses=[
-            FetchResponseTopic(
+            p.FetchResponseTopic(
                 topic="events",
                 partitions=[
-                    FetchResponsePartition(
+                    p.FetchResponsePartition(
                         partition_index=0,
                         error_code=0,
                         high_watermark=2000,
                         last_stable_offset=1990,
                         log_start_offset=0,
-                        diverging_epoch=EpochEndOffset(epoch=4, end_offset=1200),
-                        current_leader=LeaderIdAndEpoch(leader_id=1, leader_epoch=5),
-                        aborted_transactions=[AbortedTransaction(producer_id=7, first_offset=1500)],
+                        diverging_epoch=p.EpochEndOffset(epoch=4, end_offset=1200),
+                        current_leader=p.LeaderIdAndEpoch(leader_id=1, leader_epoch=5),
+                        aborted_transactions=[
+                            p.AbortedTransaction(producer_id=7, first_offset=1500)
+                        ],
                         preferred_read_replica=-1,
                         records=b"batch",
                     ),
-                    FetchResponsePartition(partition_index=1, error_code=6),
+                    p.FetchResponsePartition(partition_index=1, error_code=6),
                 ],
             )
         ],
     )
     decoded = response_round_trip(ApiKey.FETCH, 0, response)
     assert decoded == response
-    assert decoded.responses[0].partitions[1].diverging_epoch == EpochEndOffset()
+    assert decoded.responses[0].partitions[1].diverging_epoch == p.EpochEndOffset()
     assert decoded.responses[0].partitions[1].aborted_transactions is None
 
 
 def test_metadata_list_offsets_create_topics_offsets_for_leader_epoch_examples() -> None:
-    metadata = MetadataResponse(
-        brokers=[MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9092, rack=None)],
+    metadata = p.MetadataResponse(
+        brokers=[p.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9092, rack=None)],
         cluster_id="c1",
         controller_id=1,
         topics=[
-            MetadataResponseTopic(
+            p.MetadataResponseTopic(
                 name="events",
                 partitions=[
-                    MetadataResponsePartition(
+                    p.MetadataResponsePartition(
                         partition_index=0,
                         leader_id=1,
                         leader_epoch=3,
@@ -291,26 +257,26 @@ def test_metadata_list_offsets_create_topics_offsets_for_leader_epoch_examples()
         ],
     )
     assert response_round_trip(ApiKey.METADATA, 1, metadata) == metadata
-    assert request_round_trip(ApiKey.METADATA, 0, MetadataRequest()).topics is None
+    assert request_round_trip(ApiKey.METADATA, 0, p.MetadataRequest()).topics is None
 
-    list_offsets = ListOffsetsRequest(
+    list_offsets = p.ListOffsetsRequest(
         isolation_level=1,
         topics=[
-            ListOffsetsRequestTopic(
+            p.ListOffsetsRequestTopic(
                 name="events",
-                partitions=[ListOffsetsRequestPartition(partition_index=0, timestamp=-2)],
+                partitions=[p.ListOffsetsRequestPartition(partition_index=0, timestamp=-2)],
             )
         ],
     )
     assert request_round_trip(ApiKey.LIST_OFFSETS, 0, list_offsets) == list_offsets
 
-    create = CreateTopicsRequest(
+    create = p.CreateTopicsRequest(
         topics=[
-            CreatableTopic(
+            p.CreatableTopic(
                 name="events",
                 num_partitions=3,
                 replication_factor=3,
-                configs=[CreatableTopicConfig(name="retention.ms", value="1000")],
+                configs=[p.CreatableTopicConfig(name="retention.ms", value="1000")],
             )
         ],
         timeout_ms=5000,
@@ -318,13 +284,13 @@ def test_metadata_list_offsets_create_topics_offsets_for_leader_epoch_examples()
     )
     assert request_round_trip(ApiKey.CREATE_TOPICS, 1, create) == create
 
-    epochs = OffsetsForLeaderEpochRequest(
+    epochs = p.OffsetsForLeaderEpochRequest(
         replica_id=2,
         topics=[
-            OffsetForLeaderTopic(
+            p.OffsetForLeaderTopic(
                 topic="events",
                 partitions=[
-                    OffsetForLeaderPartition(partition=0, current_leader_epoch=5, leader_epoch=4)
+                    p.OffsetForLeaderPartition(partition=0, current_leader_epoch=5, leader_epoch=4)
                 ],
             )
         ],
@@ -333,7 +299,7 @@ def test_metadata_list_offsets_create_topics_offsets_for_leader_epoch_examples()
 
 
 def test_unicode_and_limits_round_trip() -> None:
-    body = CreateTopicsRequest(topics=[CreatableTopic(name="ü" * 16383)])  # 32766 bytes
+    body = p.CreateTopicsRequest(topics=[p.CreatableTopic(name="ü" * 16383)])  # 32766 bytes
     assert request_round_trip(ApiKey.CREATE_TOPICS, 0, body) == body
 
 
@@ -341,23 +307,25 @@ def test_unicode_and_limits_round_trip() -> None:
 
 
 def test_field_absent_below_its_version_is_not_sent_and_decodes_to_default() -> None:
-    v0 = encode_message(CreateTopicsRequest(), 0)
-    v1 = encode_message(CreateTopicsRequest(validate_only=True), 1)
+    v0 = encode_message(p.CreateTopicsRequest(), 0)
+    v1 = encode_message(p.CreateTopicsRequest(validate_only=True), 1)
     assert len(v1) == len(v0) + 1
-    assert decode_message(CreateTopicsRequest, 0, v0).validate_only is False
-    assert decode_message(CreateTopicsRequest, 1, v1).validate_only is True
+    assert decode_message(p.CreateTopicsRequest, 0, v0).validate_only is False
+    assert decode_message(p.CreateTopicsRequest, 1, v1).validate_only is True
     with pytest.raises(CorruptFrameError, match="trailing"):
-        decode_message(CreateTopicsRequest, 0, v1)
+        decode_message(p.CreateTopicsRequest, 0, v1)
     with pytest.raises(CorruptFrameError, match=r"CreateTopicsRequest\.validate_only"):
-        decode_message(CreateTopicsRequest, 1, v0)
+        decode_message(p.CreateTopicsRequest, 1, v0)
 
 
 def test_non_default_value_of_absent_field_is_refused_unless_ignorable() -> None:
     with pytest.raises(UnsupportedVersionError, match="allow_auto_topic_creation"):
-        encode_request(header(ApiKey.METADATA, 0), MetadataRequest(allow_auto_topic_creation=True))
+        encode_request(
+            header(ApiKey.METADATA, 0), p.MetadataRequest(allow_auto_topic_creation=True)
+        )
     # ApiVersions' client software fields are ignorable: dropped at v0.
-    body = ApiVersionsRequest(client_software_name="replog", client_software_version="1")
-    assert request_round_trip(ApiKey.API_VERSIONS, 0, body) == ApiVersionsRequest()
+    body = p.ApiVersionsRequest(client_software_name="replog", client_software_version="1")
+    assert request_round_trip(ApiKey.API_VERSIONS, 0, body) == p.ApiVersionsRequest()
     assert request_round_trip(ApiKey.API_VERSIONS, 1, body) == body
 
 
@@ -397,9 +365,9 @@ def test_message_declaration_errors() -> None:
 
 
 def test_api_versions_response_falls_back_to_v0() -> None:
-    body = ApiVersionsResponse(
+    body = p.ApiVersionsResponse(
         error_code=35,
-        api_keys=[ApiVersionsResponseKey(api_key=18, min_version=0, max_version=1)],
+        api_keys=[p.ApiVersionsResponseKey(api_key=18, min_version=0, max_version=1)],
     )
     frame = encode_response(3, ApiKey.API_VERSIONS, 0, body)
     assert decode_response(frame[4:], ApiKey.API_VERSIONS, 1) == (3, body)
@@ -411,7 +379,7 @@ def test_unsupported_versions_and_keys() -> None:
         request_class(ApiKey.FETCH, 9)
     with pytest.raises(UnsupportedVersionError, match="unknown API key 999"):
         request_class(999, 0)
-    frame = encode_request(header(ApiKey.API_VERSIONS, 1), ApiVersionsRequest())[4:]
+    frame = encode_request(header(ApiKey.API_VERSIONS, 1), p.ApiVersionsRequest())[4:]
     bad = frame[:2] + struct.pack(">h", 7) + frame[4:]
     with pytest.raises(UnsupportedVersionError, match="API_VERSIONS version 7"):
         decode_request(bad)
@@ -426,12 +394,12 @@ def test_unsupported_versions_and_keys() -> None:
 
 
 def _fetch_frame() -> bytes:
-    body = FetchRequest(
+    body = p.FetchRequest(
         topics=[
-            FetchRequestTopic(
+            p.FetchRequestTopic(
                 topic="t",
                 partitions=[
-                    FetchRequestPartition(partition=0, fetch_offset=5, partition_max_bytes=100)
+                    p.FetchRequestPartition(partition=0, fetch_offset=5, partition_max_bytes=100)
                 ],
             )
         ]
@@ -469,23 +437,25 @@ def test_malformed_frames_name_what_was_wrong() -> None:
 
 
 def test_encoding_bad_values_names_the_field() -> None:
-    body = ProduceRequest(acks=1 << 20)
+    body = p.ProduceRequest(acks=1 << 20)
     with pytest.raises(InvalidFieldError, match=r"ProduceRequest\.acks \(int16\) = 1048576"):
         encode_request(header(ApiKey.PRODUCE, 0), body)
-    bad_partition = ProduceRequestPartition(index=0, records="text")  # type: ignore[arg-type]
-    bad = ProduceRequest(topic_data=[ProduceRequestTopic(name="t", partition_data=[bad_partition])])
+    bad_partition = p.ProduceRequestPartition(index=0, records="text")  # type: ignore[arg-type]
+    bad = p.ProduceRequest(
+        topic_data=[p.ProduceRequestTopic(name="t", partition_data=[bad_partition])]
+    )
     with pytest.raises(InvalidFieldError, match=r"ProduceRequestPartition\.records"):
         encode_request(header(ApiKey.PRODUCE, 0), bad)
     with pytest.raises(InvalidFieldError, match="32767"):
-        encode_message(CreatableTopic(name="x" * 40000), 0)
+        encode_message(p.CreatableTopic(name="x" * 40000), 0)
     with pytest.raises(InvalidFieldError, match="not nullable"):
-        encode_message(CreatableTopic(name=None), 0)  # type: ignore[arg-type]
+        encode_message(p.CreatableTopic(name=None), 0)  # type: ignore[arg-type]
     with pytest.raises(InvalidFieldError, match="replica_nodes"):
         encode_message(
-            MetadataResponsePartition(partition_index=0, leader_id=0, replica_nodes=[2**40]), 0
+            p.MetadataResponsePartition(partition_index=0, leader_id=0, replica_nodes=[2**40]), 0
         )
     with pytest.raises(TypeError, match="expected a ProduceRequest"):
-        encode_request(header(ApiKey.PRODUCE, 0), FetchRequest())
+        encode_request(header(ApiKey.PRODUCE, 0), p.FetchRequest())
 
 
 def test_custom_struct_of_every_primitive_round_trips() -> None:
@@ -780,7 +750,7 @@ def _reader(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:
 
 def test_read_frame() -> None:
     async def scenario() -> None:
-        frame = encode_request(header(ApiKey.API_VERSIONS, 0), ApiVersionsRequest())
+        frame = encode_request(header(ApiKey.API_VERSIONS, 0), p.ApiVersionsRequest())
         reader = _reader(frame + frame)
         assert await read_frame(reader, 1024) == frame[4:]
         assert decode_request(await read_frame(reader, 1024))[0].correlation_id == 42
@@ -810,13 +780,13 @@ def test_describe_log_objects_round_trips_and_is_in_the_api_table() -> None:
     assert int(ApiKey.DESCRIBE_LOG_OBJECTS) == 1003
     assert SUPPORTED_VERSIONS[ApiKey.DESCRIBE_LOG_OBJECTS] == (0, 0)
     assert ApiKey.DESCRIBE_LOG_OBJECTS.kafka_name == "DescribeLogObjects"
-    request = DescribeLogObjectsRequest(
+    request = p.DescribeLogObjectsRequest(
         topics=[
-            DescribeLogObjectsTopic(
+            p.DescribeLogObjectsTopic(
                 name="events",
                 partitions=[
-                    DescribeLogObjectsPartition(partition_index=0, start_offset=5, end_offset=90),
-                    DescribeLogObjectsPartition(partition_index=3),
+                    p.DescribeLogObjectsPartition(partition_index=0, start_offset=5, end_offset=90),
+                    p.DescribeLogObjectsPartition(partition_index=3),
                 ],
             )
         ]
@@ -824,26 +794,26 @@ def test_describe_log_objects_round_trips_and_is_in_the_api_table() -> None:
     decoded = request_round_trip(ApiKey.DESCRIBE_LOG_OBJECTS, 0, request)
     assert decoded == request
     assert decoded.topics[0].partitions[1].end_offset == -1  # default: to the durable end
-    response = DescribeLogObjectsResponse(
+    response = p.DescribeLogObjectsResponse(
         log_dir="s3://bucket/broker-1",
         topics=[
-            DescribeLogObjectsTopicResponse(
+            p.DescribeLogObjectsTopicResponse(
                 name="events",
                 partitions=[
-                    DescribeLogObjectsPartitionResponse(
+                    p.DescribeLogObjectsPartitionResponse(
                         partition_index=0,
                         high_watermark=100,
                         durable_end_offset=98,
                         log_start_offset=0,
                         extents=[
-                            LogObjectExtent(
+                            p.LogObjectExtent(
                                 path="events/0/00000000000000000000.seg",
                                 position=0,
                                 size=4096,
                                 base_offset=0,
                                 next_offset=40,
                             ),
-                            LogObjectExtent(
+                            p.LogObjectExtent(
                                 path="_replog/wal/L0/00000000000000000007-1.wal",
                                 position=8192,
                                 size=2 * 1024**3,  # INT64: positions of large packed objects
@@ -852,7 +822,7 @@ def test_describe_log_objects_round_trips_and_is_in_the_api_table() -> None:
                             ),
                         ],
                     ),
-                    DescribeLogObjectsPartitionResponse(
+                    p.DescribeLogObjectsPartitionResponse(
                         partition_index=3, error_code=3, error_message="unknown partition"
                     ),
                 ],

@@ -128,6 +128,35 @@ class Primitive(WireType):
         return decode
 
 
+def _sized_decoder(what: str, prefix: struct.Struct, *, nullable: bool, text: bool) -> Decoder:
+    """The decoder of a length-prefixed value (``prefix``: int16 for strings, int32 for bytes;
+    -1 is null when ``nullable``): UTF-8 text when ``text``, else a memoryview slice."""
+    unpack_from = prefix.unpack_from
+    width = prefix.size
+
+    def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
+        try:
+            (n,) = unpack_from(buf, pos)
+        except struct.error as err:
+            raise _truncated(f"the length of {what}", width, buf, pos) from err
+        pos += width
+        if n < 0:
+            if n == -1 and nullable:
+                return None, pos
+            raise CorruptFrameError(f"{what} has invalid length {n} at offset {pos - width}")
+        end = pos + n
+        if end > len(buf):
+            raise _truncated(what, n, buf, pos)
+        if not text:
+            return buf[pos:end], end
+        try:
+            return str(buf[pos:end], "utf-8"), end
+        except UnicodeDecodeError as err:
+            raise CorruptFrameError(f"{what} at offset {pos} is not UTF-8: {err}") from err
+
+    return decode
+
+
 class String(WireType):
     """UTF-8 text with an int16 length; -1 means null when ``nullable``."""
 
@@ -158,28 +187,7 @@ class String(WireType):
         return encode
 
     def decoder(self, version: int, what: str) -> Decoder:
-        nullable = self.nullable
-        unpack_from = _I16.unpack_from
-
-        def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
-            try:
-                (n,) = unpack_from(buf, pos)
-            except struct.error as err:
-                raise _truncated(f"the length of {what}", 2, buf, pos) from err
-            pos += 2
-            if n < 0:
-                if n == -1 and nullable:
-                    return None, pos
-                raise CorruptFrameError(f"{what} has invalid length {n} at offset {pos - 2}")
-            end = pos + n
-            if end > len(buf):
-                raise _truncated(what, n, buf, pos)
-            try:
-                return str(buf[pos:end], "utf-8"), end
-            except UnicodeDecodeError as err:
-                raise CorruptFrameError(f"{what} at offset {pos} is not UTF-8: {err}") from err
-
-        return decode
+        return _sized_decoder(what, _I16, nullable=self.nullable, text=True)
 
 
 def _byte_view(value: Any) -> memoryview:
@@ -229,25 +237,7 @@ class BytesType(WireType):
         return encode
 
     def decoder(self, version: int, what: str) -> Decoder:
-        nullable = self.nullable
-        unpack_from = _I32.unpack_from
-
-        def decode(buf: memoryview, pos: int) -> tuple[Any, int]:
-            try:
-                (n,) = unpack_from(buf, pos)
-            except struct.error as err:
-                raise _truncated(f"the length of {what}", 4, buf, pos) from err
-            pos += 4
-            if n < 0:
-                if n == -1 and nullable:
-                    return None, pos
-                raise CorruptFrameError(f"{what} has invalid length {n} at offset {pos - 4}")
-            end = pos + n
-            if end > len(buf):
-                raise _truncated(what, n, buf, pos)
-            return buf[pos:end], end
-
-        return decode
+        return _sized_decoder(what, _I32, nullable=self.nullable, text=False)
 
 
 class UuidType(WireType):

@@ -33,29 +33,18 @@ from replication.errors import (
     InvalidFrameLengthError,
     UnsupportedVersionError,
 )
-from replication.protocol.acls import (
-    AlterUserScramCredentialsRequest,
-    AlterUserScramCredentialsResponse,
-    CreateAclsRequest,
-    CreateAclsResponse,
-    DeleteAclsRequest,
-    DeleteAclsResponse,
-    DescribeAclsRequest,
-    DescribeAclsResponse,
-    DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse,
-)
-from replication.protocol.admin import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
+from replication.protocol import (
+    acls,
+    admin,
+    controller,
+    fetch,
+    groups,
+    log_objects,
+    metadata,
+    produce,
+    reassignments,
+    security,
+    transactions,
 )
 from replication.protocol.api import ApiKey, RequestHeader
 from replication.protocol.codec import (
@@ -68,105 +57,6 @@ from replication.protocol.codec import (
     _codec,
     _decode_to_end,
     _view,
-)
-from replication.protocol.controller import (
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    BrokerHeartbeatRequest,
-    BrokerHeartbeatResponse,
-    BrokerRegistrationRequest,
-    BrokerRegistrationResponse,
-    LeaderAndIsrRequest,
-    LeaderAndIsrResponse,
-)
-from replication.protocol.fetch import (
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-)
-from replication.protocol.groups import (
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    ListGroupsRequest,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-    TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
-)
-from replication.protocol.log_objects import (
-    DescribeLogObjectsRequest,
-    DescribeLogObjectsResponse,
-)
-from replication.protocol.metadata import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    DescribeLogDirsRequest,
-    DescribeLogDirsResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
-from replication.protocol.produce import ProduceRequest, ProduceResponse
-from replication.protocol.reassignments import (
-    AlterPartitionReassignmentsRequest,
-    AlterPartitionReassignmentsResponse,
-    ElectLeadersRequest,
-    ElectLeadersResponse,
-    ListPartitionReassignmentsRequest,
-    ListPartitionReassignmentsResponse,
-    UnregisterBrokerRequest,
-    UnregisterBrokerResponse,
-)
-from replication.protocol.security import (
-    SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
-    SaslHandshakeRequest,
-    SaslHandshakeResponse,
-)
-from replication.protocol.transactions import (
-    AddOffsetsToTxnRequest,
-    AddOffsetsToTxnResponse,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    AllocateProducerIdsRequest,
-    AllocateProducerIdsResponse,
-    CommitSinkBatchRequest,
-    CommitSinkBatchResponse,
-    DescribeProducersRequest,
-    DescribeProducersResponse,
-    DescribeSinkRequest,
-    DescribeSinkResponse,
-    DescribeTransactionsRequest,
-    DescribeTransactionsResponse,
-    EndTxnRequest,
-    EndTxnResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-    ListTransactionsRequest,
-    ListTransactionsResponse,
-    WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
 )
 
 # --- the API table ----------------------------------------------------------------------------
@@ -181,73 +71,123 @@ class _Api:
 
 
 _APIS: Final[Mapping[ApiKey, _Api]] = {
-    ApiKey.PRODUCE: _Api(ProduceRequest, ProduceResponse, 0, 0),
-    ApiKey.FETCH: _Api(FetchRequest, FetchResponse, 0, 0),
-    ApiKey.LIST_OFFSETS: _Api(ListOffsetsRequest, ListOffsetsResponse, 0, 0),
-    ApiKey.METADATA: _Api(MetadataRequest, MetadataResponse, 0, 1),
-    ApiKey.LEADER_AND_ISR: _Api(LeaderAndIsrRequest, LeaderAndIsrResponse, 0, 0),
-    ApiKey.API_VERSIONS: _Api(ApiVersionsRequest, ApiVersionsResponse, 0, 1),
-    ApiKey.SASL_HANDSHAKE: _Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
-    ApiKey.SASL_AUTHENTICATE: _Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1),
-    ApiKey.CREATE_TOPICS: _Api(CreateTopicsRequest, CreateTopicsResponse, 0, 1),
-    ApiKey.DELETE_TOPICS: _Api(DeleteTopicsRequest, DeleteTopicsResponse, 0, 0),
-    ApiKey.INIT_PRODUCER_ID: _Api(InitProducerIdRequest, InitProducerIdResponse, 0, 0),
+    ApiKey.PRODUCE: _Api(produce.ProduceRequest, produce.ProduceResponse, 0, 0),
+    ApiKey.FETCH: _Api(fetch.FetchRequest, fetch.FetchResponse, 0, 0),
+    ApiKey.LIST_OFFSETS: _Api(fetch.ListOffsetsRequest, fetch.ListOffsetsResponse, 0, 0),
+    ApiKey.METADATA: _Api(metadata.MetadataRequest, metadata.MetadataResponse, 0, 1),
+    ApiKey.LEADER_AND_ISR: _Api(
+        controller.LeaderAndIsrRequest, controller.LeaderAndIsrResponse, 0, 0
+    ),
+    ApiKey.API_VERSIONS: _Api(metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 1),
+    ApiKey.SASL_HANDSHAKE: _Api(
+        security.SaslHandshakeRequest, security.SaslHandshakeResponse, 1, 1
+    ),
+    ApiKey.SASL_AUTHENTICATE: _Api(
+        security.SaslAuthenticateRequest, security.SaslAuthenticateResponse, 0, 1
+    ),
+    ApiKey.CREATE_TOPICS: _Api(metadata.CreateTopicsRequest, metadata.CreateTopicsResponse, 0, 1),
+    ApiKey.DELETE_TOPICS: _Api(metadata.DeleteTopicsRequest, metadata.DeleteTopicsResponse, 0, 0),
+    ApiKey.INIT_PRODUCER_ID: _Api(
+        transactions.InitProducerIdRequest, transactions.InitProducerIdResponse, 0, 0
+    ),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _Api(
-        OffsetsForLeaderEpochRequest, OffsetsForLeaderEpochResponse, 0, 0
+        fetch.OffsetsForLeaderEpochRequest, fetch.OffsetsForLeaderEpochResponse, 0, 0
     ),
-    ApiKey.ADD_PARTITIONS_TO_TXN: _Api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 0),
-    ApiKey.END_TXN: _Api(EndTxnRequest, EndTxnResponse, 0, 0),
-    ApiKey.WRITE_TXN_MARKERS: _Api(WriteTxnMarkersRequest, WriteTxnMarkersResponse, 0, 0),
-    ApiKey.ALTER_PARTITION: _Api(AlterPartitionRequest, AlterPartitionResponse, 0, 0),
-    ApiKey.BROKER_REGISTRATION: _Api(BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 0),
-    ApiKey.BROKER_HEARTBEAT: _Api(BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 0),
-    ApiKey.DESCRIBE_LOG_DIRS: _Api(DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 0),
-    ApiKey.FIND_COORDINATOR: _Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 0),
-    ApiKey.LIST_TRANSACTIONS: _Api(ListTransactionsRequest, ListTransactionsResponse, 0, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: _Api(
+        transactions.AddPartitionsToTxnRequest, transactions.AddPartitionsToTxnResponse, 0, 0
+    ),
+    ApiKey.END_TXN: _Api(transactions.EndTxnRequest, transactions.EndTxnResponse, 0, 0),
+    ApiKey.WRITE_TXN_MARKERS: _Api(
+        transactions.WriteTxnMarkersRequest, transactions.WriteTxnMarkersResponse, 0, 0
+    ),
+    ApiKey.ALTER_PARTITION: _Api(
+        controller.AlterPartitionRequest, controller.AlterPartitionResponse, 0, 0
+    ),
+    ApiKey.BROKER_REGISTRATION: _Api(
+        controller.BrokerRegistrationRequest, controller.BrokerRegistrationResponse, 0, 0
+    ),
+    ApiKey.BROKER_HEARTBEAT: _Api(
+        controller.BrokerHeartbeatRequest, controller.BrokerHeartbeatResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_LOG_DIRS: _Api(
+        metadata.DescribeLogDirsRequest, metadata.DescribeLogDirsResponse, 0, 0
+    ),
+    ApiKey.FIND_COORDINATOR: _Api(
+        transactions.FindCoordinatorRequest, transactions.FindCoordinatorResponse, 0, 0
+    ),
+    ApiKey.LIST_TRANSACTIONS: _Api(
+        transactions.ListTransactionsRequest, transactions.ListTransactionsResponse, 0, 0
+    ),
     ApiKey.DESCRIBE_TRANSACTIONS: _Api(
-        DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0
+        transactions.DescribeTransactionsRequest, transactions.DescribeTransactionsResponse, 0, 0
     ),
-    ApiKey.DESCRIBE_PRODUCERS: _Api(DescribeProducersRequest, DescribeProducersResponse, 0, 0),
+    ApiKey.DESCRIBE_PRODUCERS: _Api(
+        transactions.DescribeProducersRequest, transactions.DescribeProducersResponse, 0, 0
+    ),
     ApiKey.ALLOCATE_PRODUCER_IDS: _Api(
-        AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0
+        transactions.AllocateProducerIdsRequest, transactions.AllocateProducerIdsResponse, 0, 0
     ),
-    ApiKey.COMMIT_SINK_BATCH: _Api(CommitSinkBatchRequest, CommitSinkBatchResponse, 0, 0),
-    ApiKey.DESCRIBE_SINK: _Api(DescribeSinkRequest, DescribeSinkResponse, 0, 0),
-    ApiKey.DESCRIBE_LOG_OBJECTS: _Api(DescribeLogObjectsRequest, DescribeLogObjectsResponse, 0, 0),
-    ApiKey.ADD_OFFSETS_TO_TXN: _Api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 0),
-    ApiKey.TXN_OFFSET_COMMIT: _Api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 0),
-    ApiKey.OFFSET_COMMIT: _Api(OffsetCommitRequest, OffsetCommitResponse, 0, 0),
-    ApiKey.OFFSET_FETCH: _Api(OffsetFetchRequest, OffsetFetchResponse, 0, 0),
-    ApiKey.JOIN_GROUP: _Api(JoinGroupRequest, JoinGroupResponse, 0, 0),
-    ApiKey.HEARTBEAT: _Api(HeartbeatRequest, HeartbeatResponse, 0, 0),
-    ApiKey.LEAVE_GROUP: _Api(LeaveGroupRequest, LeaveGroupResponse, 0, 0),
-    ApiKey.SYNC_GROUP: _Api(SyncGroupRequest, SyncGroupResponse, 0, 0),
-    ApiKey.DESCRIBE_GROUPS: _Api(DescribeGroupsRequest, DescribeGroupsResponse, 0, 0),
-    ApiKey.LIST_GROUPS: _Api(ListGroupsRequest, ListGroupsResponse, 0, 0),
-    ApiKey.DELETE_GROUPS: _Api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 0),
-    ApiKey.DELETE_RECORDS: _Api(DeleteRecordsRequest, DeleteRecordsResponse, 0, 0),
-    ApiKey.DESCRIBE_CONFIGS: _Api(DescribeConfigsRequest, DescribeConfigsResponse, 0, 0),
-    ApiKey.CREATE_PARTITIONS: _Api(CreatePartitionsRequest, CreatePartitionsResponse, 0, 0),
-    ApiKey.ALTER_CONFIGS: _Api(AlterConfigsRequest, AlterConfigsResponse, 0, 0),
+    ApiKey.COMMIT_SINK_BATCH: _Api(
+        transactions.CommitSinkBatchRequest, transactions.CommitSinkBatchResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_SINK: _Api(
+        transactions.DescribeSinkRequest, transactions.DescribeSinkResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_LOG_OBJECTS: _Api(
+        log_objects.DescribeLogObjectsRequest, log_objects.DescribeLogObjectsResponse, 0, 0
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: _Api(
+        transactions.AddOffsetsToTxnRequest, transactions.AddOffsetsToTxnResponse, 0, 0
+    ),
+    ApiKey.TXN_OFFSET_COMMIT: _Api(
+        groups.TxnOffsetCommitRequest, groups.TxnOffsetCommitResponse, 0, 0
+    ),
+    ApiKey.OFFSET_COMMIT: _Api(groups.OffsetCommitRequest, groups.OffsetCommitResponse, 0, 0),
+    ApiKey.OFFSET_FETCH: _Api(groups.OffsetFetchRequest, groups.OffsetFetchResponse, 0, 0),
+    ApiKey.JOIN_GROUP: _Api(groups.JoinGroupRequest, groups.JoinGroupResponse, 0, 0),
+    ApiKey.HEARTBEAT: _Api(groups.HeartbeatRequest, groups.HeartbeatResponse, 0, 0),
+    ApiKey.LEAVE_GROUP: _Api(groups.LeaveGroupRequest, groups.LeaveGroupResponse, 0, 0),
+    ApiKey.SYNC_GROUP: _Api(groups.SyncGroupRequest, groups.SyncGroupResponse, 0, 0),
+    ApiKey.DESCRIBE_GROUPS: _Api(groups.DescribeGroupsRequest, groups.DescribeGroupsResponse, 0, 0),
+    ApiKey.LIST_GROUPS: _Api(groups.ListGroupsRequest, groups.ListGroupsResponse, 0, 0),
+    ApiKey.DELETE_GROUPS: _Api(groups.DeleteGroupsRequest, groups.DeleteGroupsResponse, 0, 0),
+    ApiKey.DELETE_RECORDS: _Api(admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 0),
+    ApiKey.DESCRIBE_CONFIGS: _Api(
+        admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 0
+    ),
+    ApiKey.CREATE_PARTITIONS: _Api(
+        admin.CreatePartitionsRequest, admin.CreatePartitionsResponse, 0, 0
+    ),
+    ApiKey.ALTER_CONFIGS: _Api(admin.AlterConfigsRequest, admin.AlterConfigsResponse, 0, 0),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _Api(
-        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 0
+        admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 0
     ),
-    ApiKey.ELECT_LEADERS: _Api(ElectLeadersRequest, ElectLeadersResponse, 0, 0),
+    ApiKey.ELECT_LEADERS: _Api(
+        reassignments.ElectLeadersRequest, reassignments.ElectLeadersResponse, 0, 0
+    ),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _Api(
-        AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, 0, 0
+        reassignments.AlterPartitionReassignmentsRequest,
+        reassignments.AlterPartitionReassignmentsResponse,
+        0,
+        0,
     ),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _Api(
-        ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0
+        reassignments.ListPartitionReassignmentsRequest,
+        reassignments.ListPartitionReassignmentsResponse,
+        0,
+        0,
     ),
-    ApiKey.UNREGISTER_BROKER: _Api(UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0),
-    ApiKey.DESCRIBE_ACLS: _Api(DescribeAclsRequest, DescribeAclsResponse, 0, 0),
-    ApiKey.CREATE_ACLS: _Api(CreateAclsRequest, CreateAclsResponse, 0, 0),
-    ApiKey.DELETE_ACLS: _Api(DeleteAclsRequest, DeleteAclsResponse, 0, 0),
+    ApiKey.UNREGISTER_BROKER: _Api(
+        reassignments.UnregisterBrokerRequest, reassignments.UnregisterBrokerResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_ACLS: _Api(acls.DescribeAclsRequest, acls.DescribeAclsResponse, 0, 0),
+    ApiKey.CREATE_ACLS: _Api(acls.CreateAclsRequest, acls.CreateAclsResponse, 0, 0),
+    ApiKey.DELETE_ACLS: _Api(acls.DeleteAclsRequest, acls.DeleteAclsResponse, 0, 0),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _Api(
-        DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0
+        acls.DescribeUserScramCredentialsRequest, acls.DescribeUserScramCredentialsResponse, 0, 0
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _Api(
-        AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0
+        acls.AlterUserScramCredentialsRequest, acls.AlterUserScramCredentialsResponse, 0, 0
     ),
 }
 

@@ -50,6 +50,22 @@ _GROUP_FAILED = "GROUP_AUTHORIZATION_FAILED"
 _CLUSTER_FAILED = "CLUSTER_AUTHORIZATION_FAILED"
 _TXN_FAILED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
+
+def _config_checks(op: AclOperation) -> tuple[Check, ...]:
+    """The checks of the config APIs: ``op`` on each resource, a topic or the cluster (for a
+    broker resource)."""
+    return (
+        _c(
+            op,
+            _R.TOPIC,
+            "resources[].resource_name",
+            f"{_TOPIC_FAILED} per resource",
+            when="a topic resource",
+        ),
+        _c(op, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per resource", when="a broker resource"),
+    )
+
+
 #: Every API: the checks it makes, in order. An empty tuple: none (before authentication, or
 #: nothing to protect).
 REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
@@ -138,54 +154,9 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.CREATE_PARTITIONS: (
         _c(_O.ALTER, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per topic"),
     ),
-    ApiKey.DESCRIBE_CONFIGS: (
-        _c(
-            _O.DESCRIBE_CONFIGS,
-            _R.TOPIC,
-            "resources[].resource_name",
-            f"{_TOPIC_FAILED} per resource",
-            when="a topic resource",
-        ),
-        _c(
-            _O.DESCRIBE_CONFIGS,
-            _R.CLUSTER,
-            _CLUSTER,
-            f"{_CLUSTER_FAILED} per resource",
-            when="a broker resource",
-        ),
-    ),
-    ApiKey.ALTER_CONFIGS: (
-        _c(
-            _O.ALTER_CONFIGS,
-            _R.TOPIC,
-            "resources[].resource_name",
-            f"{_TOPIC_FAILED} per resource",
-            when="a topic resource",
-        ),
-        _c(
-            _O.ALTER_CONFIGS,
-            _R.CLUSTER,
-            _CLUSTER,
-            f"{_CLUSTER_FAILED} per resource",
-            when="a broker resource",
-        ),
-    ),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: (
-        _c(
-            _O.ALTER_CONFIGS,
-            _R.TOPIC,
-            "resources[].resource_name",
-            f"{_TOPIC_FAILED} per resource",
-            when="a topic resource",
-        ),
-        _c(
-            _O.ALTER_CONFIGS,
-            _R.CLUSTER,
-            _CLUSTER,
-            f"{_CLUSTER_FAILED} per resource",
-            when="a broker resource",
-        ),
-    ),
+    ApiKey.DESCRIBE_CONFIGS: _config_checks(_O.DESCRIBE_CONFIGS),
+    ApiKey.ALTER_CONFIGS: _config_checks(_O.ALTER_CONFIGS),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _config_checks(_O.ALTER_CONFIGS),
     ApiKey.DESCRIBE_LOG_DIRS: (
         _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} (top level)"),
         # replog: a log dir is where direct segment reads start, so it shows only topics the

@@ -313,16 +313,22 @@ LogFormatOption = Annotated[
 ]
 
 
+LogLevelOption = Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")]
+
+
+def _conf_option(node: str) -> Any:
+    return typer.Option("--conf", help=f"{node} TOML file (see conf/); repeatable, later ones win")
+
+
+def _set_option(example: str) -> Any:
+    return typer.Option("--set", help=f"override one key: --set {example}")
+
+
 @broker_app.command("start")
 def broker_start(
-    conf: Annotated[
-        list[str] | None,
-        typer.Option("--conf", help="broker TOML file (see conf/); repeatable, later ones win"),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="override one key: --set broker.id=1")
-    ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    conf: Annotated[list[str] | None, _conf_option("broker")] = None,
+    overrides: Annotated[list[str] | None, _set_option("broker.id=1")] = None,
+    log_level: LogLevelOption = "INFO",
     log_format: LogFormatOption = None,
 ) -> None:
     """Start a broker in the foreground (SIGTERM or Ctrl-C stops it gracefully).
@@ -330,34 +336,33 @@ def broker_start(
     By default it is also a controller candidate (process.roles=broker,controller): alone it
     is a whole cluster; beside a controller it stands by to take over.
     """
-    from replication.config import load_broker_config, parse_overrides
-    from replication.server.node import run_node
-
-    values = {**parse_overrides(overrides or []), **_log_format(log_format)}
-    run_node(load_broker_config(conf, values), log_level=log_level)
+    _run_node(conf, {}, overrides, log_level, log_format)
 
 
 @controller_app.command("start")
 def controller_start(
-    conf: Annotated[
-        list[str] | None,
-        typer.Option("--conf", help="controller TOML file (see conf/); repeatable, later ones win"),
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="override one key: --set broker.id=100")
-    ] = None,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    conf: Annotated[list[str] | None, _conf_option("controller")] = None,
+    overrides: Annotated[list[str] | None, _set_option("broker.id=100")] = None,
+    log_level: LogLevelOption = "INFO",
     log_format: LogFormatOption = None,
 ) -> None:
     """Start a controller alone (process.roles=controller) in the foreground."""
+    _run_node(conf, {"process.roles": "controller"}, overrides, log_level, log_format)
+
+
+def _run_node(
+    conf: list[str] | None,
+    defaults: dict[str, str],
+    overrides: list[str] | None,
+    log_level: str,
+    log_format: str | None,
+) -> None:
+    """Run a node in the foreground: its config from ``conf``, then ``defaults``, the --set
+    ``overrides`` and --log-format (later ones win)."""
     from replication.config import load_broker_config, parse_overrides
     from replication.server.node import run_node
 
-    values = {
-        "process.roles": "controller",
-        **parse_overrides(overrides or []),
-        **_log_format(log_format),
-    }
+    values = {**defaults, **parse_overrides(overrides or []), **_log_format(log_format)}
     run_node(load_broker_config(conf, values), log_level=log_level)
 
 

@@ -290,7 +290,10 @@ def _resources(
     group: list[str] | None,
     transactional_id: list[str] | None,
     cluster: bool,
+    *,
+    required: bool = False,
 ) -> list[tuple[Any, str]]:
+    """The resources the flags name; with ``required``, at least one."""
     from replication.security.acl import CLUSTER_NAME, ResourceType
 
     out = [(ResourceType.TOPIC, n) for n in topic or ()]
@@ -298,6 +301,10 @@ def _resources(
     out += [(ResourceType.TRANSACTIONAL_ID, n) for n in transactional_id or ()]
     if cluster:
         out.append((ResourceType.CLUSTER, CLUSTER_NAME))
+    if required and not out:
+        raise ConfigError(
+            "name a resource: --topic NAME, --group NAME, --transactional-id ID or --cluster"
+        )
     return out
 
 
@@ -418,11 +425,7 @@ def acls_add(
 ) -> None:
     """Add ACLs: every principal (with its hosts) x operation (default All) x resource;
     --producer and --consumer add what a producer or consumer needs, as kafka-acls."""
-    resources = _resources(topic, group, transactional_id, cluster)
-    if not resources:
-        raise ConfigError(
-            "name a resource: --topic NAME, --group NAME, --transactional-id ID or --cluster"
-        )
+    resources = _resources(topic, group, transactional_id, cluster, required=True)
     entries = _entries(allow_principal, deny_principal, allow_host, deny_host)
     if not entries:
         raise ConfigError("name a principal: --allow-principal User:NAME or --deny-principal")
@@ -514,11 +517,7 @@ def acls_remove(
     (after a confirmation)."""
     from replication.security.acl import AclBindingFilter
 
-    resources = _resources(topic, group, transactional_id, cluster)
-    if not resources:
-        raise ConfigError(
-            "name a resource: --topic NAME, --group NAME, --transactional-id ID or --cluster"
-        )
+    resources = _resources(topic, group, transactional_id, cluster, required=True)
     pattern = _pattern(resource_pattern_type, "literal", ("any", "match", "literal", "prefixed"))
     entries = _entries(allow_principal, deny_principal, allow_host, deny_host)
     if entries:

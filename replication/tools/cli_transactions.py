@@ -60,6 +60,33 @@ def _row(t: Any, coordinator: int, now_ms: int) -> dict[str, Any]:
     }
 
 
+def _age(row: dict[str, Any]) -> str:
+    return "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s"
+
+
+def _transaction_cells(row: dict[str, Any]) -> list[str]:
+    """The table cells of one :func:`_row`: id, producer, epoch, state, age, timeout,
+    partitions."""
+    return [
+        row["transactional_id"],
+        str(row["producer_id"]),
+        str(row["producer_epoch"]),
+        row["state"],
+        _age(row),
+        f"{row['timeout_ms'] / 1000:g}s",
+        ", ".join(row["partitions"]) or "-",
+    ]
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[list[str]]) -> None:
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for cells in rows:
+        table.add_row(*cells)
+    Console(width=200).print(table)
+
+
 @transactions_app.command("list")
 def list_transactions(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
@@ -107,28 +134,11 @@ def list_transactions(
         what = "transactions" if show_all or states else "open transactions"
         typer.echo(f"no {what} (coordinator: broker {coordinator})")
         return
-    table = Table(title=f"transactions (coordinator: broker {coordinator})")
-    for column in (
-        "TransactionalId",
-        "ProducerId",
-        "Epoch",
-        "State",
-        "Age",
-        "Timeout",
-        "Partitions",
-    ):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row["transactional_id"],
-            str(row["producer_id"]),
-            str(row["producer_epoch"]),
-            row["state"],
-            "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s",
-            f"{row['timeout_ms'] / 1000:g}s",
-            ", ".join(row["partitions"]) or "-",
-        )
-    Console(width=200).print(table)
+    _print_table(
+        f"transactions (coordinator: broker {coordinator})",
+        ("TransactionalId", "ProducerId", "Epoch", "State", "Age", "Timeout", "Partitions"),
+        [_transaction_cells(row) for row in rows],
+    )
 
 
 @transactions_app.command("describe")
@@ -151,18 +161,11 @@ def describe_transaction(
     if as_json:
         typer.echo(json.dumps(row, indent=2))
         return
-    table = Table(title=f"transaction {transactional_id!r} (coordinator: broker {coordinator})")
-    for column in ("ProducerId", "Epoch", "State", "Age", "Timeout", "Partitions"):
-        table.add_column(column)
-    table.add_row(
-        str(row["producer_id"]),
-        str(row["producer_epoch"]),
-        row["state"],
-        "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s",
-        f"{row['timeout_ms'] / 1000:g}s",
-        ", ".join(row["partitions"]) or "-",
+    _print_table(
+        f"transaction {transactional_id!r} (coordinator: broker {coordinator})",
+        ("ProducerId", "Epoch", "State", "Age", "Timeout", "Partitions"),
+        [_transaction_cells(row)[1:]],
     )
-    Console(width=200).print(table)
 
 
 @transactions_app.command("find-hanging")
@@ -214,28 +217,30 @@ def find_hanging(
     if not rows:
         typer.echo(f"no hanging transactions on the partitions broker {broker_id} leads")
         return
-    table = Table(title=f"hanging transactions (broker {broker_id})")
-    for column in (
-        "Topic",
-        "Partition",
-        "ProducerId",
-        "ProducerEpoch",
-        "CoordinatorEpoch",
-        "StartOffset",
-        "Age",
-    ):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row["topic"],
-            str(row["partition"]),
-            str(row["producer_id"]),
-            str(row["producer_epoch"]),
-            str(row["coordinator_epoch"]),
-            str(row["start_offset"]),
-            "-" if row["age_ms"] is None else f"{row['age_ms'] / 1000:.1f}s",
-        )
-    Console(width=200).print(table)
+    _print_table(
+        f"hanging transactions (broker {broker_id})",
+        (
+            "Topic",
+            "Partition",
+            "ProducerId",
+            "ProducerEpoch",
+            "CoordinatorEpoch",
+            "StartOffset",
+            "Age",
+        ),
+        [
+            [
+                row["topic"],
+                str(row["partition"]),
+                str(row["producer_id"]),
+                str(row["producer_epoch"]),
+                str(row["coordinator_epoch"]),
+                str(row["start_offset"]),
+                _age(row),
+            ]
+            for row in rows
+        ],
+    )
 
 
 @transactions_app.command("abort")
