@@ -1,4 +1,5 @@
-"""Broker configuration: Kafka's key names, TOML files in conf/, ``--set key=value`` overrides.
+"""Broker configuration: Kafka's key names, TOML files in conf/ or a Kafka
+``server.properties``, ``--set key=value`` overrides.
 
 Topic-level log settings (segment.bytes, retention.ms, ...) given to a broker are the defaults of
 every topic it hosts; a topic's own configs (``topics create --config``) override them.
@@ -6,16 +7,21 @@ every topic it hosts; a topic's own configs (``topics create --config``) overrid
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+from jproperties import Properties, PropertyError
 
 from logstore.config import LogConfig, keys_of, parse
 from logstore.config import key as k
 from logstore.errors import ConfigError
 from replication.security.config import SecurityConfig
+
+log = logging.getLogger(__name__)
 
 #: Listener names: replog's own protocol, and Kafka's (for Kafka clients and tools).
 LISTENER_NAMES = ("REPLOG", "KAFKA")
@@ -495,15 +501,83 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: Kafka's broker names (``server.properties``) of settings replog has under another name: the
+#: topic-level name a broker takes as every topic's default, or replog's own.
+KAFKA_BROKER_ALIASES: Final = {
+    "node.id": "broker.id",
+    "log.dirs": "log.dir",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "message.max.bytes": "max.message.bytes",
+}
+#: The same in other units, by (replog's name, ms per unit). As in Kafka, the finest unit
+#: given wins: log.retention.ms over log.retention.minutes over log.retention.hours.
+KAFKA_BROKER_UNIT_ALIASES: Final = {
+    "log.retention.minutes": ("retention.ms", 60_000),
+    "log.retention.hours": ("retention.ms", 3_600_000),
+    "log.roll.hours": ("segment.ms", 3_600_000),
+}
+#: Settings of Kafka's shipped server.properties that mean nothing to replog: its network
+#: and I/O threads and socket buffers (replog's nodes run one event loop), the KRaft quorum's
+#: wiring (replog's controllers coordinate through the metadata store under
+#: metadata.log.dir), and internal topics replog does not keep in a replicated topic. A ported
+#: file starts with these ignored and named in one warning; any other unknown key is refused.
+KAFKA_ONLY_BROKER_SETTINGS: Final = frozenset(
+    {
+        "num.network.threads",
+        "num.io.threads",
+        "socket.send.buffer.bytes",
+        "socket.receive.buffer.bytes",
+        "num.recovery.threads.per.data.dir",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "controller.listener.names",
+        "inter.broker.listener.name",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "log.flush.interval.messages",
+    }
+)
+
+
+def read_properties(path: str | Path, what: str) -> dict[str, str]:
+    """A Java properties file (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\``
+    continuations) as a mapping; ConfigError names ``what`` (the flag or file role) and the
+    file when it cannot be read."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{what} {path}: cannot read it ({err.strerror})") from None
+    properties = Properties()
+    try:
+        properties.load(data, "utf-8")
+    except (PropertyError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            f"{what} {path}: not a properties file of key=value lines ({err})"
+        ) from None
+    return {str(key): str(value.data) for key, value in properties.items()}
+
+
 def load_broker_config(
     path: str | Path | Sequence[str | Path] | None,
     overrides: Mapping[str, Any] = (),  # type: ignore[assignment]
 ) -> BrokerConfig:
-    """Read TOML files (flat Kafka keys, dotted keys quoted; a later file's keys win) and
-    apply overrides."""
+    """Read config files and apply overrides; a later file's keys win. A ``.properties`` file
+    is a Java properties file, as Kafka's ``server.properties``; any other is TOML (flat
+    Kafka keys, dotted keys quoted). Kafka's broker names are taken for replog's
+    (:data:`KAFKA_BROKER_ALIASES`)."""
     values: dict[str, Any] = {}
     paths = [] if path is None else [path] if isinstance(path, str | Path) else list(path)
     for path in paths:
+        if str(path).endswith(".properties"):
+            if not Path(path).exists():
+                raise ConfigError(f"config file {path} does not exist")
+            values.update(read_properties(path, "config file"))
+            continue
         try:
             with open(path, "rb") as f:
                 values.update(_flatten(tomllib.load(f)))
@@ -515,7 +589,56 @@ def load_broker_config(
     return broker_config_from(values)
 
 
+def _kafka_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with Kafka's broker names turned into replog's, and Kafka-only settings
+    dropped (named in one warning). Two names of one setting with different values are
+    refused, naming both."""
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}  # replog's name -> the name it was given as
+    ignored = sorted(name for name in values if name in KAFKA_ONLY_BROKER_SETTINGS)
+    units = sorted(
+        (name for name in values if name in KAFKA_BROKER_UNIT_ALIASES),
+        key=lambda name: KAFKA_BROKER_UNIT_ALIASES[name][1],  # the finest first
+    )
+    for name, value in values.items():
+        if name in KAFKA_ONLY_BROKER_SETTINGS or name in KAFKA_BROKER_UNIT_ALIASES:
+            continue
+        target = KAFKA_BROKER_ALIASES.get(name, name)
+        if name == "log.dirs":
+            value = _one_log_dir(str(value))
+        if target in out and str(out[target]) != str(value):
+            raise ConfigError(
+                f"config {name}={value!r} and {given[target]}={out[target]!r} name the same "
+                f"setting ({target}) with different values: give one of them"
+            )
+        out[target] = value
+        given[target] = name
+    for name in units:
+        target, per_unit = KAFKA_BROKER_UNIT_ALIASES[name]
+        if target in out:
+            continue  # a finer unit was given (as Kafka: ms over minutes over hours)
+        try:
+            out[target] = int(str(values[name]).strip()) * per_unit
+        except ValueError:
+            raise ConfigError(f"config {name}={values[name]!r}: expected a whole number") from None
+        given[target] = name
+    if ignored:
+        log.warning("ignored Kafka settings that mean nothing to replog: %s", ", ".join(ignored))
+    return out
+
+
+def _one_log_dir(value: str) -> str:
+    dirs = [d.strip() for d in value.split(",") if d.strip()]
+    if len(dirs) != 1:
+        raise ConfigError(
+            f"config log.dirs={value!r}: replog keeps a broker's replica logs in one storage "
+            "root; give one directory or URL (log.dir)"
+        )
+    return dirs[0]
+
+
 def broker_config_from(values: Mapping[str, Any]) -> BrokerConfig:
+    values = _kafka_names(values)
     log_keys = set(keys_of(LogConfig))
     security_keys = set(keys_of(SecurityConfig))
     log_values = {name: v for name, v in values.items() if name in log_keys}

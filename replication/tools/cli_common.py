@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from jproperties import Properties, PropertyError
 
-from logstore.errors import ConfigError, ReplogError
+from logstore.errors import ReplogError
 
 if TYPE_CHECKING:
     from replication.client import Admin
@@ -77,20 +76,11 @@ def key_values(flag: str, pairs: list[str] | None) -> dict[str, str]:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """A Java properties file (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\``
-    continuations) as a mapping. ConfigError names the file when it cannot be read."""
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise ConfigError(f"--command-config {path}: cannot read it ({err.strerror})") from None
-    properties = Properties()
-    try:
-        properties.load(data, "utf-8")
-    except (PropertyError, UnicodeDecodeError) as err:
-        raise ConfigError(
-            f"--command-config {path}: not a properties file of key=value lines ({err})"
-        ) from None
-    return {str(key): str(value.data) for key, value in properties.items()}
+    """A ``--command-config`` Java properties file as a mapping (ConfigError names the file
+    when it cannot be read)."""
+    from replication.config import read_properties as read
+
+    return read(path, "--command-config")
 
 
 def client_config(bootstrap: str, command_config: Path | None, **more: Any) -> dict[str, Any]:
