@@ -496,6 +496,15 @@ def test_help_lists_the_client_commands() -> None:
     assert result.returncode == 2
     for command in ("topics", "produce", "consume", "perf"):
         assert command in result.stdout + result.stderr
+    # a Kafka user finds each Kafka tool's counterpart by the tool's name
+    shown = " ".join((result.stdout + result.stderr).split())
+    for tool in (
+        "kafka-topics", "kafka-console-producer", "kafka-console-consumer",
+        "kafka-consumer-groups", "kafka-configs", "kafka-acls", "kafka-transactions",
+        "kafka-delete-records", "kafka-reassign-partitions", "kafka-leader-election",
+        "kafka-dump-log", "kafka-producer-perf-test", "kafka-consumer-perf-test",
+    ):  # fmt: skip
+        assert tool in shown.replace("│ ", "").replace(" │", ""), tool
 
 
 # --- --command-config ------------------------------------------------------------------------

@@ -32,7 +32,9 @@ app = typer.Typer(
     add_completion=False,
     help="replog: Kafka-grade streams for Spark on object storage.",
 )
-log_app = typer.Typer(no_args_is_help=True, help="Inspect partition logs on storage.")
+log_app = typer.Typer(
+    no_args_is_help=True, help="Inspect partition logs on storage (as kafka-dump-log)."
+)
 app.add_typer(log_app, name="log")
 broker_app = typer.Typer(no_args_is_help=True, help="Run a broker.")
 app.add_typer(broker_app, name="broker")

@@ -56,9 +56,7 @@ EntityDefaultOption = Annotated[
 ]
 
 
-def _entity(
-    entity_type: str, name: str | None, default: bool
-) -> tuple[ResourceKind, str, str]:
+def _entity(entity_type: str, name: str | None, default: bool) -> tuple[ResourceKind, str, str]:
     """(Admin resource type, resource name, text for messages) from the entity flags."""
     resource = _ENTITY_TYPES.get(entity_type)
     if resource is None:

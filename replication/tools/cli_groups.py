@@ -29,7 +29,8 @@ from replication.tools.cli_common import BootstrapOption, CommandConfigOption, a
 __all__ = ["groups_app"]
 
 groups_app = typer.Typer(
-    no_args_is_help=True, help="List, describe, reset and delete consumer groups."
+    no_args_is_help=True,
+    help="List, describe, reset and delete consumer groups (as kafka-consumer-groups).",
 )
 
 GroupArgument = Annotated[str, typer.Argument(help="the group id")]

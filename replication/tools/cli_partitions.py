@@ -37,7 +37,8 @@ __all__ = ["brokers_app", "partitions_app"]
 
 partitions_app = typer.Typer(
     no_args_is_help=True,
-    help="Move partitions between brokers and elect leaders (as kafka-reassign-partitions).",
+    help="Move partitions between brokers and elect leaders (as kafka-reassign-partitions, "
+    "kafka-leader-election).",
 )
 brokers_app = typer.Typer(
     no_args_is_help=True, help="Decommission and unregister brokers (as kafka-cluster)."

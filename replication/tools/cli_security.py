@@ -46,7 +46,8 @@ __all__ = ["acls_app", "security_app", "users_app"]
 
 users_app = typer.Typer(
     no_args_is_help=True,
-    help="SCRAM users: add, list, delete (passwords are never arguments).",
+    help="SCRAM users: add, list, delete (as kafka-configs --entity-type users; passwords "
+    "are never arguments).",
 )
 acls_app = typer.Typer(
     no_args_is_help=True,

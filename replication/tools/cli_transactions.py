@@ -38,8 +38,6 @@ def _group() -> None:
     # A callback keeps ``list`` a subcommand even while it is the only one.
 
 
-
-
 def _fail(err: Exception) -> typer.Exit:
     Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
