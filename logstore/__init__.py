@@ -18,7 +18,7 @@ byte range of an object holding whole, CRC-checked record batches):
   ``file.delete.delay.ms``, never the newest one (seqs continue from it across restarts).
 
 Recovery trusts only what a checkpoint or a valid scan says: :meth:`WalIndex.load
-<logstore.wal.WalIndex.load>` lists ``_replog/wal/`` once and reads each object's footer
+<logstore.wal_index.WalIndex.load>` lists ``_replog/wal/`` once and reads each object's footer
 (scanning an object whose footer does not check to its whole-batch prefix); each log then
 walks its segment objects and its chunks together in offset order (covered copies skipped, a
 gap ends the log), voiding chunks its checkpoint's truncation records or ``wal_start_seq``

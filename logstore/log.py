@@ -43,7 +43,7 @@ are never cut or deleted for one partition:
   partition's first open) sets ``wal_start_seq`` instead: older chunks are all void;
 * retention and compaction (the log is the compactor's
   :class:`~logstore.compaction.ExtentHolder`: ``live_chunks``, ``replace_extents``) drop chunk
-  extents by releasing their reference in the :class:`~logstore.wal.WalIndex`; the collector
+  extents by releasing their reference in the :class:`~logstore.wal_index.WalIndex`; the collector
   deletes an object once nobody refers to it;
 * recovery walks the segment objects and the index's chunks together in offset order (see
   :meth:`Log._open_over_wal`): covered copies are skipped, the copy reaching furthest wins, a
@@ -89,7 +89,8 @@ from logstore.segment import (
     object_name,
 )
 from logstore.storage import Storage
-from logstore.wal import ChunkExtent, PendingChunk, WalClosedError, WalIndex, WalWriter
+from logstore.wal import PendingChunk, WalClosedError, WalWriter
+from logstore.wal_index import ChunkExtent, WalIndex
 
 log = logging.getLogger(__name__)
 
