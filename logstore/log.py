@@ -150,7 +150,7 @@ class Log(LogRetention):
         with self._lock:
             self.config = config
 
-    # --- opening and recovery --------------------------------------------------------------
+    # --- opening and recovery ---------------------------------------------------------------
 
     @classmethod
     def open(
@@ -437,7 +437,7 @@ class Log(LogRetention):
             return True, now
         return False, head.created_ms
 
-    # --- the WAL (WalSource, ExtentHolder) ---------------------------------------------------
+    # --- the WAL (WalSource) ----------------------------------------------------------------
 
     def take_pending_for_wal(self) -> PendingChunk | None:
         """The batches neither durable nor taken yet (``WalSource``; the writer's I/O
@@ -503,70 +503,6 @@ class Log(LogRetention):
         """Wait (state lock held, released meanwhile) until no taken chunk is in flight: its
         bytes are in an object being written, so a cut must wait for the outcome (§2.7)."""
         self._wal_idle.wait_for(lambda: self._taken == 0)
-
-    def live_chunks(self, topic_id: str, partition: int) -> list[ChunkExtent]:
-        """The live chunk extents in offset order (``ExtentHolder``, for the compactor)."""
-        link = self.wal
-        if link is None or (topic_id, partition) != (link.topic_id, link.partition):
-            return []
-        with self._lock:
-            return [s.chunk for s in self._segments if isinstance(s, ChunkSegment)]
-
-    def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
-        """The chunk extent's bytes from the tail cache, if they are there and were checked
-        when appended (``ExtentHolder``: the compactor then need not read its object)."""
-        name = ChunkSegment(extent).name
-        with self._lock:
-            if name not in self._cache_checked:
-                return None
-            return self._cache.get(name)
-
-    def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
-        """Swap the adjacent live chunk extents ``old`` for ``new`` (the same batches in
-        another object), only if they are still live (``ExtentHolder``; a truncation or
-        retention meanwhile wins). The compactor moves the references."""
-        if not old or new.base_offset != old[0].base_offset:
-            return False
-        if new.next_offset != old[-1].next_offset or new.size != sum(o.size for o in old):
-            return False
-        # The new chunk's cache entry is the old chunks' cached bytes joined, and joined here,
-        # before the swap takes the lock: a round's chunks are megabytes, and with the join
-        # under the lock the compactor's thread held this partition's appends and fetches (the
-        # event loop's) for a p90 of 5.3 ms and up to 17 ms per swap (3 brokers at 200k
-        # records/s on 2 cores: the thread loses the CPU or the GIL while it holds the lock);
-        # now at most 0.23 ms. A cache key names immutable bytes (object, position, size), so
-        # the bytes looked up now are those of the extents swapped below, if they still are.
-        names = [ChunkSegment(extent).name for extent in old]
-        with self._lock:
-            cached = [self._cache.get(name) for name in names]
-            checked = all(name in self._cache_checked for name in names)
-        joined = b"".join(c for c in cached if c is not None) if None not in cached else None
-        with self._lock:
-            chunks = [s.chunk if isinstance(s, ChunkSegment) else None for s in self._segments]
-            n = len(old)
-            for i in range(len(chunks) - n + 1):
-                if chunks[i : i + n] == list(old):
-                    break
-            else:
-                return False
-            run = self._segments[i : i + n]
-            index: BatchIndex | None = BatchIndex()
-            shift = 0
-            for extent in run:
-                if extent.index is None or index is None:
-                    index = None
-                    break
-                index.extend(extent.index, shift)
-                shift += extent.size
-            replacement = ChunkSegment(new, index, run[0].rolled, run[0].created_ms)
-            # (no checkpoint needed: chunk extents are not in it, recovery walks the index)
-            self._segments[i : i + n] = [replacement]
-            self._bases[i : i + n] = [new.base_offset]
-            for extent in run:
-                self._cache_drop(extent.name)
-            if index is not None and joined is not None:
-                self._cache_put(replacement.name, joined, checked=checked)
-            return True
 
     # --- truncation -------------------------------------------------------------------------
 
