@@ -32,7 +32,7 @@ data that a truncation voided is never carried into a packed object. Each output
 ``first_seq`` = the minimum and ``last_seq`` = the maximum of the chunks it replaces (the
 truncation rule of §2.7 compares them with a truncation record's seq).
 
-**Fences are kept.** The zombie rule (:mod:`logstore.wal`) fences an older broker epoch's
+**Fences are kept.** The zombie rule (:mod:`logstore.wal_index`) fences an older broker epoch's
 objects by the smallest L0 seq each newer epoch wrote. Deleting that object would unfence a
 paused old incarnation's late writes, so the lowest-seq L0 object of each broker epoch (usually
 the writer's empty fence object, 164 bytes per broker start) is never deleted here.
@@ -60,7 +60,6 @@ from typing import Protocol
 from logstore.batch import iter_batches
 from logstore.errors import CorruptRecordError
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalObject
 from logstore.wal_format import (
     ChunkInput,
     WalObjectIndex,
@@ -68,6 +67,7 @@ from logstore.wal_format import (
     object_name,
     parse_object_name,
 )
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex, WalObject
 
 __all__ = ["CompactionResult", "Compactor", "ExtentHolder", "HolderTable", "fences", "round_phase"]
 
@@ -79,7 +79,7 @@ class ExtentHolder(Protocol):
 
     def live_chunks(self, topic_id: str, partition: int) -> Sequence[ChunkExtent]:
         """The partition's live chunk extents in offset order (none: empty). Each holds one
-        reference on its object in the :class:`~logstore.wal.WalIndex`."""
+        reference on its object in the :class:`~logstore.wal_index.WalIndex`."""
 
     def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
         """Swap ``old`` (adjacent live extents) for ``new`` (the same batches, elsewhere),
@@ -167,7 +167,7 @@ class Compactor:
     storage
         The broker root.
     index
-        The root's :class:`~logstore.wal.WalIndex`, whose reference counts the holders keep.
+        The root's :class:`~logstore.wal_index.WalIndex`, whose reference counts the holders keep.
     holder
         The partitions' extents (:class:`ExtentHolder`).
     broker_id, broker_epoch

@@ -27,7 +27,6 @@ from logstore.errors import ConfigError, CorruptRecordError, ObjectNotFoundError
 from logstore.log import open_replica_log
 from logstore.segment import SUFFIX, ChunkSegment
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX
 from logstore.wal_format import (
     HEADER_SIZE,
     FooterIncompleteError,
@@ -39,6 +38,7 @@ from logstore.wal_format import (
     scan_object,
 )
 from logstore.wal_format import SUFFIX as WAL_SUFFIX
+from logstore.wal_index import WAL_PREFIX
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from logstore.batch import RecordBatch, iter_batches
 
 if TYPE_CHECKING:
-    from logstore.wal import ChunkExtent
+    from logstore.wal_index import ChunkExtent
 
 SUFFIX = ".seg"
 
@@ -95,8 +95,8 @@ class LogSegment:
 @dataclass(slots=True)
 class ChunkSegment:
     """A log's batches in a byte range of a shared WAL or packed object (a
-    :class:`~logstore.wal.ChunkExtent`), kept beside :class:`LogSegment` objects in the log's
-    ordered extent list, with the same fields a read needs.
+    :class:`~logstore.wal_index.ChunkExtent`), kept beside :class:`LogSegment` objects in the
+    log's ordered extent list, with the same fields a read needs.
 
     Why a separate kind: the object is shared with other partitions, so nothing of it may be
     deleted or rewritten for one partition. Truncation cuts a chunk in memory only (a new,

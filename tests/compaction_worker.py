@@ -34,7 +34,7 @@ from logstore.batch import iter_batches
 from logstore.compaction import Compactor
 from logstore.errors import StorageError
 from logstore.storage import Data, Storage
-from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex
 from tests.faulty_fs import FaultyStorage
 
 

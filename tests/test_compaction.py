@@ -22,11 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
+from logstore.buffered_source import BufferedSource
 from logstore.compaction import Compactor, fences, round_phase
 from logstore.errors import StorageError
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, WalIndex, WalWriter
+from logstore.wal import WalWriter
 from logstore.wal_format import WalObjectIndex, object_name
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex
 from tests.compaction_worker import ExtentTable
 from tests.conftest import (
     BROKER_ROOT_KINDS,

@@ -24,7 +24,7 @@ import pytest
 from logstore.batch import Record, build
 from logstore.errors import ConfigError
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX
+from logstore.wal_index import WAL_PREFIX
 from replication import protocol as p
 from replication.broker.partition import Partition
 from replication.broker.replica_manager import (

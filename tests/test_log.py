@@ -155,7 +155,7 @@ def test_torn_tail_is_cut_at_last_valid_batch(
     name = object_name(0)
     data = file_storage.read(name)
     file_storage.write(name, data[:-7])  # a torn write of the last batch
-    with caplog.at_level(logging.WARNING, logger="logstore.log"):
+    with caplog.at_level(logging.WARNING, logger="logstore.log_loader"):
         again = Log.open(file_storage)
     assert values(again) == [(0, b"a")]
     assert any(name in r.getMessage() and "offset 1" in r.getMessage() for r in caplog.records)

@@ -13,11 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from logstore.batch import Record, build
+from logstore.buffered_source import BufferedSource
 from logstore.log import Log
 from logstore.segment import object_name as segment_name
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX, BufferedSource, WalWriter
+from logstore.wal import WalWriter
 from logstore.wal_format import ChunkInput, encode_object, object_name, scan_object
+from logstore.wal_index import WAL_PREFIX
 from replication.tools.cli import app
 from tests.test_wal_log import Node, fill
 

@@ -22,21 +22,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from logstore.batch import Record, build, iter_batches
+from logstore.buffered_source import BufferedSource
 from logstore.errors import CorruptRecordError
 from logstore.storage import TEMP_PREFIX, ObjectInfo, Storage
 from logstore.wal import (
     INLINE_PAUSE_MIN_S,
     INLINE_SLOW_S,
-    WAL_PREFIX,
-    BufferedSource,
-    ChunkExtent,
     FlushResult,
     PendingChunk,
     WalClosedError,
-    WalIndex,
     WalWriter,
 )
 from logstore.wal_format import ChunkInput, UnsupportedWalFormatError, encode_object, object_name
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex
 from tests.conftest import (
     BROKER_ROOT_KINDS,
     S3Location,

@@ -19,7 +19,7 @@ import pytest
 from logstore.batch import Record, build
 from logstore.journal import JOURNAL_DIR
 from logstore.storage import Storage
-from logstore.wal import WAL_PREFIX, WalIndex
+from logstore.wal_index import WAL_PREFIX, WalIndex
 from replication import protocol as p
 from tests.cluster import Cluster
 from tests.conftest import S3Location

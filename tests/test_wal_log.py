@@ -29,8 +29,9 @@ from logstore.errors import CorruptRecordError, KafkaStorageError, LogLayoutErro
 from logstore.log import Log, open_replica_log
 from logstore.segment import ChunkSegment, LogSegment
 from logstore.storage import Data, Storage
-from logstore.wal import WAL_PREFIX, ChunkExtent, WalIndex, WalWriter
+from logstore.wal import WalWriter
 from logstore.wal_format import ChunkInput, encode_object, object_name
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex
 from tests.conftest import (
     BROKER_ROOT_KINDS,
     S3Location,

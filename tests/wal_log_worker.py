@@ -44,7 +44,8 @@ from logstore.compaction import Compactor, HolderTable
 from logstore.config import LogConfig
 from logstore.log import Log
 from logstore.storage import Data, Storage
-from logstore.wal import WAL_PREFIX, FlushResult, WalIndex, WalWriter
+from logstore.wal import FlushResult, WalWriter
+from logstore.wal_index import WAL_PREFIX, WalIndex
 from tests.faulty_fs import FaultyStorage, _Plan
 
 TOPIC = "events"

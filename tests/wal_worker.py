@@ -2,10 +2,11 @@
 
     python -m tests.wal_worker --url DIR --epoch E --seed S [--fault none|stall|tear]
 
-It recovers its partitions from the broker root's WAL (:class:`~logstore.wal.WalIndex`), then
-appends batches to ``--partitions`` partitions through one :class:`~logstore.wal.WalWriter`
-(completions on its asyncio loop) until it is killed. Record values are ``"<p>:<offset>"``, so
-the parent can check every recovered record. It prints, flushed, one line per event:
+It recovers its partitions from the broker root's WAL
+(:class:`~logstore.wal_index.WalIndex`), then appends batches to ``--partitions`` partitions
+through one :class:`~logstore.wal.WalWriter` (completions on its asyncio loop) until it is
+killed. Record values are ``"<p>:<offset>"``, so the parent can check every recovered record.
+It prints, flushed, one line per event:
 
 - ``READY <json {partition: end}>`` once recovered;
 - ``D <partition> <end>`` after the writer reported ``[.., end)`` durable (``wal_flushed``):
@@ -26,8 +27,10 @@ import sys
 from typing import Any
 
 from logstore.batch import Record, build, iter_batches
+from logstore.buffered_source import BufferedSource
 from logstore.storage import Data, Storage
-from logstore.wal import WAL_PREFIX, BufferedSource, ChunkExtent, FlushResult, WalIndex, WalWriter
+from logstore.wal import FlushResult, WalWriter
+from logstore.wal_index import WAL_PREFIX, ChunkExtent, WalIndex
 from tests.faulty_fs import FaultyStorage
 
 TOPIC = "events"

@@ -30,7 +30,8 @@ from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
-from logstore.wal import INLINE_MAX_BYTES, WAL_PREFIX, FlushResult, WalIndex, WalWriter
+from logstore.wal import INLINE_MAX_BYTES, FlushResult, WalWriter
+from logstore.wal_index import WAL_PREFIX, WalIndex
 from replication import events
 from replication import protocol as p
 from replication.broker.partition import Partition, TopicPolicy

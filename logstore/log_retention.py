@@ -1,0 +1,168 @@
+"""What a partition log drops and rewrites below its head: retention (``retention.ms``,
+``retention.bytes``, DeleteRecords) and merging a segment's small objects into one.
+
+Both change only whole extents below the high watermark and checkpoint the new shape before
+the old objects go: a retired segment object stays readable for ``file.delete.delay.ms``
+(Kafka's delayed segment deletion), a retired chunk extent releases its reference in the
+:class:`~logstore.wal_index.WalIndex` (the collector deletes its object once nobody refers to
+it). A merged object begins with the very bytes of the segment's first object, under its
+name, so a reader holding that name and its byte positions still reads the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from logstore.epoch_cache import LeaderEpochCache
+from logstore.local_log import LocalLog
+from logstore.segment import BatchIndex, Extent, LogSegment
+
+log = logging.getLogger(__name__)
+
+
+class LogRetention(LocalLog):
+    """Retention and merging for :class:`~logstore.log.Log`, which provides the high
+    watermark, the leader-epoch cache, the maintenance lock and checkpoints."""
+
+    _maintenance_lock: threading.Lock
+    _high_watermark: int
+    leader_epoch_cache: LeaderEpochCache
+
+    def checkpoint(self) -> bool:
+        """Write checkpoint.json (:meth:`Log.checkpoint <logstore.log.Log.checkpoint>`)."""
+        raise NotImplementedError
+
+    # --- retention --------------------------------------------------------------------------
+
+    def delete_retained_segments(self) -> int:
+        """Apply retention.ms / retention.bytes to whole segments below the HW.
+
+        Returns how many objects were retired. The log start offset advances and is
+        checkpointed before the objects go, so recovery never brings them back; the objects
+        stay readable for file.delete.delay.ms.
+        """
+        cfg = self.config
+        with self._maintenance_lock:
+            with self._lock:
+                now = self._time_ms()
+                total = sum(s.size for s in self._segments)
+                retire: list[Extent] = []
+                for group in self._groups():
+                    members = [self._segments[i] for i in group]
+                    if members[-1].next_offset > self._high_watermark:
+                        break
+                    size = sum(s.size for s in members)
+                    expired = cfg.retention_ms >= 0 and (
+                        max(s.max_timestamp for s in members) < now - cfg.retention_ms
+                    )
+                    oversized = cfg.retention_bytes >= 0 and total - size >= cfg.retention_bytes
+                    if not (expired or oversized):
+                        break
+                    retire.extend(members)
+                    total -= size
+                if not retire:
+                    return 0
+                del self._segments[: len(retire)]
+                self._shape_version += 1
+                del self._bases[: len(retire)]
+                if self._segments:
+                    self._segments[0].rolled = True
+                self._log_start_offset = retire[-1].next_offset
+                self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+                self._high_watermark = max(self._high_watermark, self._log_start_offset)
+            self.checkpoint()
+            self._retire(retire)
+            log.info(
+                "%s: retention removed %d objects; log start offset now %d",
+                self.storage.url,
+                len(retire),
+                self._log_start_offset,
+            )
+            return len(retire)
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset (Kafka's DeleteRecords); whole objects below it go."""
+        with self._maintenance_lock:
+            with self._lock:
+                offset = min(offset, self._high_watermark)
+                if offset <= self._log_start_offset:
+                    return self._log_start_offset
+                self._log_start_offset = offset
+                retire = []
+                while self._segments and self._segments[0].next_offset <= offset:
+                    retire.append(self._segments.pop(0))
+                    self._shape_version += 1
+                    self._bases.pop(0)
+                if self._segments:
+                    self._segments[0].rolled = True
+                    self._shape_version += 1
+                self.leader_epoch_cache.truncate_from_start(offset)
+            self.checkpoint()
+            self._retire(retire)
+            return offset
+
+    # --- merging small objects --------------------------------------------------------------
+
+    def merge_segments(self) -> int:
+        """Merge each segment's small objects into one; returns how many merges were done.
+
+        A segment is merged once it is closed (a newer segment exists) or has
+        ``segment.merge.min.objects`` objects. The merged object replaces the first object
+        under its name and starts with its exact bytes; the others are deleted after
+        file.delete.delay.ms so that readers holding them finish.
+        """
+        merges = 0
+        with self._maintenance_lock:
+            with self._lock:
+                groups = self._groups()
+                runs = [
+                    [s for i in g if isinstance(s := self._segments[i], LogSegment)]
+                    for n, g in enumerate(groups)
+                    if len(g) > 1
+                    and (n < len(groups) - 1 or len(g) >= self.config.merge_min_objects)
+                    # a chunk is a segment of its own; this guards a group that holds one
+                    and all(isinstance(self._segments[i], LogSegment) for i in g)
+                ]
+            for run in runs:
+                self._merge_run(run)
+                merges += 1
+            if merges:
+                self.checkpoint()
+        return merges
+
+    def _merge_run(self, run: list[LogSegment]) -> None:
+        parts: list[bytes] = []
+        merged_index = BatchIndex()
+        shift = 0
+        for segment in run:
+            data = self._cache_get(segment.name) or self.storage.read(segment.name)
+            index = BatchIndex.scan(
+                data, validate=True
+            )  # CRC-checks everything that goes into the merge
+            merged_index.extend(index, shift)
+            parts.append(data)
+            shift += len(data)
+        merged = b"".join(parts)
+        head = run[0]
+        self.storage.write(head.name, merged)
+        with self._lock:
+            i = self._segments.index(head)
+            replacement = LogSegment(
+                head.name,
+                head.base_offset,
+                run[-1].next_offset,
+                len(merged),
+                max(s.max_timestamp for s in run),
+                head.rolled,
+                head.created_ms,
+                merged_index,
+            )
+            self._segments[i : i + len(run)] = [replacement]
+            self._shape_version += 1
+            self._bases[i : i + len(run)] = [head.base_offset]
+            for segment in run:
+                self._cache_drop(segment.name)
+            self._cache_put(head.name, merged, checked=True)
+        self._schedule_deletes(s.name for s in run[1:])
+        log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
