@@ -15,7 +15,7 @@ from replication import protocol as p
 from replication.broker.replica_manager import ReplicaManager
 from replication.config import broker_config_from
 from replication.controller.controller import Controller
-from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.errors import InvalidReplicationFactorError
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis

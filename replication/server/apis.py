@@ -26,7 +26,7 @@ from replication.broker.partition import Partition
 from replication.broker.replica_manager import FetchSpec, ProduceResult, ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
-from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     AuthorizationError,

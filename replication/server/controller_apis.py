@@ -19,7 +19,7 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
-from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import (
     DuplicateResourceError,
