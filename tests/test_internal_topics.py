@@ -68,7 +68,8 @@ def ask(apis: ControllerApis, **configs: str) -> p.CreatableTopicResult:
         replication_factor=3,
         configs=[p.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
     )
-    (result,) = asyncio.run(apis.create_topics(p.CreateTopicsRequest(topics=[topic]))).topics
+    request = p.CreateTopicsRequest(topics=[topic])
+    (result,) = asyncio.run(apis.create_topics(apis.service.controller, request)).topics
     return result
 
 

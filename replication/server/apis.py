@@ -24,14 +24,11 @@ from replication.config import BrokerConfig
 from replication.errors import AuthorizationError, UnsupportedVersionError
 from replication.security.acl import AclOperation, ResourceType
 from replication.server.admin_apis import AdminApis
-from replication.server.controller_apis import (
-    FORWARDED_APIS,
-    ControllerApis,
-    security_handlers,
-)
+from replication.server.controller_apis import FORWARDED_APIS, ControllerApis
 from replication.server.group_apis import GroupApis
 from replication.server.log_apis import LogApis
 from replication.server.responses import Handler
+from replication.server.security_apis import security_handlers
 from replication.server.transaction_apis import TransactionApis
 
 __all__ = ["CLUSTER_CHECKED", "KafkaApis"]
