@@ -1,6 +1,6 @@
 """What the families of a broker's request handlers share: the broker's configuration, its
 authorization, its replica manager, its metadata image, its coordinators, and the shape of a
-per-partition answer (:func:`answer_per_partition`).
+per-partition answer (:meth:`KafkaApisBase.answer_per_partition`).
 
 :class:`~replication.server.apis.KafkaApis` is made of these families (admin_apis.py,
 log_apis.py, transaction_apis.py), each a mixin over :class:`KafkaApisBase`.
@@ -19,12 +19,14 @@ from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig
 from replication.coordinator.transaction import TransactionCoordinator
 from replication.metadata.image import MetadataImage
+from replication.security.acl import AclOperation, ResourceType
 from replication.security.authorizer import Authorizer
 from replication.security.checks import AuthHelper
 from replication.server.controller_apis import ControllerApis
 from replication.server.group_apis import GroupApis
+from replication.server.responses import answer_each
 
-__all__ = ["KafkaApisBase", "answer_per_partition"]
+__all__ = ["KafkaApisBase"]
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -75,32 +77,36 @@ class KafkaApisBase(abc.ABC):
         assert self.coordinator is not None
         return self.coordinator
 
+    async def answer_per_partition(
+        self,
+        api: str,
+        operation: AclOperation,
+        topics: Iterable[tuple[str, Iterable[P]]],
+        answer: Callable[[str, P], Awaitable[R]],
+        failed: Callable[[P, ReplogError], R],
+        *,
+        may: Container[str] | None = None,
+    ) -> list[tuple[str, list[R]]]:
+        """The answers to a request of topics and their partitions, in its order:
+        ``answer(topic, partition)`` for the partitions of the topics the principal may
+        ``operation`` (``may``, by default the topics ``operation`` is allowed on);
+        ``failed(partition, error)`` where it raised a ReplogError, and for each partition of
+        a refused topic (TOPIC_AUTHORIZATION_FAILED, Kafka's answer per partition)."""
+        wanted = [(topic, list(partitions)) for topic, partitions in topics]
+        if may is None:
+            may = self.auth.filter(operation, ResourceType.TOPIC, (t for t, _ in wanted), api=api)
+        out = []
+        for topic, partitions in wanted:
+
+            async def answer_partition(partition: P, topic: str = topic) -> R:
+                if topic not in may:
+                    raise self.auth.error(operation, ResourceType.TOPIC, topic)
+                return await answer(topic, partition)
+
+            out.append((topic, await answer_each(partitions, answer_partition, failed)))
+        return out
+
     @abc.abstractmethod
     async def create_internal_topic(self, name: str, partitions: int, replication: int) -> None:
         """Create an internal topic on this node's own behalf (the admin family's, which
         the transaction family and the group APIs call on first use)."""
-
-
-async def answer_per_partition(
-    topics: Iterable[tuple[str, Iterable[P]]],
-    may: Container[str],
-    refusal: Callable[[str], ReplogError],
-    answer: Callable[[str, P], Awaitable[R]],
-    failed: Callable[[P, ReplogError], R],
-) -> list[tuple[str, list[R]]]:
-    """The answers to a request of topics and their partitions, in its order: ``answer(topic,
-    partition)`` for the partitions of the topics the principal ``may`` act on;
-    ``failed(partition, error)`` where it raised a ReplogError, and where the topic is
-    refused (``refusal(topic)``: TOPIC_AUTHORIZATION_FAILED, Kafka's answer per partition)."""
-    out = []
-    for topic, partitions in topics:
-        answers = []
-        for partition in partitions:
-            try:
-                if topic not in may:
-                    raise refusal(topic)
-                answers.append(await answer(topic, partition))
-            except ReplogError as err:
-                answers.append(failed(partition, err))
-        out.append((topic, answers))
-    return out

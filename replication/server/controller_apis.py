@@ -29,7 +29,7 @@ from replication.metadata.image import MetadataImage
 from replication.protocol import acls as pa
 from replication.security.acl import AclOperation, ResourceType
 from replication.security.checks import NO_AUTH, AuthHelper
-from replication.server.responses import Handler, error_code, error_message
+from replication.server.responses import Handler, answer_each, error_code, error_message
 from replication.server.security_apis import (
     acl_creation_error,
     acl_filter_error,
@@ -257,43 +257,41 @@ class ControllerApis:
     async def create_partitions(
         self, controller: Controller, body: p.CreatePartitionsRequest
     ) -> p.CreatePartitionsResponse:
-        results = []
-        for topic in body.topics:
-            try:
-                await asyncio.to_thread(
-                    controller.create_partitions,
-                    topic.name,
-                    topic.count,
-                    None
-                    if topic.assignments is None
-                    else [a.broker_ids for a in topic.assignments],
-                    validate_only=body.validate_only,
-                )
-                results.append(p.CreatePartitionsTopicResult(name=topic.name))
-            except ReplogError as err:
-                results.append(
-                    p.CreatePartitionsTopicResult(
-                        name=topic.name,
-                        error_code=error_code(err),
-                        error_message=error_message(err),
-                    )
-                )
+
+        async def create(topic: p.CreatePartitionsTopic) -> p.CreatePartitionsTopicResult:
+            await asyncio.to_thread(
+                controller.create_partitions,
+                topic.name,
+                topic.count,
+                None if topic.assignments is None else [a.broker_ids for a in topic.assignments],
+                validate_only=body.validate_only,
+            )
+            return p.CreatePartitionsTopicResult(name=topic.name)
+
+        results = await answer_each(
+            body.topics,
+            create,
+            lambda topic, err: p.CreatePartitionsTopicResult(
+                name=topic.name, error_code=error_code(err), error_message=error_message(err)
+            ),
+        )
         return p.CreatePartitionsResponse(results=results)
 
     async def delete_topics(
         self, controller: Controller, body: p.DeleteTopicsRequest
     ) -> p.DeleteTopicsResponse:
-        results = []
-        for name in body.topic_names:
-            try:
-                await asyncio.to_thread(controller.delete_topic, name)
-                results.append(p.DeletableTopicResult(name=name))
-            except ReplogError as err:
-                results.append(
-                    p.DeletableTopicResult(
-                        name=name, error_code=error_code(err), error_message=error_message(err)
-                    )
-                )
+
+        async def delete(name: str) -> p.DeletableTopicResult:
+            await asyncio.to_thread(controller.delete_topic, name)
+            return p.DeletableTopicResult(name=name)
+
+        results = await answer_each(
+            body.topic_names,
+            delete,
+            lambda name, err: p.DeletableTopicResult(
+                name=name, error_code=error_code(err), error_message=error_message(err)
+            ),
+        )
         return p.DeleteTopicsResponse(responses=results)
 
     # --- configs ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from replication.errors import (
     TopicAuthorizationFailedError,
 )
 from replication.security.acl import AclOperation, ResourceType
-from replication.server.apis_base import KafkaApisBase, answer_per_partition
+from replication.server.apis_base import KafkaApisBase
 from replication.server.responses import error_code, error_message
 
 __all__ = ["LogApis"]
@@ -202,7 +202,6 @@ class LogApis(KafkaApisBase):
 
     async def handle_list_offsets(self, header: p.RequestHeader, body: p.ListOffsetsRequest) -> Any:
         api = "ListOffsets"
-        may = self.auth.filter(_OP.DESCRIBE, _RT.TOPIC, (t.name for t in body.topics), api=api)
         rm = self.replica_manager
 
         async def answer(
@@ -234,10 +233,10 @@ class LogApis(KafkaApisBase):
                 leader_epoch=partition.leader_epoch,
             )
 
-        answers = await answer_per_partition(
+        answers = await self.answer_per_partition(
+            api,
+            _OP.DESCRIBE,
             ((t.name, t.partitions) for t in body.topics),
-            may,
-            lambda topic: self.auth.error(_OP.DESCRIBE, _RT.TOPIC, topic),
             answer,
             lambda part, err: p.ListOffsetsResponsePartition(
                 partition_index=part.partition_index, error_code=error_code(err)
@@ -271,14 +270,15 @@ class LogApis(KafkaApisBase):
                 partition=part.partition, leader_epoch=epoch, end_offset=end
             )
 
-        answers = await answer_per_partition(
+        answers = await self.answer_per_partition(
+            api,
+            _OP.DESCRIBE,
             ((t.topic, t.partitions) for t in body.topics),
-            may,
-            lambda topic: self.auth.error(_OP.DESCRIBE, _RT.TOPIC, topic),
             answer,
             lambda part, err: p.OffsetForLeaderPartitionResult(
                 partition=part.partition, error_code=error_code(err)
             ),
+            may=may,
         )
         return p.OffsetsForLeaderEpochResponse(
             topics=[p.OffsetForLeaderTopicResult(topic=t, partitions=ps) for t, ps in answers]
@@ -294,7 +294,6 @@ class LogApis(KafkaApisBase):
         the leader's new log start offset is the answer, since no replica serves records below
         it to a consumer once the leader has moved it (followers are not read by consumers)."""
         api = "DeleteRecords"
-        may = self.auth.filter(_OP.DELETE, _RT.TOPIC, (t.name for t in body.topics), api=api)
         rm = self.replica_manager
 
         async def answer(
@@ -316,10 +315,10 @@ class LogApis(KafkaApisBase):
                 partition_index=part.partition_index, low_watermark=low
             )
 
-        answers = await answer_per_partition(
+        answers = await self.answer_per_partition(
+            api,
+            _OP.DELETE,
             ((t.name, t.partitions) for t in body.topics),
-            may,
-            lambda topic: self.auth.error(_OP.DELETE, _RT.TOPIC, topic),
             answer,
             lambda part, err: p.DeleteRecordsPartitionResult(
                 partition_index=part.partition_index, error_code=error_code(err)
@@ -416,16 +415,17 @@ class LogApis(KafkaApisBase):
                 )
             return _log_objects(topic, want, rm.get_partition(topic, want.partition_index))
 
-        answers = await answer_per_partition(
+        answers = await self.answer_per_partition(
+            api,
+            _OP.READ,
             ((t.name, t.partitions) for t in body.topics),
-            readable,
-            lambda topic: self.auth.error(_OP.READ, _RT.TOPIC, topic),
             answer,
             lambda want, failure: p.DescribeLogObjectsPartitionResponse(
                 partition_index=want.partition_index,
                 error_code=error_code(failure),
                 error_message=error_message(failure),
             ),
+            may=readable,
         )
         return p.DescribeLogObjectsResponse(
             log_dir=self.config.log_dir,

@@ -11,7 +11,7 @@ enforces would only mislead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from logstore.errors import ReplogError
@@ -47,6 +47,9 @@ __all__ = [
     "security_handlers",
 ]
 
+#: an item of a request (W), parsed (T), its outcome (R), its answer (A)
+A = TypeVar("A")
+R = TypeVar("R")
 T = TypeVar("T")
 W = TypeVar("W")
 
@@ -59,66 +62,76 @@ _NO_AUTHORIZER = (
 async def create_acls(
     config: BrokerConfig, controller: Controller, body: pa.CreateAclsRequest
 ) -> pa.CreateAclsResponse:
-    """Add ACLs, one result per creation (SECURITY_DISABLED on every one without an
-    authorizer)."""
-    if not config.security.authorizer_class_name:
-        return pa.CreateAclsResponse(
-            results=[acl_creation_error(SecurityDisabledError(_NO_AUTHORIZER))]
-            * len(body.creations)
+    """Add ACLs, one result per creation."""
+
+    def created(failure: ReplogError | None) -> pa.AclCreationResult:
+        return pa.AclCreationResult() if failure is None else acl_creation_error(failure)
+
+    return pa.CreateAclsResponse(
+        results=await _apply_each(
+            config,
+            body.creations,
+            _acl_binding,
+            controller.create_acls,
+            acl_creation_error,
+            created,
         )
-    parsed = _parse_each(body.creations, _acl_binding)
-    bindings = [b for b in parsed if isinstance(b, AclBinding)]
-    try:
-        outcomes = iter(await asyncio.to_thread(controller.create_acls, bindings))
-    except ReplogError as err:
-        return pa.CreateAclsResponse(results=[acl_creation_error(err)] * len(parsed))
-    answers = []
-    for binding in parsed:
-        if isinstance(binding, ReplogError):
-            answers.append(acl_creation_error(binding))
-            continue
-        failure = next(outcomes)
-        answers.append(pa.AclCreationResult() if failure is None else acl_creation_error(failure))
-    return pa.CreateAclsResponse(results=answers)
+    )
 
 
 async def delete_acls(
     config: BrokerConfig, controller: Controller, body: pa.DeleteAclsRequest
 ) -> pa.DeleteAclsResponse:
     """Remove the ACLs each filter matches; per filter, the ACLs it removed."""
+
+    def deleted(bindings: list[AclBinding]) -> pa.DeleteAclsFilterResult:
+        return pa.DeleteAclsFilterResult(
+            matching_acls=[
+                pa.DeleteAclsMatchingAcl(
+                    resource_type=b.resource_type,
+                    resource_name=b.resource_name,
+                    pattern_type=b.pattern_type,
+                    principal=b.principal,
+                    host=b.host,
+                    operation=b.operation,
+                    permission_type=b.permission,
+                )
+                for b in bindings
+            ]
+        )
+
+    return pa.DeleteAclsResponse(
+        filter_results=await _apply_each(
+            config, body.filters, _acl_filter, controller.delete_acls, acl_filter_error, deleted
+        )
+    )
+
+
+async def _apply_each(
+    config: BrokerConfig,
+    items: Sequence[W],
+    parse: Callable[[W], T],
+    apply: Callable[[list[T]], Sequence[R]],
+    failed: Callable[[ReplogError], A],
+    done: Callable[[R], A],
+) -> list[A]:
+    """One answer per item of an ACL change: SECURITY_DISABLED on each without an authorizer;
+    else each item parsed (one that is not: its error), the parsed ones applied at once
+    (``apply``, off the event loop; its error is every item's), and each one's outcome."""
     if not config.security.authorizer_class_name:
-        return pa.DeleteAclsResponse(
-            filter_results=[acl_filter_error(SecurityDisabledError(_NO_AUTHORIZER))]
-            * len(body.filters)
-        )
-    filters = _parse_each(body.filters, _acl_filter)
-    valid = [parsed for parsed in filters if isinstance(parsed, AclBindingFilter)]
+        return [failed(SecurityDisabledError(_NO_AUTHORIZER))] * len(items)
+    parsed: list[T | ReplogError] = []
+    for item in items:
+        try:
+            parsed.append(parse(item))
+        except ReplogError as err:
+            parsed.append(err)
+    valid = [x for x in parsed if not isinstance(x, ReplogError)]
     try:
-        matched = iter(await asyncio.to_thread(controller.delete_acls, valid))
+        outcomes = iter(await asyncio.to_thread(apply, valid))
     except ReplogError as err:
-        return pa.DeleteAclsResponse(filter_results=[acl_filter_error(err)] * len(filters))
-    results = []
-    for parsed in filters:
-        if isinstance(parsed, ReplogError):
-            results.append(acl_filter_error(parsed))
-            continue
-        results.append(
-            pa.DeleteAclsFilterResult(
-                matching_acls=[
-                    pa.DeleteAclsMatchingAcl(
-                        resource_type=b.resource_type,
-                        resource_name=b.resource_name,
-                        pattern_type=b.pattern_type,
-                        principal=b.principal,
-                        host=b.host,
-                        operation=b.operation,
-                        permission_type=b.permission,
-                    )
-                    for b in next(matched)
-                ]
-            )
-        )
-    return pa.DeleteAclsResponse(filter_results=results)
+        return [failed(err)] * len(parsed)
+    return [failed(x) if isinstance(x, ReplogError) else done(next(outcomes)) for x in parsed]
 
 
 async def alter_user_scram_credentials(
@@ -177,17 +190,6 @@ def acl_creation_error(err: ReplogError) -> pa.AclCreationResult:
 
 def acl_filter_error(err: ReplogError) -> pa.DeleteAclsFilterResult:
     return pa.DeleteAclsFilterResult(error_code=error_code(err), error_message=error_message(err))
-
-
-def _parse_each(items: Iterable[W], parse: Callable[[W], T]) -> list[T | ReplogError]:
-    """Each of ``items`` parsed, or the ReplogError that refused it."""
-    out: list[T | ReplogError] = []
-    for item in items:
-        try:
-            out.append(parse(item))
-        except ReplogError as err:
-            out.append(err)
-    return out
 
 
 def _acl_binding(c: pa.AclCreation) -> AclBinding:

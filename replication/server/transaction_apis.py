@@ -30,7 +30,7 @@ from replication.errors import (
 )
 from replication.security.acl import AclOperation, ResourceType
 from replication.security.principal import internal_scope
-from replication.server.apis_base import KafkaApisBase, answer_per_partition
+from replication.server.apis_base import KafkaApisBase
 from replication.server.responses import error_code, error_message
 
 __all__ = ["SINK_TRANSACTIONAL_PREFIX", "TransactionApis"]
@@ -347,7 +347,6 @@ class TransactionApis(KafkaApisBase):
         """The producers each partition's leader knows, with their open transaction's first
         offset (Kafka's DescribeProducers; what kafka-transactions.sh find-hanging reads)."""
         api = "DescribeProducers"
-        may = self.auth.filter(_OP.READ, _RT.TOPIC, (t.name for t in body.topics), api=api)
         rm = self.replica_manager
 
         async def answer(topic: str, index: int) -> p.DescribeProducersPartitionResponse:
@@ -358,10 +357,10 @@ class TransactionApis(KafkaApisBase):
                 partition_index=index, active_producers=producers
             )
 
-        answers = await answer_per_partition(
+        answers = await self.answer_per_partition(
+            api,
+            _OP.READ,
             ((t.name, t.partition_indexes) for t in body.topics),
-            may,
-            lambda topic: self.auth.error(_OP.READ, _RT.TOPIC, topic),
             answer,
             lambda index, err: p.DescribeProducersPartitionResponse(
                 partition_index=index, error_code=error_code(err), error_message=str(err)
