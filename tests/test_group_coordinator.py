@@ -13,17 +13,18 @@ import pytest
 from logstore.batch import iter_batches
 from replication.common import TopicPartition
 from replication.coordinator.group import (
-    GroupConfig,
     GroupCoordinator,
+    decode_consumer_assignment,
+    encode_consumer_assignment,
+)
+from replication.coordinator.group_metadata import (
+    GroupConfig,
     GroupState,
     JoinRequest,
     JoinResult,
     OffsetAndMetadata,
-    _OffsetsPartition,
-    decode_consumer_assignment,
-    encode_consumer_assignment,
-    partition_for,
 )
+from replication.coordinator.group_metadata_manager import OffsetsPartition, partition_for
 from replication.errors import (
     FencedInstanceIdError,
     GroupNotEmptyError,
@@ -73,7 +74,7 @@ class Harness:
             clock,
         )
         for index in range(3):
-            self.coordinator.partitions[index] = _OffsetsPartition(index, 0, loaded=True)
+            self.coordinator.partitions[index] = OffsetsPartition(index, 0, loaded=True)
 
     async def append(self, index: int, records: bytes) -> int:
         if self.fail_appends:
@@ -356,7 +357,7 @@ ReplogErrorAny = Exception
 def test_a_snapshot_of_the_live_keys_follows_enough_records_but_not_an_open_transaction(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import replication.coordinator.group as group_module
+    import replication.coordinator.group_metadata_manager as group_module
 
     monkeypatch.setattr(group_module, "SNAPSHOT_MIN_RECORDS", 5)
 

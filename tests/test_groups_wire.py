@@ -160,7 +160,11 @@ def _fetch_when_loaded(conn: RawConnection, group: str) -> dict[tuple[str, int],
 
 def test_the_offsets_log_is_cut_at_snapshots_and_the_offsets_survive(tmp_path: Path) -> None:
     from replication.client import Admin, Consumer
-    from replication.coordinator.group import OFFSETS_TOPIC, SNAPSHOT_MIN_RECORDS, partition_for
+    from replication.coordinator.group_metadata_manager import (
+        OFFSETS_TOPIC,
+        SNAPSHOT_MIN_RECORDS,
+        partition_for,
+    )
 
     broker = BrokerProcess(tmp_path / "b0", overrides=GROUPS).start()
     try:

@@ -17,15 +17,9 @@ from logstore.storage import Storage
 from replication.config import broker_config_from
 from replication.controller.controller import Controller
 from replication.controller.service import ControllerService
-from replication.coordinator.group import (
-    GroupConfig,
-    GroupCoordinator,
-    GroupState,
-    JoinRequest,
-    JoinResult,
-    _now_ms,
-    _OffsetsPartition,
-)
+from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group_metadata import GroupConfig, GroupState, JoinRequest, JoinResult
+from replication.coordinator.group_metadata_manager import OffsetsPartition, now_ms
 from replication.errors import MemberIdRequiredError, NotEnoughReplicasError
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
@@ -37,7 +31,7 @@ SESSION_MS = 300
 
 
 def coordinator(
-    time_ms: Callable[[], int] = _now_ms,
+    time_ms: Callable[[], int] = now_ms,
     append: Callable[[int, bytes], Awaitable[int]] | None = None,
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000,
 ) -> GroupCoordinator:
@@ -56,7 +50,7 @@ def coordinator(
         append or appended,
         time_ms,
     )
-    c.partitions[0] = _OffsetsPartition(0, 0, loaded=True)
+    c.partitions[0] = OffsetsPartition(0, 0, loaded=True)
     return c
 
 

@@ -15,7 +15,7 @@ from replication import protocol as p
 from replication.broker.replica_manager import ReplicaManager
 from replication.config import broker_config_from
 from replication.controller.controller import Controller
-from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.errors import InvalidReplicationFactorError
 from replication.metadata.store import MetadataStore
 from replication.server.apis import KafkaApis
@@ -68,7 +68,8 @@ def ask(apis: ControllerApis, **configs: str) -> p.CreatableTopicResult:
         replication_factor=3,
         configs=[p.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
     )
-    (result,) = asyncio.run(apis.create_topics(p.CreateTopicsRequest(topics=[topic]))).topics
+    request = p.CreateTopicsRequest(topics=[topic])
+    (result,) = asyncio.run(apis.create_topics(apis.service.controller, request)).topics
     return result
 
 

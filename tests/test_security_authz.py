@@ -31,7 +31,9 @@ from replication import protocol as p
 from replication.broker.replica_manager import ReplicaManager
 from replication.config import broker_config_from
 from replication.controller.controller import Controller
-from replication.coordinator.group import GroupConfig, GroupCoordinator, _OffsetsPartition
+from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group_metadata import GroupConfig
+from replication.coordinator.group_metadata_manager import OffsetsPartition
 from replication.coordinator.transaction import TransactionCoordinator
 from replication.errors import (
     ClusterAuthorizationFailedError,
@@ -151,7 +153,7 @@ class Node:
             lambda: self.rm.image,
             self._append_offsets,
         )
-        self.groups.partitions[0] = _OffsetsPartition(0, 0, loaded=True)
+        self.groups.partitions[0] = OffsetsPartition(0, 0, loaded=True)
         self.apis.serve_groups(
             GroupApis(
                 self.config, self.groups, lambda: self.rm.image, self.apis.create_internal_topic

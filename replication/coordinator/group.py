@@ -1,11 +1,12 @@
-"""The group coordinator: consumer group membership and committed offsets, as Kafka's classic
-group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch).
+"""The group coordinator: consumer group membership, as Kafka's classic group protocol
+(JoinGroup, SyncGroup, Heartbeat, LeaveGroup), and the checks a commit passes (OffsetCommit,
+TxnOffsetCommit) before its offsets are stored.
 
-Every broker runs one. Groups live on the internal topic ``__consumer_offsets``, partitioned
-by group id (Kafka's ``abs(groupId.hashCode) % offsets.topic.num.partitions``); a broker
-coordinates the groups of the partitions it leads. Becoming leader of a partition, it reads the
-partition back (:meth:`GroupCoordinator.load`); losing it, it forgets them (``unload``), and
-clients find the new coordinator with FindCoordinator.
+Every broker runs one. It coordinates the groups of the ``__consumer_offsets`` partitions it
+leads; where those groups and their offsets are kept, loaded, written and expired is its
+:class:`~replication.coordinator.group_metadata_manager.GroupMetadataManager`. Becoming leader
+of a partition, it reads the partition back (:meth:`GroupCoordinator.load`); losing it, it
+forgets them (``unload``), and clients find the new coordinator with FindCoordinator.
 
 Membership (states as Kafka's ``GroupState``)::
 
@@ -18,56 +19,38 @@ A rebalance ends when every known member has rejoined, or at the longest rebalan
 computes the assignment and sends it in its SyncGroup. A commit must name the current generation
 and a member of it, so a zombie (a member that lost its session) cannot commit. A static member
 (``group.instance.id``) that restarts takes its old place without a rebalance.
-
-What is on the log, one record per key (the newest wins; a null value deletes)::
-
-    key ``offset\\0<group>\\0<topic>\\0<partition>``  value: JSON offset, leader epoch, metadata
-    key ``group\\0<group>``                          value: JSON generation, protocol, members
-
-Both values carry ``format_version``. A group is written once its assignment is known (the
-leader's SyncGroup), and offsets are written before a commit is answered, acks=all: a
-coordinator that takes over knows every acknowledged commit.
-
-Where replog differs from Kafka, and why: Kafka compacts ``__consumer_offsets``; replog's logs
-are objects that are never rewritten. Instead, once a partition has taken
-:data:`SNAPSHOT_MIN_RECORDS` records (and at least twice its live keys) since its last snapshot,
-the coordinator appends a snapshot (one record per live key: every group and committed offset)
-and moves the log start to it (DeleteRecords; followers follow the leader's log start). So a
-partition holds its live state plus what came after the last snapshot, and a load reads no
-more. A snapshot waits while a transaction has offsets pending on the partition: their records
-must stay in the log until the marker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import enum
-import json
 import logging
-import struct
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from logstore.batch import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    ControlType,
-    Record,
-    build,
-    iter_batches,
-)
 from logstore.errors import CorruptRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
-from replication.coordinator.records import versioned_json
-from replication.coordinator.snapshots import SnapshotSchedule, hold_all, take_snapshot
+from replication.coordinator.group_metadata import (
+    GroupConfig,
+    GroupMetadata,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    MemberMetadata,
+    OffsetAndMetadata,
+)
+from replication.coordinator.group_metadata_manager import (
+    CommitErrors,
+    GroupMetadataManager,
+    OffsetsPartition,
+    now_ms,
+)
+from replication.coordinator.snapshots import hold_all
 from replication.errors import (
-    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     CorruptFrameError,
     FencedInstanceIdError,
@@ -77,14 +60,12 @@ from replication.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidFieldError,
-    InvalidGroupIdError,
     InvalidProducerIdMappingError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
     NotCoordinatorError,
     RebalanceInProgressError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
 )
 from replication.metadata.image import MetadataImage
 from replication.protocol.consumer import (
@@ -97,34 +78,9 @@ from replication.protocol.consumer import (
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-#: records appended to an offsets partition since its last snapshot before the next one
-SNAPSHOT_MIN_RECORDS = 1000
-#: the format of the JSON values on __consumer_offsets; 0 reads as 1
-GROUP_RECORD_FORMAT_VERSION = 1
 #: a deadline the group ticker acted on and that still stands is tried again this much later
 STANDING_DEADLINE_RETRY_MS = 1_000
 CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def java_string_hash(value: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units, int32 overflow), so a group lands on the
-    partition Kafka would give it."""
-    h = 0
-    for unit in struct.unpack(
-        f">{len(value.encode('utf-16-be')) // 2}H", value.encode("utf-16-be")
-    ):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """The __consumer_offsets partition of a group (Kafka's ``Utils.abs(hash) % n``)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
 
 class _MemberIdRequired(MemberIdRequiredError):
@@ -135,200 +91,11 @@ class _MemberIdRequired(MemberIdRequiredError):
         self.member_id = member_id
 
 
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
 @dataclass(slots=True)
 class _GroupLock:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: holders and waiters
     users: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
-    """The coordinator's policy, from the broker's configuration (Kafka's key names)."""
-
-    num_partitions: int = 10
-    min_session_timeout_ms: int = 6_000
-    max_session_timeout_ms: int = 1_800_000
-    initial_rebalance_delay_ms: int = 3_000
-    max_size: int = 1_000_000
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    offset: int
-    leader_epoch: int = -1
-    metadata: str | None = None
-    commit_timestamp_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    """What a JoinGroup answers (the error class, or the generation and its members)."""
-
-    error: type[ReplogError] | None = None
-    generation_id: int = -1
-    protocol_name: str = ""
-    leader: str = ""
-    member_id: str = ""
-    #: (member id, group instance id, metadata), for the leader only
-    members: tuple[tuple[str, str | None, bytes], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    """What a JoinGroup asks (and who asks: the client id and host of its connection)."""
-
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    #: (name, metadata) in the member's order of preference
-    protocols: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(slots=True)
-class MemberMetadata:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    #: (name, metadata), in the member's order of preference
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    last_heartbeat_ms: int = 0
-    join_waiter: asyncio.Future[JoinResult] | None = None
-    sync_waiter: asyncio.Future[bytes] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next((m for n, m in self.protocols if n == protocol), b"")
-
-    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
-        return self.protocols == protocols
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "member_id": self.member_id,
-            "group_instance_id": self.group_instance_id,
-            "client_id": self.client_id,
-            "client_host": self.client_host,
-            "session_timeout_ms": self.session_timeout_ms,
-            "rebalance_timeout_ms": self.rebalance_timeout_ms,
-            "protocols": [[n, base64.b64encode(m).decode()] for n, m in self.protocols],
-            "assignment": base64.b64encode(self.assignment).decode(),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any], protocol_type: str, now_ms: int) -> MemberMetadata:
-        return cls(
-            member_id=str(doc["member_id"]),
-            group_instance_id=doc.get("group_instance_id"),
-            client_id=str(doc.get("client_id", "")),
-            client_host=str(doc.get("client_host", "")),
-            session_timeout_ms=int(doc["session_timeout_ms"]),
-            rebalance_timeout_ms=int(doc["rebalance_timeout_ms"]),
-            protocol_type=protocol_type,
-            protocols=[(str(n), base64.b64decode(m)) for n, m in doc.get("protocols", [])],
-            assignment=base64.b64decode(doc.get("assignment", "")),
-            # a loaded member gets a whole session to find the new coordinator
-            last_heartbeat_ms=now_ms,
-        )
-
-
-@dataclass(slots=True)
-class GroupMetadata:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    generation_id: int = 0
-    leader_id: str | None = None
-    members: dict[str, MemberMetadata] = field(default_factory=dict)
-    #: group.instance.id -> member id of the static members
-    static_members: dict[str, str] = field(default_factory=dict)
-    #: member ids handed out with MEMBER_ID_REQUIRED, not joined yet
-    pending_members: set[str] = field(default_factory=set)
-    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    state_since_ms: int = 0
-    rebalance_deadline_ms: int = 0
-    #: a new group waits this long for more members (group.initial.rebalance.delay.ms)
-    rebalance_not_before_ms: int = 0
-
-    def is_(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    def transition(self, state: GroupState, now_ms: int) -> None:
-        self.state = state
-        self.state_since_ms = now_ms
-
-    def candidate_protocols(self) -> set[str]:
-        sets = [{n for n, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
-    def supports(self, protocol_type: str, protocols: Sequence[tuple[str, bytes]]) -> bool:
-        if not self.members:
-            return bool(protocols)
-        return protocol_type == self.protocol_type and bool(
-            self.candidate_protocols() & {n for n, _ in protocols}
-        )
-
-    def select_protocol(self) -> str:
-        """The protocol every member supports that most members prefer (Kafka's vote)."""
-        candidates = self.candidate_protocols()
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = next(n for n, _ in member.protocols if n in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(sorted(votes), key=lambda n: votes[n])
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": GROUP_RECORD_FORMAT_VERSION,
-            "protocol_type": self.protocol_type,
-            "protocol": self.protocol_name,
-            "generation": self.generation_id,
-            "leader": self.leader_id,
-            "state_since_ms": self.state_since_ms,
-            "members": [m.to_json() for m in self.members.values()],
-        }
-
-
-@dataclass(slots=True)
-class _OffsetsPartition:
-    """One __consumer_offsets partition this broker leads: its groups, and whether loaded."""
-
-    index: int
-    leader_epoch: int
-    loaded: bool = False
-    groups: dict[str, GroupMetadata] = field(default_factory=dict)
-    #: offsets committed in open transactions: producer id -> group -> offsets
-    pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = field(
-        default_factory=dict
-    )
-    #: the partition (its log is cut at each snapshot); None in unit tests
-    partition: Partition | None = None
-    #: when the next snapshot is due (records since the last one)
-    schedule: SnapshotSchedule = field(default_factory=SnapshotSchedule)
-    #: held around each append, and by a snapshot from building its records to appending them
-    append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def live_keys(self) -> int:
-        return sum(1 + len(g.offsets) for g in self.groups.values())
 
 
 class GroupCoordinator:
@@ -340,77 +107,42 @@ class GroupCoordinator:
         config: GroupConfig,
         image: Callable[[], MetadataImage],
         append: Callable[[int, bytes], Awaitable[int]],
-        time_ms: Callable[[], int] = _now_ms,
+        time_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
-        self.image = image
-        self._append = append
         self._time_ms = time_ms
-        self.partitions: dict[int, _OffsetsPartition] = {}
+        #: the offsets partitions this broker leads, their groups and offsets
+        self.manager = GroupMetadataManager(
+            broker_id, config, image, append, time_ms, hold_groups=self._locked
+        )
         self._locks: dict[str, _GroupLock] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         # Set whenever a group's state may have moved a deadline earlier (a join, a sync, a
         # leave, a load): the ticker (server/node.py) sleeps until the next deadline or this,
         # instead of polling every 100 ms (Kafka arms a timer per member deadline the same way).
         self.changed = asyncio.Event()
         self.ticks = 0
 
+    @property
+    def partitions(self) -> dict[int, OffsetsPartition]:
+        """The offsets partitions this broker leads (by index)."""
+        return self.manager.partitions
+
     # --- becoming (and stopping being) a coordinator -----------------------------------------
 
     async def load(self, partition: Partition) -> None:
         """Read an offsets partition back once its leader's HW covers its log, and serve it."""
-        index, epoch = partition.index, partition.leader_epoch
-        state = _OffsetsPartition(index, epoch, partition=partition)
-        self.partitions[index] = state
-        end = partition.log.log_end_offset
-        while partition.high_watermark < end:
-            if not partition.is_leader or partition.leader_epoch != epoch:
-                return
-            partition.maybe_increment_high_watermark()
-            await asyncio.sleep(0.05)
-        groups, pending = await asyncio.to_thread(_read_groups, partition, end, self._time_ms())
-        if self.partitions.get(index) is not state:
-            return  # unloaded, or loaded again at a newer epoch, meanwhile
-        state.groups, state.pending, state.loaded = groups, pending, True
-        self.changed.set()
-        log.info(
-            "group coordinator for %s-%d (epoch %d): %d groups",
-            OFFSETS_TOPIC,
-            index,
-            epoch,
-            len(groups),
-        )
+        if await self.manager.load(partition):
+            self.changed.set()
 
     def unload(self, index: int) -> None:
-        state = self.partitions.pop(index, None)
+        state = self.manager.unload(index)
         if state is None:
             return
         for group in state.groups.values():
             for member in group.members.values():
                 _settle(member.join_waiter, JoinResult(error=NotCoordinatorError))
                 _fail(member.sync_waiter, NotCoordinatorError())
-
-    def _partition(self, group_id: str) -> _OffsetsPartition:
-        if not group_id:
-            raise InvalidGroupIdError()
-        index = partition_for(group_id, self.config.num_partitions)
-        state = self.partitions.get(index)
-        if state is None:
-            raise NotCoordinatorError(
-                f"broker {self.broker_id} is not the coordinator of group {group_id!r}; find it "
-                "again"
-            )
-        if not state.loaded:
-            raise CoordinatorLoadInProgressError()
-        return state
-
-    def _group(self, group_id: str, *, create: bool = False) -> GroupMetadata | None:
-        groups = self._partition(group_id).groups
-        group = groups.get(group_id)
-        if group is None and create:
-            group = groups[group_id] = GroupMetadata(group_id, state_since_ms=self._time_ms())
-        return group
 
     @contextlib.asynccontextmanager
     async def _locked(self, *group_ids: str, wake: bool = True) -> AsyncIterator[None]:
@@ -463,7 +195,7 @@ class GroupCoordinator:
                 "a member must name its protocol type and protocols"
             )
         async with self._locked(r.group_id):
-            group = self._group(r.group_id, create=not r.member_id)
+            group = self.manager.group(r.group_id, create=not r.member_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {r.group_id!r} has no member {r.member_id!r}")
             if group.is_(GroupState.DEAD):
@@ -745,7 +477,7 @@ class GroupCoordinator:
                                 group, member, now, "session timed out", rebalance=True
                             )
                     self._maybe_complete_join(group, now)
-                    await self._expire_offsets(state, group, now)
+                    await self.manager.expire_offsets(state, group, now)
         return now
 
     # --- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
@@ -760,7 +492,7 @@ class GroupCoordinator:
     ) -> bytes:
         """The member's assignment once the leader has sent them all (raises on errors)."""
         async with self._locked(group_id):
-            group = self._group(group_id)
+            group = self.manager.group(group_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {group_id!r} does not exist; rejoin")
             member = self._member(group, member_id, group_instance_id)
@@ -786,7 +518,7 @@ class GroupCoordinator:
             member.assignment = bytes(assignments.get(member.member_id, b""))
         generation = group.generation_id
         try:
-            await self._write(group.group_id, [_group_record(group, self._time_ms())])
+            await self.manager.store_group(group)
         except ReplogError as err:
             log.warning(
                 "group %s: storing generation %d failed: %s", group.group_id, generation, err
@@ -814,7 +546,7 @@ class GroupCoordinator:
         # A heartbeat only moves its member's deadline later, so it does not wake the ticker
         # (which would then look over every member of every group, per heartbeat).
         async with self._locked(group_id, wake=False):
-            group = self._group(group_id)
+            group = self.manager.group(group_id)
             if group is None or group.is_(GroupState.EMPTY):
                 raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
             if group.is_(GroupState.DEAD):
@@ -833,7 +565,7 @@ class GroupCoordinator:
     ) -> list[type[ReplogError] | None]:
         """Remove each (member id, instance id); one error class (or None) per member."""
         async with self._locked(group_id):
-            group = self._group(group_id)
+            group = self.manager.group(group_id)
             if group is None:
                 raise UnknownMemberIdError(f"group {group_id!r} does not exist")
             results: list[type[ReplogError] | None] = []
@@ -859,21 +591,14 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
-    ) -> dict[TopicPartition, type[ReplogError] | None]:
+    ) -> CommitErrors:
         """Store the offsets (acks=all) and answer per partition; raises for the whole group."""
         async with self._locked(group_id):
-            group = self._group(group_id, create=generation_id < 0)
+            group = self.manager.group(group_id, create=generation_id < 0)
             if group is None:
                 raise IllegalGenerationError(f"group {group_id!r} does not exist; rejoin")
             self._check_commit(group, generation_id, member_id, group_instance_id)
-            errors, accepted = self._screen(offsets, self._owned(group, member_id))
-            if accepted:
-                await self._write(
-                    group_id, [_offset_record(group_id, tp, v) for tp, v in accepted.items()]
-                )
-                group.offsets.update(accepted)
-                errors.update(dict.fromkeys(accepted))
-            return errors
+            return await self.manager.store_offsets(group, offsets, self._owned(group, member_id))
 
     async def commit_txn_offsets(
         self,
@@ -884,7 +609,7 @@ class GroupCoordinator:
         member_id: str,
         group_instance_id: str | None,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
-    ) -> dict[TopicPartition, type[ReplogError] | None]:
+    ) -> CommitErrors:
         """Offsets committed inside the producer's transaction: written to the offsets log as
         part of it, visible when its COMMIT marker reaches this partition (:meth:`complete_txn`),
         dropped on ABORT. A member and generation, when given, are checked as for a commit
@@ -896,66 +621,18 @@ class GroupCoordinator:
                 f"epoch {producer_epoch}: call InitProducerId (init_transactions()) first"
             )
         async with self._locked(group_id):
-            state = self._partition(group_id)
-            group = self._group(group_id, create=True)
+            group = self.manager.group(group_id, create=True)
             assert group is not None
             if generation_id >= 0 or member_id:
                 self._check_commit(group, generation_id, member_id, group_instance_id)
-            errors, accepted = self._screen(offsets, None)
-            if accepted:
-                records = [_offset_record(group_id, tp, v) for tp, v in accepted.items()]
-                await self._write(
-                    group_id,
-                    records,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                )
-                state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(accepted)
-                errors.update(dict.fromkeys(accepted))
-            return errors
-
-    def _screen(
-        self,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        owned: set[TopicPartition] | None,
-    ) -> tuple[
-        dict[TopicPartition, type[ReplogError] | None], dict[TopicPartition, OffsetAndMetadata]
-    ]:
-        """Split a commit into refused partitions (unknown, or not owned by the member) and
-        accepted offsets, stamped with the commit time."""
-        image = self.image()
-        errors: dict[TopicPartition, type[ReplogError] | None] = {}
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        now = self._time_ms()
-        for tp, value in offsets.items():
-            topic = image.topic(tp.topic)
-            if topic is None or not 0 <= tp.partition < len(topic.partitions):
-                errors[tp] = UnknownTopicOrPartitionError
-            elif owned is not None and tp not in owned:
-                errors[tp] = IllegalGenerationError
-            else:
-                accepted[tp] = OffsetAndMetadata(
-                    value.offset, value.leader_epoch, value.metadata, now
-                )
-        return errors, accepted
+            return await self.manager.store_offsets(
+                group, offsets, None, producer_id=producer_id, producer_epoch=producer_epoch
+            )
 
     def complete_txn(self, index: int, producer_id: int, commit: bool) -> None:
         """The transaction's marker was written to offsets partition ``index``: apply its
         offsets (COMMIT) or drop them (ABORT)."""
-        state = self.partitions.get(index)
-        if state is None:
-            return  # not led here any more: the next leader replays the marker
-        for group_id, offsets in state.pending.pop(producer_id, {}).items():
-            group = state.groups.get(group_id)
-            if commit and group is not None:
-                group.offsets.update(offsets)
-            log.info(
-                "group %s: %d offsets of producer %d's transaction %s",
-                group_id,
-                len(offsets),
-                producer_id,
-                "committed" if commit else "aborted",
-            )
+        self.manager.complete_txn(index, producer_id, commit)
 
     def _check_commit(
         self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
@@ -988,55 +665,25 @@ class GroupCoordinator:
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        group = self._group(group_id)
-        offsets = group.offsets if group is not None else {}
-        if partitions is None:
-            return dict(offsets)
-        return {tp: offsets.get(tp) for tp in partitions}
+        return self.manager.fetch_offsets(group_id, partitions)
 
     def unstable(self, group_id: str) -> set[TopicPartition]:
         """Partitions of the group with offsets in a transaction that has not ended: a
         read_committed consumer asks with ``require_stable`` and waits for them (KIP-447), or
         it could start before what an open transaction will commit."""
-        state = self._partition(group_id)
-        return {tp for txn in state.pending.values() for tp in txn.get(group_id, {})}
-
-    async def _expire_offsets(
-        self, state: _OffsetsPartition, group: GroupMetadata, now: int
-    ) -> None:
-        """An empty group's offsets go after offsets.retention.minutes, then the group."""
-        if not group.is_(GroupState.EMPTY):
-            return
-        if now - group.state_since_ms < self.config.offsets_retention_ms:
-            return
-        try:
-            await self._write(group.group_id, _tombstones(group))
-        except ReplogError as err:
-            log.warning("group %s: expiring offsets failed: %s", group.group_id, err)
-            return
-        log.info(
-            "group %s: empty for offsets.retention.minutes, its offsets expired", group.group_id
-        )
-        group.transition(GroupState.DEAD, now)
-        state.groups.pop(group.group_id, None)
+        return self.manager.unstable(group_id)
 
     # --- listing, describing, deleting -------------------------------------------------------
 
     def list_groups(self) -> list[GroupMetadata]:
-        return [
-            g
-            for s in self.partitions.values()
-            if s.loaded
-            for g in s.groups.values()
-            if not g.is_(GroupState.DEAD)
-        ]
+        return self.manager.groups()
 
     def describe_group(self, group_id: str) -> GroupMetadata | None:
-        return self._group(group_id)
+        return self.manager.group(group_id)
 
     async def delete_group(self, group_id: str) -> None:
         async with self._locked(group_id):
-            state = self._partition(group_id)
+            state = self.manager.partition(group_id)
             group = state.groups.get(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 raise GroupIdNotFoundError(f"no group {group_id!r}")
@@ -1044,83 +691,10 @@ class GroupCoordinator:
                 raise GroupNotEmptyError(
                     f"group {group_id!r} has {len(group.members)} members; stop them first"
                 )
-            await self._write(group_id, _tombstones(group))
-            group.transition(GroupState.DEAD, self._time_ms())
-            state.groups.pop(group_id, None)
-
-    # --- the log -----------------------------------------------------------------------------
-
-    async def _write(
-        self,
-        group_id: str,
-        records: list[Record],
-        *,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = NO_PRODUCER_EPOCH,
-    ) -> None:
-        index = partition_for(group_id, self.config.num_partitions)
-        batch = build(
-            records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            is_transactional=producer_id != NO_PRODUCER_ID,
-        )
-        state = self.partitions.get(index)
-        if state is None:
-            raise NotCoordinatorError(f"broker {self.broker_id} no longer leads {index}")
-        async with state.append_lock:
-            await self._append_to(index, batch)
-        if state.schedule.note(len(records), state.live_keys(), SNAPSHOT_MIN_RECORDS):
-            task = asyncio.ensure_future(self._snapshot(state))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _append_to(self, index: int, batch: bytes) -> int:
-        try:
-            return await self._append(index, batch)
-        except ReplogError as err:
-            raise CoordinatorNotAvailableError(
-                f"the offsets log {OFFSETS_TOPIC}-{index} refused a write ({err}); retry"
-            ) from err
-
-    async def _snapshot(self, state: _OffsetsPartition) -> None:
-        """Append every live key of the partition, then start its log there."""
-        if state.pending:
-            state.schedule.snapshotting = False
-            return  # open transactions' records must stay before their markers
-
-        @contextlib.asynccontextmanager
-        async def exclusive() -> AsyncIterator[None]:
-            # No commit of a known group may sit between its append and its in-memory update
-            # while the snapshot reads the state: hold every group's lock (in order), then
-            # the append lock (commits of groups created meanwhile append after the snapshot).
-            async with self._locked(*state.groups), state.append_lock:
-                yield
-
-        def records() -> list[Record] | None:
-            if state.pending:
-                return None
-            now = self._time_ms()
-            out: list[Record] = []
-            for group in state.groups.values():
-                out.append(_group_record(group, now))
-                out += [_offset_record(group.group_id, tp, v) for tp, v in group.offsets.items()]
-            return out
-
-        await take_snapshot(
-            f"{OFFSETS_TOPIC}-{state.index}",
-            state.schedule,
-            exclusive,
-            records,
-            lambda batch: self._append_to(state.index, batch),
-            state.partition,
-            lambda: self.partitions.get(state.index) is state,
-        )
+            await self.manager.remove_group(state, group, self._time_ms())
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.manager.stop()
 
 
 # --- Kafka's ConsumerProtocol assignment ------------------------------------------------------
@@ -1150,117 +724,6 @@ def encode_consumer_assignment(partitions: Iterable[TopicPartition], version: in
     return encode_embedded(assignment, version)
 
 
-# --- records on __consumer_offsets -------------------------------------------------------------
-
-
-def _offset_key(group_id: str, tp: TopicPartition) -> bytes:
-    return f"offset\0{group_id}\0{tp.topic}\0{tp.partition}".encode()
-
-
-def _group_key(group_id: str) -> bytes:
-    return f"group\0{group_id}".encode()
-
-
-def _offset_record(group_id: str, tp: TopicPartition, value: OffsetAndMetadata) -> Record:
-    doc = {
-        "format_version": GROUP_RECORD_FORMAT_VERSION,
-        "offset": value.offset,
-        "leader_epoch": value.leader_epoch,
-        "metadata": value.metadata,
-        "commit_timestamp": value.commit_timestamp_ms,
-    }
-    return Record(_offset_key(group_id, tp), json.dumps(doc).encode(), value.commit_timestamp_ms)
-
-
-def _group_record(group: GroupMetadata, now: int) -> Record:
-    return Record(_group_key(group.group_id), json.dumps(group.to_json()).encode(), now)
-
-
-def _tombstones(group: GroupMetadata) -> list[Record]:
-    now = _now_ms()
-    records = [Record(_offset_key(group.group_id, tp), None, now) for tp in group.offsets]
-    return [*records, Record(_group_key(group.group_id), None, now)]
-
-
-def _value(record_value: bytes, where: str) -> dict[str, Any]:
-    return versioned_json(record_value, where, "group", GROUP_RECORD_FORMAT_VERSION)
-
-
-def _read_groups(
-    partition: Partition, end: int, now: int
-) -> tuple[dict[str, GroupMetadata], dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]]:
-    """Replay an offsets partition up to ``end``: the newest value of each key wins. Offsets
-    of a transaction wait for its marker (COMMIT applies them, ABORT drops them); those of
-    transactions still open come back as pending."""
-    plog = partition.log
-    groups: dict[str, GroupMetadata] = {}
-    pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
-    offset = plog.log_start_offset
-    while offset < end:
-        batches = list(
-            iter_batches(plog.read(offset, 8 * 1024 * 1024, max_offset=end), validate=True)
-        )
-        if not batches:
-            break
-        for batch in batches:
-            if batch.is_control:
-                done = pending.pop(batch.producer_id, {})
-                if batch.control_type() is ControlType.COMMIT:
-                    for group_id, offsets in done.items():
-                        target = groups.setdefault(
-                            group_id, GroupMetadata(group_id, state_since_ms=now)
-                        )
-                        target.offsets.update(offsets)
-                continue
-            for record in batch.records():
-                if record.offset < offset or record.key is None:
-                    continue
-                where = f"{partition.key} offset {record.offset}"
-                kind, _, rest = record.key.decode().partition("\0")
-                if kind == "offset":
-                    group_id, topic, index = rest.split("\0")
-                    group = groups.setdefault(group_id, GroupMetadata(group_id, state_since_ms=now))
-                    tp = TopicPartition(topic, int(index))
-                    if record.value is None:
-                        group.offsets.pop(tp, None)
-                        continue
-                    doc = _value(record.value, where)
-                    into = group.offsets
-                    if batch.is_transactional:
-                        into = pending.setdefault(batch.producer_id, {}).setdefault(group_id, {})
-                    into[tp] = OffsetAndMetadata(
-                        int(doc["offset"]),
-                        int(doc.get("leader_epoch", -1)),
-                        doc.get("metadata"),
-                        int(doc.get("commit_timestamp", 0)),
-                    )
-                elif kind == "group":
-                    group = groups.setdefault(rest, GroupMetadata(rest, state_since_ms=now))
-                    if record.value is None:
-                        groups.pop(rest, None)
-                        continue
-                    _load_group(group, _value(record.value, where), now)
-        offset = batches[-1].next_offset
-    return groups, pending
-
-
-def _load_group(group: GroupMetadata, doc: Mapping[str, Any], now: int) -> None:
-    group.protocol_type = doc.get("protocol_type")
-    group.protocol_name = doc.get("protocol")
-    group.generation_id = int(doc.get("generation", 0))
-    group.leader_id = doc.get("leader")
-    group.members = {}
-    group.static_members = {}
-    for m in doc.get("members", []):
-        member = MemberMetadata.from_json(m, group.protocol_type or "", now)
-        group.members[member.member_id] = member
-        if member.group_instance_id is not None:
-            group.static_members[member.group_instance_id] = member.member_id
-    group.transition(GroupState.STABLE if group.members else GroupState.EMPTY, now)
-    if not group.members:
-        group.state_since_ms = int(doc.get("state_since_ms", now)) or now
-
-
 def _settle(waiter: asyncio.Future[Any] | None, value: Any) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_result(value)
@@ -1273,15 +736,8 @@ def _fail(waiter: asyncio.Future[Any] | None, error: BaseException) -> None:
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
-    "OFFSETS_TOPIC",
-    "GroupConfig",
+    "STANDING_DEADLINE_RETRY_MS",
     "GroupCoordinator",
-    "GroupMetadata",
-    "GroupState",
-    "JoinRequest",
-    "JoinResult",
-    "OffsetAndMetadata",
     "decode_consumer_assignment",
     "encode_consumer_assignment",
-    "partition_for",
 ]

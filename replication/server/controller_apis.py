@@ -1,17 +1,17 @@
 """Request handlers of the controller's APIs, as Kafka's ControllerApis: broker registration
 and heartbeats, AlterPartition, producer id blocks, topic creation and deletion, config
 changes (AlterConfigs, IncrementalAlterConfigs), partition reassignments, leader elections,
-broker unregistration, ACLs (CreateAcls, DeleteAcls) and SCRAM credentials
-(AlterUserScramCredentials). DescribeAcls and DescribeUserScramCredentials are answered by any
-node from its metadata image (:func:`security_handlers`).
+broker unregistration, and the ACL and SCRAM credential changes (CreateAcls, DeleteAcls,
+AlterUserScramCredentials: their handlers are :mod:`replication.server.security_apis`').
 
-A standby controller answers NOT_CONTROLLER. On a node that is also a broker, KafkaApis
-routes these APIs here (:mod:`replication.server.apis`).
+A standby controller answers NOT_CONTROLLER (:func:`not_controller_answer`). On a node that is
+also a broker, KafkaApis routes these APIs here (:mod:`replication.server.apis`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -19,28 +19,27 @@ from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
-from replication.coordinator.group import OFFSETS_TOPIC
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import (
-    DuplicateResourceError,
     InvalidRequestError,
     NotControllerError,
-    ResourceNotFoundError,
-    SecurityDisabledError,
-    UnacceptableCredentialError,
-    UnsupportedSaslMechanismError,
 )
 from replication.metadata.image import MetadataImage
 from replication.protocol import acls as pa
-from replication.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
+from replication.security.acl import AclOperation, ResourceType
 from replication.security.checks import NO_AUTH, AuthHelper
-from replication.security.scram import (
-    MECHANISMS,
-    ScramCredential,
-    credential_from_salted,
-    mechanism_name,
+from replication.server.responses import Handler, answer_each, error_code, error_message
+from replication.server.security_apis import (
+    acl_creation_error,
+    acl_filter_error,
+    alter_user_scram_credentials,
+    create_acls,
+    delete_acls,
 )
-from replication.server.responses import Handler, error_code, error_message
+
+#: how the active controller answers a forwarded request
+ForwardedAnswer = Callable[[Controller, Any], Awaitable[Any]]
 
 
 class ControllerHandle(Protocol):
@@ -168,20 +167,37 @@ class ControllerApis:
         }
         #: how the active controller answers each of FORWARDED_APIS (KafkaApis.handle_forwarded
         #: routes them here, or onwards to the active controller)
-        self.forwarded_handlers: dict[int, Callable[[Any], Awaitable[Any]]] = {
+        answers: dict[p.ApiKey, ForwardedAnswer] = {
             p.ApiKey.CREATE_TOPICS: self.create_topics,
             p.ApiKey.DELETE_TOPICS: self.delete_topics,
             p.ApiKey.CREATE_PARTITIONS: self.create_partitions,
             p.ApiKey.ALTER_CONFIGS: self.alter_configs,
             p.ApiKey.INCREMENTAL_ALTER_CONFIGS: self.alter_configs,
-            p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
-            p.ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
-            p.ApiKey.ELECT_LEADERS: self.elect_leaders,
-            p.ApiKey.UNREGISTER_BROKER: self.unregister_broker,
-            p.ApiKey.CREATE_ACLS: self.create_acls,
-            p.ApiKey.DELETE_ACLS: self.delete_acls,
-            p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
+            p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+            p.ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
+            p.ApiKey.ELECT_LEADERS: _elect_leaders,
+            p.ApiKey.UNREGISTER_BROKER: _unregister_broker,
+            p.ApiKey.CREATE_ACLS: functools.partial(create_acls, config),
+            p.ApiKey.DELETE_ACLS: functools.partial(delete_acls, config),
+            p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
         }
+        self.forwarded_handlers: dict[int, Callable[[Any], Awaitable[Any]]] = {
+            api: self._when_active(api, answer) for api, answer in answers.items()
+        }
+
+    def _when_active(
+        self, api: p.ApiKey, answer: ForwardedAnswer
+    ) -> Callable[[Any], Awaitable[Any]]:
+        """``answer(controller, body)`` while this controller is the active one; a standby
+        answers NOT_CONTROLLER (:func:`not_controller_answer`)."""
+
+        async def forwarded(body: Any) -> Any:
+            controller = self.active_controller
+            if controller is None:
+                return not_controller_answer(api, body)
+            return await answer(controller, body)
+
+        return forwarded
 
     @property
     def active(self) -> bool:
@@ -198,10 +214,9 @@ class ControllerApis:
 
     # --- topics ------------------------------------------------------------------------------
 
-    async def create_topics(self, body: p.CreateTopicsRequest) -> p.CreateTopicsResponse:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_create(body)
+    async def create_topics(
+        self, controller: Controller, body: p.CreateTopicsRequest
+    ) -> p.CreateTopicsResponse:
         results = []
         for topic in body.topics:
             partitions = (
@@ -240,61 +255,52 @@ class ControllerApis:
         return p.CreateTopicsResponse(topics=results)
 
     async def create_partitions(
-        self, body: p.CreatePartitionsRequest
+        self, controller: Controller, body: p.CreatePartitionsRequest
     ) -> p.CreatePartitionsResponse:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_create_partitions(body)
-        results = []
-        for topic in body.topics:
-            try:
-                await asyncio.to_thread(
-                    controller.create_partitions,
-                    topic.name,
-                    topic.count,
-                    None
-                    if topic.assignments is None
-                    else [a.broker_ids for a in topic.assignments],
-                    validate_only=body.validate_only,
-                )
-                results.append(p.CreatePartitionsTopicResult(name=topic.name))
-            except ReplogError as err:
-                results.append(
-                    p.CreatePartitionsTopicResult(
-                        name=topic.name,
-                        error_code=error_code(err),
-                        error_message=error_message(err),
-                    )
-                )
+
+        async def create(topic: p.CreatePartitionsTopic) -> p.CreatePartitionsTopicResult:
+            await asyncio.to_thread(
+                controller.create_partitions,
+                topic.name,
+                topic.count,
+                None if topic.assignments is None else [a.broker_ids for a in topic.assignments],
+                validate_only=body.validate_only,
+            )
+            return p.CreatePartitionsTopicResult(name=topic.name)
+
+        results = await answer_each(
+            body.topics,
+            create,
+            lambda topic, err: p.CreatePartitionsTopicResult(
+                name=topic.name, error_code=error_code(err), error_message=error_message(err)
+            ),
+        )
         return p.CreatePartitionsResponse(results=results)
 
-    async def delete_topics(self, body: p.DeleteTopicsRequest) -> p.DeleteTopicsResponse:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_delete(body)
-        results = []
-        for name in body.topic_names:
-            try:
-                await asyncio.to_thread(controller.delete_topic, name)
-                results.append(p.DeletableTopicResult(name=name))
-            except ReplogError as err:
-                results.append(
-                    p.DeletableTopicResult(
-                        name=name, error_code=error_code(err), error_message=error_message(err)
-                    )
-                )
+    async def delete_topics(
+        self, controller: Controller, body: p.DeleteTopicsRequest
+    ) -> p.DeleteTopicsResponse:
+
+        async def delete(name: str) -> p.DeletableTopicResult:
+            await asyncio.to_thread(controller.delete_topic, name)
+            return p.DeletableTopicResult(name=name)
+
+        results = await answer_each(
+            body.topic_names,
+            delete,
+            lambda name, err: p.DeletableTopicResult(
+                name=name, error_code=error_code(err), error_message=error_message(err)
+            ),
+        )
         return p.DeleteTopicsResponse(responses=results)
 
     # --- configs ------------------------------------------------------------------------------
 
     async def alter_configs(
-        self, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
+        self, controller: Controller, body: p.AlterConfigsRequest | p.IncrementalAlterConfigsRequest
     ) -> p.AlterConfigsResponse | p.IncrementalAlterConfigsResponse:
         """AlterConfigs (each resource's keys become its whole set of dynamic configs) or
         IncrementalAlterConfigs (SET / DELETE per key): per resource, done or why not."""
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_alter_configs(body)
         incremental = isinstance(body, p.IncrementalAlterConfigsRequest)
         results = []
         for resource in body.resources:
@@ -336,181 +342,6 @@ class ControllerApis:
                 )
         response = p.IncrementalAlterConfigsResponse if incremental else p.AlterConfigsResponse
         return response(responses=results)
-
-    # --- reassignments, leader elections, unregistration --------------------------------------
-
-    async def alter_partition_reassignments(self, body: Any) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_admin(p.ApiKey.ALTER_PARTITION_REASSIGNMENTS)
-        return await _alter_partition_reassignments(controller, body)
-
-    async def list_partition_reassignments(self, body: Any) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_admin(p.ApiKey.LIST_PARTITION_REASSIGNMENTS)
-        return await _list_partition_reassignments(controller, body)
-
-    async def elect_leaders(self, body: Any) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_admin(p.ApiKey.ELECT_LEADERS)
-        return await _elect_leaders(controller, body)
-
-    async def unregister_broker(self, body: Any) -> Any:
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_admin(p.ApiKey.UNREGISTER_BROKER)
-        return await _unregister_broker(controller, body)
-
-    # --- ACLs and SCRAM credentials ---------------------------------------------------------
-
-    async def create_acls(self, body: pa.CreateAclsRequest) -> pa.CreateAclsResponse:
-        """Add ACLs, one result per creation (SECURITY_DISABLED on every one without an
-        authorizer, as Kafka: ACLs nothing enforces would only mislead)."""
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_create_acls(body)
-        if not self.config.security.authorizer_class_name:
-            return pa.CreateAclsResponse(
-                results=[_acl_creation_error(SecurityDisabledError(_NO_AUTHORIZER))]
-                * len(body.creations)
-            )
-        results: list[pa.AclCreationResult | None] = []
-        bindings: list[AclBinding] = []
-        for c in body.creations:
-            try:
-                bindings.append(
-                    AclBinding.from_wire(
-                        c.resource_type,
-                        c.resource_name,
-                        c.resource_pattern_type,
-                        c.principal,
-                        c.host,
-                        c.operation,
-                        c.permission_type,
-                    )
-                )
-                results.append(None)
-            except ReplogError as err:
-                results.append(_acl_creation_error(err))
-        try:
-            outcomes = iter(await asyncio.to_thread(controller.create_acls, bindings))
-        except ReplogError as err:
-            return pa.CreateAclsResponse(results=[_acl_creation_error(err)] * len(results))
-        answers = []
-        for result in results:
-            if result is None:
-                failure = next(outcomes)
-                result = pa.AclCreationResult() if failure is None else _acl_creation_error(failure)
-            answers.append(result)
-        return pa.CreateAclsResponse(results=answers)
-
-    async def delete_acls(self, body: pa.DeleteAclsRequest) -> pa.DeleteAclsResponse:
-        """Remove the ACLs each filter matches; per filter, the ACLs it removed."""
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_delete_acls(body)
-        if not self.config.security.authorizer_class_name:
-            return pa.DeleteAclsResponse(
-                filter_results=[_acl_filter_error(SecurityDisabledError(_NO_AUTHORIZER))]
-                * len(body.filters)
-            )
-        filters: list[AclBindingFilter | ReplogError] = []
-        for f in body.filters:
-            try:
-                filters.append(
-                    AclBindingFilter.from_wire(
-                        f.resource_type_filter,
-                        f.resource_name_filter,
-                        f.pattern_type_filter,
-                        f.principal_filter,
-                        f.host_filter,
-                        f.operation,
-                        f.permission_type,
-                    )
-                )
-            except ReplogError as err:
-                filters.append(err)
-        valid = [parsed for parsed in filters if isinstance(parsed, AclBindingFilter)]
-        try:
-            matched = iter(await asyncio.to_thread(controller.delete_acls, valid))
-        except ReplogError as err:
-            return pa.DeleteAclsResponse(filter_results=[_acl_filter_error(err)] * len(filters))
-        results = []
-        for parsed in filters:
-            if isinstance(parsed, ReplogError):
-                results.append(_acl_filter_error(parsed))
-                continue
-            results.append(
-                pa.DeleteAclsFilterResult(
-                    matching_acls=[
-                        pa.DeleteAclsMatchingAcl(
-                            resource_type=b.resource_type,
-                            resource_name=b.resource_name,
-                            pattern_type=b.pattern_type,
-                            principal=b.principal,
-                            host=b.host,
-                            operation=b.operation,
-                            permission_type=b.permission,
-                        )
-                        for b in next(matched)
-                    ]
-                )
-            )
-        return pa.DeleteAclsResponse(filter_results=results)
-
-    async def alter_user_scram_credentials(
-        self, body: pa.AlterUserScramCredentialsRequest
-    ) -> pa.AlterUserScramCredentialsResponse:
-        """Set or delete users' SCRAM credentials, one result per user. The request carries
-        salted passwords; only the keys derived from them are kept."""
-        controller = self.active_controller
-        if controller is None:
-            return not_controller_alter_scram(body)
-        failed: dict[str, ReplogError] = {}
-        upserts: list[ScramCredential] = []
-        deletions: list[tuple[str, str]] = []
-        for d in body.deletions:
-            try:
-                deletions.append((_scram_user(d.name), _scram_mechanism(d.mechanism)))
-            except ReplogError as err:
-                failed.setdefault(d.name, err)
-        for u in body.upsertions:
-            try:
-                mechanism = _scram_mechanism(u.mechanism)
-                try:
-                    upserts.append(
-                        credential_from_salted(
-                            _scram_user(u.name), mechanism, u.iterations, u.salt, u.salted_password
-                        )
-                    )
-                except ValueError as err:
-                    raise UnacceptableCredentialError(str(err)) from None
-            except ReplogError as err:
-                failed.setdefault(u.name, err)
-        users = list(
-            dict.fromkeys([d.name for d in body.deletions] + [u.name for u in body.upsertions])
-        )
-        try:
-            outcomes = await asyncio.to_thread(
-                controller.alter_scram_credentials,
-                [c for c in upserts if c.user not in failed],
-                [(u, m) for u, m in deletions if u not in failed],
-            )
-        except ReplogError as err:
-            outcomes = dict.fromkeys(users, err)
-        results = []
-        for user in users:
-            error = failed.get(user) or outcomes.get(user)
-            results.append(
-                pa.AlterUserScramCredentialsResult(
-                    user=user,
-                    error_code=error_code(error) if error else 0,
-                    error_message=error_message(error) if error else None,
-                )
-            )
-        return pa.AlterUserScramCredentialsResponse(results=results)
 
     # --- producer ids, brokers, ISR ----------------------------------------------------------
 
@@ -766,31 +597,15 @@ async def _unregister_broker(
     return p.UnregisterBrokerResponse()
 
 
-# --- ACLs and SCRAM credentials -----------------------------------------------------------------
-
-_NO_AUTHORIZER = (
-    "no authorizer is configured: set authorizer.class.name="
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer on the brokers and controllers"
-)
-
-
-def _acl_creation_error(err: ReplogError) -> pa.AclCreationResult:
-    return pa.AclCreationResult(error_code=error_code(err), error_message=error_message(err))
-
-
-def _acl_filter_error(err: ReplogError) -> pa.DeleteAclsFilterResult:
-    return pa.DeleteAclsFilterResult(error_code=error_code(err), error_message=error_message(err))
-
-
 def not_controller_create_acls(body: pa.CreateAclsRequest) -> pa.CreateAclsResponse:
     return pa.CreateAclsResponse(
-        results=[_acl_creation_error(NotControllerError(_STANDBY))] * len(body.creations)
+        results=[acl_creation_error(NotControllerError(_STANDBY))] * len(body.creations)
     )
 
 
 def not_controller_delete_acls(body: pa.DeleteAclsRequest) -> pa.DeleteAclsResponse:
     return pa.DeleteAclsResponse(
-        filter_results=[_acl_filter_error(NotControllerError(_STANDBY))] * len(body.filters)
+        filter_results=[acl_filter_error(NotControllerError(_STANDBY))] * len(body.filters)
     )
 
 
@@ -806,114 +621,3 @@ def not_controller_alter_scram(
             for user in users
         ]
     )
-
-
-def _scram_user(name: str) -> str:
-    if not name:
-        raise UnacceptableCredentialError("a SCRAM user name must not be empty")
-    return name
-
-
-def _scram_mechanism(code: int) -> str:
-    try:
-        return mechanism_name(code)
-    except ValueError as err:
-        raise UnsupportedSaslMechanismError(str(err)) from None
-
-
-def describe_acls(
-    config: BrokerConfig, image: MetadataImage, body: pa.DescribeAclsRequest
-) -> pa.DescribeAclsResponse:
-    """DescribeAcls from a metadata image: the bindings the filter matches, grouped by
-    resource pattern (SECURITY_DISABLED without an authorizer, as Kafka)."""
-    if not config.security.authorizer_class_name:
-        err: ReplogError = SecurityDisabledError(_NO_AUTHORIZER)
-        return pa.DescribeAclsResponse(error_code=error_code(err), error_message=error_message(err))
-    try:
-        f = AclBindingFilter.from_wire(
-            body.resource_type_filter,
-            body.resource_name_filter,
-            body.pattern_type_filter,
-            body.principal_filter,
-            body.host_filter,
-            body.operation,
-            body.permission_type,
-        )
-    except ReplogError as err:
-        return pa.DescribeAclsResponse(error_code=error_code(err), error_message=error_message(err))
-    by_pattern: dict[tuple[int, str, int], list[pa.AclDescription]] = {}
-    for b in image.acls:
-        if f.matches(b):
-            by_pattern.setdefault((b.resource_type, b.resource_name, b.pattern_type), []).append(
-                pa.AclDescription(
-                    principal=b.principal,
-                    host=b.host,
-                    operation=b.operation,
-                    permission_type=b.permission,
-                )
-            )
-    return pa.DescribeAclsResponse(
-        resources=[
-            pa.DescribeAclsResource(
-                resource_type=rtype, resource_name=name, pattern_type=pattern, acls=acls
-            )
-            for (rtype, name, pattern), acls in by_pattern.items()
-        ]
-    )
-
-
-def describe_user_scram_credentials(
-    image: MetadataImage, body: pa.DescribeUserScramCredentialsRequest
-) -> pa.DescribeUserScramCredentialsResponse:
-    """DescribeUserScramCredentials from a metadata image: each user's mechanisms and
-    iteration counts (never a salt or key). No users named: every user with a credential."""
-    infos: dict[str, list[pa.CredentialInfo]] = {}
-    for c in image.scram_credentials:
-        infos.setdefault(c.user, []).append(
-            pa.CredentialInfo(mechanism=MECHANISMS[c.mechanism], iterations=c.iterations)
-        )
-    if not body.users:
-        return pa.DescribeUserScramCredentialsResponse(
-            results=[
-                pa.DescribeUserScramCredentialsResult(user=user, credential_infos=found)
-                for user, found in infos.items()
-            ]
-        )
-    names = [u.name for u in body.users]
-    results = []
-    for user in dict.fromkeys(names):
-        error: ReplogError | None = None
-        if names.count(user) > 1:
-            error = DuplicateResourceError(f"user {user!r} is named more than once")
-        elif user not in infos:
-            error = ResourceNotFoundError(f"user {user!r} has no SCRAM credential")
-        results.append(
-            pa.DescribeUserScramCredentialsResult(
-                user=user,
-                error_code=error_code(error) if error else 0,
-                error_message=error_message(error) if error else None,
-                credential_infos=[] if error else infos[user],
-            )
-        )
-    return pa.DescribeUserScramCredentialsResponse(results=results)
-
-
-def security_handlers(
-    config: BrokerConfig, image: Callable[[], MetadataImage]
-) -> dict[int, Handler]:
-    """The handlers of DescribeAcls and DescribeUserScramCredentials, which any node answers
-    from its metadata image (``image()``, read at each request); KafkaApis registers them.
-    CreateAcls, DeleteAcls and AlterUserScramCredentials are forwarded (FORWARDED_APIS)."""
-
-    async def handle_describe_acls(header: p.RequestHeader, body: pa.DescribeAclsRequest) -> Any:
-        return describe_acls(config, image(), body)
-
-    async def handle_describe_user_scram_credentials(
-        header: p.RequestHeader, body: pa.DescribeUserScramCredentialsRequest
-    ) -> Any:
-        return describe_user_scram_credentials(image(), body)
-
-    return {
-        p.ApiKey.DESCRIBE_ACLS: handle_describe_acls,
-        p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
-    }

@@ -19,14 +19,9 @@ from typing import Any
 from replication import protocol as p
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
-from replication.coordinator.group import (
-    OFFSETS_TOPIC,
-    GroupCoordinator,
-    GroupState,
-    JoinRequest,
-    OffsetAndMetadata,
-    partition_for,
-)
+from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group_metadata import GroupState, JoinRequest, OffsetAndMetadata
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from replication.errors import (
     CoordinatorNotAvailableError,
     ReplogError,

@@ -27,7 +27,9 @@ from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.controller.service import ControllerService
-from replication.coordinator.group import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group_metadata import GroupConfig
+from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC, TransactionCoordinator
 from replication.errors import (
     ClusterAuthorizationFailedError,
