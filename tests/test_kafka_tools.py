@@ -91,6 +91,16 @@ def test_kafka_topics_creates_lists_describes_alters_and_deletes(cluster: Cluste
         assert sorted(replicas.split(",")) == ["0", "1", "2"]
         assert sorted(isr.split(",")) == ["0", "1", "2"]
         assert leader in replicas.split(",")
+    # a topic's overrides, given with --config at create, are described under Configs:
+    configured = unique_name("tool")
+    ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", configured,
+            "--partitions", "1", "--replication-factor", "3",
+            "--config", "retention.ms=100000"))  # fmt: skip
+    wait_known(cluster, configured, 1)
+    described = ok(
+        tool(TOPICS, "--bootstrap-server", bootstrap, "--describe", "--topic", configured)
+    )
+    assert re.search(r"\tConfigs: retention\.ms=100000\n", described), described
     # a topic that exists: Kafka's TopicExistsException, named
     again = tool(TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", topic,
                  "--partitions", "1", "--replication-factor", "3")  # fmt: skip
