@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from replication.tools.local_cluster import ClusterError, ClusterLayout
 from replication.tools.prometheus_config import render
+
+if TYPE_CHECKING:
+    # local_cluster brings the node (a broker's whole import): every CLI command would pay for
+    # it at start, so it is imported where a command uses it
+    from replication.tools.local_cluster import ClusterLayout
 
 __all__ = ["cluster_prometheus_config", "local_targets"]
 
@@ -26,6 +30,8 @@ __all__ = ["cluster_prometheus_config", "local_targets"]
 def local_targets(layout: ClusterLayout) -> dict[str, list[str]]:
     """Prometheus job -> the metrics endpoints of the cluster's nodes (as ``cluster up``
     recorded them in its state file)."""
+    from replication.tools.local_cluster import ClusterError
+
     try:
         doc = json.loads(layout.state_path.read_text())
     except FileNotFoundError:
@@ -69,6 +75,8 @@ def cluster_prometheus_config(
     ] = None,
 ) -> None:
     """Write a Prometheus config that scrapes every node of the local cluster."""
+    from replication.tools.local_cluster import ClusterError, ClusterLayout
+
     layout = ClusterLayout.of(data)
     targets = local_targets(layout)
     path = Path(output) if output else layout.run_dir / "prometheus.yml"
