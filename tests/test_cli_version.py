@@ -48,3 +48,17 @@ def test_version_without_package_metadata_says_how_to_install(
     err = capsys.readouterr().err
     assert "replog is not installed" in err
     assert "pip install -e ." in err
+
+
+def test_the_cli_starts_without_importing_a_broker() -> None:
+    """`replog --help` and every client command start without the node's import (the broker,
+    its APIs and their schemas): only the commands that run a node or a local cluster load it."""
+    probe = (
+        "import sys, replication.tools.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('replication.server', "
+        "'replication.broker', 'replication.controller'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
