@@ -41,7 +41,7 @@ max-rate window, half rate, idle CPU of the three servers. JetStream acks on a q
 not fsync per message: the JSON carries that note, and whether this nats-server accepts
 ``sync_interval: always`` (if it does, the peer runs both ways).
 
-Prints one JSON line with both side by side and the goal checks (issue 19): sync p50 <= 2 ms,
+Prints one JSON line with both side by side and the goal checks: sync p50 <= 2 ms,
 p99 <= 10 ms, p99 at half the max rate <= 50 ms, idle broker < 1% of a core.
 
     python benchmarks/latency.py [--sync-records 2000] [--idle-seconds 20] [--no-nats] ...

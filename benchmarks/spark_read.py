@@ -16,7 +16,7 @@ Produces ``--rows`` records of 100-byte random values into a 3-partition topic o
   processing-time trigger, for replog (maxOffsetsPerTrigger=10000), the in-memory source and
   Spark's ``rate-micro-batch`` source (rowsPerBatch=10000).
 
-Goals (issue 6): replog at least 0.8x the in-memory source's rows/s, and micro-batches within
+Goals: replog at least 0.8x the in-memory source's rows/s, and micro-batches within
 1.5x of the in-memory source's. Prints one JSON line.
 
     python benchmarks/spark_read.py [--rows 5000000] [--runs 5] [--dir /tmp]

@@ -20,7 +20,7 @@ bytes acked by the cluster); idle requests/s per broker; $ per TB ingested per r
 list prices (PUT/COPY/POST/LIST $0.005 per 1,000, GET/HEAD $0.0004 per 1,000, DELETE free; the
 price list is in the JSON); and, from the two rates, a fit ``requests/s = a + b * MB/s`` per
 class (a: time-driven flushes and checkpoints; b: size-driven) extrapolated to $ per TB at
-50 MB/s. Goal checks (issue 19): ``independent_of_partitions`` (PUTs per broker at the largest
+50 MB/s. Goal checks: ``independent_of_partitions`` (PUTs per broker at the largest
 partition count <= 1.2 x at one partition, same target rate; compared per GB ingested, so a
 stalled cluster cannot pass) and ``usd_per_tb_at_50MBps <= 1``.
 

@@ -454,7 +454,7 @@ PROMETHEUS_DIR = ROOT / "conf" / "docker" / "prometheus"
 GRAFANA_DIR = ROOT / "conf" / "docker" / "grafana"
 DASHBOARD = GRAFANA_DIR / "dashboards" / "replog.json"
 
-#: the metric names fixed for issue 17 (named as the Prometheus JMX exporter names Kafka's JMX
+#: the metric names replog keeps stable (named as the Prometheus JMX exporter names Kafka's JMX
 #: metrics): what the dashboard and the alerts may use
 METRICS = {
     "kafka_server_replicamanager_underreplicatedpartitions",

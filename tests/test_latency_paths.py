@@ -1,4 +1,4 @@
-"""The acks=all critical path waits for data, not for timers (issue 19, WP3 step A).
+"""The acks=all critical path waits for data, not for timers.
 
 A controller and three brokers run as real :class:`~replication.server.node.Node` objects in
 this test's event loop (real sockets, real fetch sessions, real local files with fsync), so

@@ -194,7 +194,7 @@ def test_leader_sigkill_under_acks_all_loses_nothing(
 def test_leader_crash_restart_while_a_follower_is_paused_loses_nothing(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
-    """Issue 12's failure: the leader is SIGKILLed and restarted at once while a follower is
+    """The restarted-leader race: the leader is SIGKILLed and restarted at once while a follower is
     paused for less than a session. The followers had fetched the leader's unflushed tail; the
     restarted leader must not lead again at its old epoch with a shorter log."""
     # a long group-commit interval: the leader's unflushed tail, already fetched by the

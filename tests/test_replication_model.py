@@ -1,4 +1,4 @@
-"""Replication as a Hypothesis state machine, driving the real code (issue 12).
+"""Replication as a Hypothesis state machine, driving the real code.
 
 Three brokers, one topic of 1-2 partitions, replication factor 3, min.insync.replicas=2, all in
 this process on memory storage, with no broker processes and no background loops. A rule is a
@@ -884,7 +884,7 @@ class ReplicationMachine(RuleBasedStateMachine):
         SIGKILL with a restart at once (a supervisor) or later, SIGSTOP / SIGCONT, a leader
         dropping a follower from the ISR, a controller failover. Before a SIGKILL, the
         victim's followers may fetch from it once (so they hold what it had not flushed: the
-        race of issue 12)."""
+        race that once lost acked records)."""
         c = self.c
         kinds = ["controller_failover"]
         if c.up_ids():
@@ -945,7 +945,7 @@ TestReplicationModel.settings = settings(
 )
 
 
-# --- issue 12, step by step -------------------------------------------------------------------
+# --- the restarted-leader race, step by step ----------------------------------------------
 
 
 def replicate(cluster: ModelCluster, rounds: int = 6) -> None:
@@ -967,11 +967,11 @@ def produce_to_leaders(cluster: ModelCluster, count: int) -> None:
 
 
 def test_restart_of_leader_while_follower_paused_loses_no_acked_record() -> None:
-    """Issue 12: leader 0 at epoch E with ISR {0,1,2}; the followers fetched its unflushed
-    tail; broker 1 is paused; broker 0 is killed and restarted at once (its registration is
-    refused while its old session lives); producers carry on; broker 1 resumes; the old
-    session expires and leaders are elected. No acked record may be lost, the replicas must
-    end identical, and the restarted broker must not lead again at epoch E."""
+    """The restarted-leader race: leader 0 at epoch E with ISR {0,1,2}; the followers fetched
+    its unflushed tail; broker 1 is paused; broker 0 is killed and restarted at once (its
+    registration is refused while its old session lives); producers carry on; broker 1
+    resumes; the old session expires and leaders are elected. No acked record may be lost,
+    the replicas must end identical, and the restarted broker must not lead again at epoch E."""
     cluster = ModelCluster(1)
     try:
         state = cluster.state(0)

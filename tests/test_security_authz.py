@@ -1,4 +1,4 @@
-"""Authorization in the request handlers (issue 18, security/api_acls.py): each API, called in
+"""Authorization in the request handlers (security/api_acls.py): each API, called in
 process as ``User:bob`` from 127.0.0.1, is refused with Kafka's error shape and changes nothing
 while bob has no ACL, and succeeds with the minimal ACL of its row. Without an authorizer
 nothing changes; with one and no session, everything is refused (never run as the node).

@@ -1,4 +1,4 @@
-"""The authorization matrix over real broker processes (issue 18): for every API a broker serves
+"""The authorization matrix over real broker processes: for every API a broker serves
 (the list comes from the broker's own ApiVersions answer, so an API added later without a case
 here fails), a valid request from ``User:alice`` with no ACLs is refused with Kafka's
 authorization error (or, for a listing, an answer with everything filtered out) and changes

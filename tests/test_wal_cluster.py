@@ -1,4 +1,4 @@
-"""Brokers over the broker WAL (``log.wal.enable``, issue 19): real broker processes.
+"""Brokers over the broker WAL (``log.wal.enable``): real broker processes.
 
 What must hold when every partition's batches go through one write-ahead object per broker
 per flush: the number of objects a broker writes follows its flushes, not its partitions;
