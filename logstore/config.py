@@ -19,11 +19,17 @@ C = TypeVar("C")
 
 
 def key(
-    name: str, doc: str = "", *, minimum: int | None = None, secret: bool = False
+    name: str,
+    doc: str = "",
+    *,
+    minimum: int | None = None,
+    secret: bool = False,
+    choices: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Field metadata: the Kafka key name, a one-line description, an optional lower bound,
-    and whether the value is a secret (a password: never printed; give the field repr=False)."""
-    return {"key": name, "doc": doc, "minimum": minimum, "secret": secret}
+    whether the value is a secret (a password: never printed; give the field repr=False), and
+    the values a string key may take (any, when empty)."""
+    return {"key": name, "doc": doc, "minimum": minimum, "secret": secret, "choices": choices}
 
 
 def keys_of(cls: type[Any]) -> dict[str, dataclasses.Field[Any]]:
@@ -81,6 +87,11 @@ def parse(cls: type[C], values: Mapping[str, Any], *, ignore: frozenset[str] = f
         minimum = f.metadata.get("minimum")
         if minimum is not None and converted < minimum:
             raise ConfigError(f"config {name}={value!r}: must be at least {minimum}")
+        choices = f.metadata.get("choices")
+        if choices and converted not in choices:
+            raise ConfigError(
+                f"config {name}={value!r}: expected {' or '.join(choices)} ({f.metadata['doc']})"
+            )
         kwargs[f.name] = converted
     return cls(**kwargs)
 
@@ -142,5 +153,15 @@ class LogConfig:
         default=32 * 1024 * 1024,
         metadata=key(
             "log.tail.cache.bytes", "recently written object bytes kept in memory", minimum=0
+        ),
+    )
+    # Kafka Streams names it on every internal topic it creates (CreateTime). LogAppendTime,
+    # the broker stamping each batch, is not served: a batch is stored as its producer sent it.
+    message_timestamp_type: str = field(
+        default="CreateTime",
+        metadata=key(
+            "message.timestamp.type",
+            "records keep their producer's timestamps; LogAppendTime is not served",
+            choices=("CreateTime",),
         ),
     )

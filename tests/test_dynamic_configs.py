@@ -104,6 +104,11 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
             "unclean.leader.election.enable='maybe': expected true or false",
         ),
         (
+            lambda: c.alter_topic_configs("t", [(SET, "message.timestamp.type", "LogAppendTime")]),
+            ConfigError,
+            "message.timestamp.type='LogAppendTime': expected CreateTime .*LogAppendTime is not",
+        ),
+        (
             lambda: c.alter_topic_configs("t", [(SET, "retention.msx", "1")]),
             ConfigError,
             "unknown topic config 'retention.msx'",
@@ -144,6 +149,8 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
         with pytest.raises(error, match=message):
             call()
     assert c.image.version == before
+    # what Kafka Streams names on its internal topics is taken
+    c.alter_topic_configs("t", [(SET, "message.timestamp.type", "CreateTime")])
     # at creation too, with the same messages
     with pytest.raises(ConfigError, match=r"min.insync.replicas='0': must be at least 1"):
         c.create_topic("u", 1, 1, [("min.insync.replicas", "0")])
