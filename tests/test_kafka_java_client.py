@@ -108,7 +108,7 @@ def test_a_classic_consumer_group_rebalances_between_two_members(cluster: Cluste
     assert committed["state"] == "Empty"
 
 
-#: AdminClient calls whose API replog's Kafka listener does not serve yet (issue 44, and two
+#: AdminClient calls whose API replog's Kafka listener does not serve yet (and two
 #: newer API versions): the client's clear refusal, and the broker goes on
 NOT_SERVED = {
     "list_offsets_max_timestamp": "LIST_OFFSETS with version in range [7,",

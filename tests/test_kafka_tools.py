@@ -3,7 +3,7 @@ scripts run them) against replog's Kafka listener on real broker processes: kafk
 kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
 kafka-producer-perf-test, kafka-consumer-perf-test and kafka-transactions list work;
 kafka-log-dirs, kafka-transactions describe and find-hanging, and kafka-acls (on a SASL_SSL
-cluster with ACLs on) call APIs the listener does not serve yet (issue 44), and the tests pin
+cluster with ACLs on) call APIs the listener does not serve yet, and the tests pin
 their clear refusal and that the brokers go on."""
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def test_kafka_transactions_lists_transactions(cluster: Cluster) -> None:
     assert done_id not in long_running
     assert open_id not in rows("list", "--duration-filter", "3600000")
 
-    # DescribeTransactions is not on the Kafka listener yet (issue 44): named, refused
+    # DescribeTransactions is not on the Kafka listener yet: named, refused
     described = tool(
         TRANSACTIONS, "--bootstrap-server", bootstrap, "describe", "--transactional-id", open_id
     )
@@ -252,7 +252,7 @@ def test_kafka_transactions_lists_transactions(cluster: Cluster) -> None:
 
 
 def test_kafka_log_dirs_and_find_hanging_are_refused_clearly(cluster: Cluster) -> None:
-    """DescribeLogDirs and DescribeProducers are not on the Kafka listener yet (issue 44): each
+    """DescribeLogDirs and DescribeProducers are not on the Kafka listener yet: each
     tool names the API it lacks, and the brokers go on."""
     bootstrap = cluster.kafka_bootstrap
     dirs = tool(LOG_DIRS, "--bootstrap-server", bootstrap, "--describe")
@@ -309,8 +309,8 @@ def test_kafka_acls_on_a_secured_cluster_is_refused_clearly(
     secure: tuple[Cluster, Path],
 ) -> None:
     """Kafka's tools log in over SASL_SSL (SCRAM-SHA-512, PEM truststore) and work; kafka-acls
-    needs DescribeAcls and CreateAcls, which the Kafka listener does not serve yet (issue 44;
-    `replog acls` manages ACLs): it names the API, and the broker goes on."""
+    needs DescribeAcls and CreateAcls, which the Kafka listener does not serve yet
+    (`replog acls` manages ACLs): it names the API, and the broker goes on."""
     cluster, properties = secure
     bootstrap = cluster.kafka_bootstrap
     login = ["--bootstrap-server", bootstrap, "--command-config", str(properties)]

@@ -1,4 +1,4 @@
-"""A Jepsen-style fault-injection harness for replog (issue 12).
+"""A Jepsen-style fault-injection harness for replog.
 
 ``python -m tests.chaos --seed 1 --schedules 100`` runs seeded schedules, each against a fresh
 cluster of real processes (2 controllers, 3 brokers behind proxies, on storage that can fail):

@@ -48,7 +48,8 @@ BROKER_SETTINGS = {
     "default.replication.factor": "3",
     "transaction.timeout.ms": "10000",
     # Group commit every 100 ms (default 5): a leader that dies then has an unflushed tail its
-    # followers have already fetched, the window in which issue 12 lost acked records.
+    # followers have already fetched: the window in which a leader's failover could lose acked
+    # records if the high watermark ran ahead of the followers' durable ends.
     "log.flush.interval.ms": "100",
 }
 

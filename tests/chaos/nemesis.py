@@ -16,7 +16,7 @@ pause_short                 SIGSTOP a broker for 0.5..2 s (< S), then SIGCONT
 pause_long                  SIGSTOP a broker for S + 1..3 s (> S: it is fenced)
 crash_restart_while_paused  SIGSTOP a follower of a partition, 0.1..0.5 s later SIGKILL that
                             partition's leader and restart it at once; the follower resumes
-                            1.5..1.9 s after its pause (< S: it stays in the ISR) (issue 12)
+                            1.5..1.9 s after its pause (< S: it stays in the ISR)
 two_faults                  two of the single-broker faults at once, on different brokers
 controller_kill             SIGKILL the active controller, restart it after S + 0.5..3 s
 coordinator_kill            SIGKILL the leader of __transaction_state-0, restart it at once
