@@ -1,13 +1,15 @@
 """Kafka's own tools (Apache Kafka 4.4.0, run from the jars' main classes as its bin/*.sh
 scripts run them) against replog's Kafka listener on real broker processes: kafka-topics,
 kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
-kafka-producer-perf-test, kafka-consumer-perf-test and kafka-transactions list work;
-kafka-log-dirs, kafka-transactions describe and find-hanging, and kafka-acls (on a SASL_SSL
-cluster with ACLs on) call APIs the listener does not serve yet, and the tests pin
-their clear refusal and that the brokers go on."""
+kafka-producer-perf-test, kafka-consumer-perf-test, kafka-log-dirs, kafka-transactions list,
+describe-producers and find-hanging, and kafka-acls with SCRAM users added by kafka-configs
+(on a SASL_SSL cluster with ACLs on) work; kafka-transactions describe calls an API the
+listener does not serve yet, and the test pins its clear refusal and that the brokers go
+on."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -251,20 +253,71 @@ def test_kafka_transactions_lists_transactions(cluster: Cluster) -> None:
     producers[0].abort_transaction(60)
 
 
-def test_kafka_log_dirs_and_find_hanging_are_refused_clearly(cluster: Cluster) -> None:
-    """DescribeLogDirs and DescribeProducers are not on the Kafka listener yet: each
-    tool names the API it lacks, and the brokers go on."""
-    bootstrap = cluster.kafka_bootstrap
-    dirs = tool(LOG_DIRS, "--bootstrap-server", bootstrap, "--describe")
-    assert dirs.returncode == 1
-    assert "UnsupportedVersionException: The node does not support DESCRIBE_LOG_DIRS" in dirs.stderr
-    hanging = tool(
-        TRANSACTIONS, "--bootstrap-server", bootstrap, "find-hanging", "--broker-id", "0"
+def test_kafka_log_dirs_describes_every_replica(cluster: Cluster) -> None:
+    """kafka-log-dirs --describe (DescribeLogDirs): every broker's storage root, with each
+    replica it holds and its size; --broker-list and --topic-list narrow it."""
+    topic = create(cluster, partitions=2)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    for partition in (0, 1):
+        producer.produce(topic, b"v" * 100, partition=partition)
+    assert producer.flush(60) == 0
+
+    def described(*args: str) -> dict[int, dict[str, int]]:
+        out = ok(tool(LOG_DIRS, "--bootstrap-server", cluster.kafka_bootstrap, "--describe",
+                      "--topic-list", topic, *args))  # fmt: skip
+        doc = json.loads(out.strip().splitlines()[-1])
+        return {
+            b["broker"]: {p["partition"]: p["size"] for d in b["logDirs"] for p in d["partitions"]}
+            for b in doc["brokers"]
+        }
+
+    # every replica holds its record once the followers have fetched it
+    wait_until(
+        lambda: all(
+            len(sizes) == 2 and min(sizes.values()) > 100 for sizes in described().values()
+        ),
+        timeout=60,
+        message=f"every broker's replicas of {topic} described with their record",
     )
-    assert hanging.returncode == 1
-    assert "The node does not support DESCRIBE_PRODUCERS" in hanging.stderr
+    assert set(described()) == {0, 1, 2}
+    assert list(described("--broker-list", "1")) == [1]
+
+
+def test_kafka_transactions_describe_producers_and_find_hanging(cluster: Cluster) -> None:
+    """kafka-transactions describe-producers and find-hanging (DescribeProducers, answered by
+    any replica as Kafka's is): an open transaction's producer and first offset, on the
+    leader and on a follower; nothing is hanging while it is younger than the timeout."""
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster, partitions=1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": unique_name("txn-producers")}
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0)
+    producer.flush(60)
+    try:
+        for broker in ("0", "1", "2"):  # the leader and both followers
+
+            def producers(broker: str = broker) -> list[list[str]]:
+                out = ok(tool(TRANSACTIONS, "--bootstrap-server", bootstrap,
+                              "describe-producers", "--topic", topic, "--partition", "0",
+                              "--broker-id", broker))  # fmt: skip
+                return [line.split() for line in out.strip().splitlines()[1:]]
+
+            # a follower knows the producer once it has fetched its batch
+            wait_until(lambda: len(producers()) == 1, timeout=60, message=f"broker {broker}")
+            (row,) = producers()
+            assert row[-1] == "0"  # CurrentTransactionStartOffset: the open transaction's
+
+        hanging = ok(tool(TRANSACTIONS, "--bootstrap-server", bootstrap, "find-hanging",
+                          "--broker-id", "1"))  # fmt: skip
+        header, *rows = hanging.strip().splitlines()
+        assert header.split()[:3] == ["Topic", "Partition", "ProducerId"]
+        assert rows == [], hanging  # open for seconds, not past the transaction timeout
+    finally:
+        producer.abort_transaction(60)
     assert all(b.alive for b in cluster.brokers.values())
-    ok(tool(TOPICS, "--bootstrap-server", bootstrap, "--list"))
 
 
 # --- kafka-acls on a secured cluster -------------------------------------------------------
@@ -305,12 +358,11 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, 
         c.stop()
 
 
-def test_kafka_acls_on_a_secured_cluster_is_refused_clearly(
-    secure: tuple[Cluster, Path],
-) -> None:
-    """Kafka's tools log in over SASL_SSL (SCRAM-SHA-512, PEM truststore) and work; kafka-acls
-    needs DescribeAcls and CreateAcls, which the Kafka listener does not serve yet
-    (`replog acls` manages ACLs): it names the API, and the broker goes on."""
+def test_kafka_acls_and_scram_users_on_a_secured_cluster(secure: tuple[Cluster, Path]) -> None:
+    """Kafka's tools log in over SASL_SSL (SCRAM-SHA-512, PEM truststore) and manage the
+    cluster's security: kafka-configs adds a SCRAM user (AlterUserScramCredentials), who logs
+    in; kafka-acls adds, lists and removes her ACL (CreateAcls, DescribeAcls, DeleteAcls), and
+    what she may see follows it."""
     cluster, properties = secure
     bootstrap = cluster.kafka_bootstrap
     login = ["--bootstrap-server", bootstrap, "--command-config", str(properties)]
@@ -322,14 +374,46 @@ def test_kafka_acls_on_a_secured_cluster_is_refused_clearly(
         timeout=60,
         message=f"{topic} listed over SASL_SSL",
     )
-    listed = tool(ACLS, *login, "--list")
-    assert listed.returncode == 1
-    assert "The node does not support DESCRIBE_ACLS" in listed.stdout + listed.stderr
-    added = tool(ACLS, *login, "--add", "--allow-principal", "User:alice", "--operation", "Read",
-                 "--topic", topic)  # fmt: skip
-    assert added.returncode == 1
-    # --add stops at its first call (DescribeAcls), before CreateAcls
-    assert "The node does not support DESCRIBE_ACLS" in added.stdout + added.stderr
+    user = unique_name("alice")
+    scram = "SCRAM-SHA-512=[iterations=8192,password=secret]"
+    added_user = ok(tool(CONFIGS, *login, "--alter", "--entity-type", "users", "--entity-name",
+                         user, "--add-config", scram))  # fmt: skip
+    assert f"Completed updating config for user {user}." in added_user
+    alice = properties.with_name("alice.properties")
+    jaas = (
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+        f'required username="{user}" password="secret";'
+    )
+    alice.write_text(
+        "\n".join(
+            jaas if line.startswith("sasl.jaas.config=") else line
+            for line in properties.read_text().splitlines()
+        )
+    )
+    as_alice = ["--bootstrap-server", bootstrap, "--command-config", str(alice)]
+
+    def alice_sees() -> list[str]:
+        return ok(tool(TOPICS, *as_alice, "--list")).split()
+
+    # she logs in (once the controller's credential has reached the broker), sees nothing
+    wait_until(
+        lambda: tool(TOPICS, *as_alice, "--list").returncode == 0,
+        timeout=60,
+        message=f"{user} logs in with the credential kafka-configs added",
+    )
+    assert topic not in alice_sees()
+
+    acl = ["--allow-principal", f"User:{user}", "--operation", "Describe", "--topic", topic]
+    added = ok(tool(ACLS, *login, "--add", *acl))
+    assert f"(principal=User:{user}, host=*, operation=DESCRIBE, permissionType=ALLOW)" in added
+    listed = ok(tool(ACLS, *login, "--list", "--topic", topic))
+    assert f"name={topic}, patternType=LITERAL" in listed
+    assert f"principal=User:{user}" in listed
+    wait_until(lambda: topic in alice_sees(), timeout=60, message=f"{user} allowed to see {topic}")
+
+    ok(tool(ACLS, *login, "--remove", "--force", *acl))
+    assert f"User:{user}" not in ok(tool(ACLS, *login, "--list", "--topic", topic))
+    wait_until(lambda: topic not in alice_sees(), timeout=60, message=f"{user}'s ACL removed")
     # a wrong password is refused as Kafka refuses it
     wrong = properties.with_name("wrong.properties")
     wrong.write_text(properties.read_text().replace('password="', 'password="x'))

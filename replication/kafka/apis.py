@@ -49,6 +49,7 @@ from replication.kafka.wire import (
     response_class,
 )
 from replication.metadata.image import MetadataImage
+from replication.protocol import acls
 from replication.protocol.codec import Parts
 from replication.server.apis import KafkaApis
 from replication.server.responses import error_code, error_message
@@ -90,6 +91,13 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.ALTER_PARTITION_REASSIGNMENTS: p.AlterPartitionReassignmentsRequest,
     p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsRequest,
     p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerRequest,
+    p.ApiKey.DESCRIBE_PRODUCERS: p.DescribeProducersRequest,
+    p.ApiKey.DESCRIBE_LOG_DIRS: p.DescribeLogDirsRequest,
+    p.ApiKey.DESCRIBE_ACLS: acls.DescribeAclsRequest,
+    p.ApiKey.CREATE_ACLS: acls.CreateAclsRequest,
+    p.ApiKey.DELETE_ACLS: acls.DeleteAclsRequest,
+    p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: acls.DescribeUserScramCredentialsRequest,
+    p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: acls.AlterUserScramCredentialsRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)

@@ -344,14 +344,15 @@ class TransactionApis(KafkaApisBase):
     async def handle_describe_producers(
         self, header: p.RequestHeader, body: p.DescribeProducersRequest
     ) -> Any:
-        """The producers each partition's leader knows, with their open transaction's first
-        offset (Kafka's DescribeProducers; what kafka-transactions.sh find-hanging reads)."""
+        """The producers each partition's replica here knows, with their open transaction's
+        first offset (Kafka's DescribeProducers; what kafka-transactions.sh find-hanging reads).
+        Any replica answers, the leader or a follower, as Kafka's does: find-hanging asks one
+        broker about every partition it holds."""
         api = "DescribeProducers"
         rm = self.replica_manager
 
         async def answer(topic: str, index: int) -> p.DescribeProducersPartitionResponse:
             partition = rm.get_partition(topic, index)
-            partition.check_leader_epoch(-1, require_leader=True)
             producers = await asyncio.to_thread(_active_producers, partition)
             return p.DescribeProducersPartitionResponse(
                 partition_index=index, active_producers=producers

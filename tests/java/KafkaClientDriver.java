@@ -725,7 +725,7 @@ public final class KafkaClientDriver {
             attempt("list_partition_reassignments", () ->
                     admin.listPartitionReassignments().reassignments().get().size());
 
-            // APIs a later issue serves (issue 44): the expected answer is a clear refusal
+            // the log-dir, producer, ACL and SCRAM calls; describeMetadataQuorum's is refused clearly
             attempt("describe_log_dirs", () -> admin.describeLogDirs(List.of(0)).allDescriptions().get().size());
             attempt("describe_producers", () ->
                     admin.describeProducers(List.of(tp0)).all().get().get(tp0).activeProducers().size());
