@@ -14,8 +14,10 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
+import confluent_kafka.admin
 import pytest
 
 from tests.cluster import Cluster
@@ -422,3 +424,61 @@ def test_kafka_acls_and_scram_users_on_a_secured_cluster(secure: tuple[Cluster, 
     assert refused.returncode != 0
     assert "SaslAuthenticationException" in refused.stdout + refused.stderr
     assert all(b.alive for b in cluster.brokers.values())
+
+
+def test_confluent_kafka_admin_manages_acls_and_scram_users(
+    secure: tuple[Cluster, Path],
+) -> None:
+    """The same security APIs through librdkafka's AdminClient (confluent-kafka), on the same
+    secured cluster: a SCRAM user upserted, described and deleted; an ACL created, described
+    by a filter and deleted."""
+    ck: Any = confluent_kafka.admin  # its stubs leave out the names it exports
+    cluster, properties = secure
+    password = re.search(r'password="([^"]+)"', properties.read_text())
+    assert password is not None
+    ca = re.search(r"ssl.truststore.location=(.+)", properties.read_text())
+    assert ca is not None
+    client = ck.AdminClient(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "broker",
+            "sasl.password": password.group(1),
+            "ssl.ca.location": ca.group(1).strip(),
+        }
+    )
+    user = unique_name("bob")
+    sha512 = ck.ScramMechanism.SCRAM_SHA_512
+    upsert = ck.UserScramCredentialUpsertion(user, ck.ScramCredentialInfo(sha512, 4096), b"pw")
+    client.alter_user_scram_credentials([upsert])[user].result(60)
+    described = client.describe_user_scram_credentials([user])[user].result(60)
+    assert [(c.mechanism, c.iterations) for c in described.scram_credential_infos] == [
+        (sha512, 4096)
+    ]
+
+    topic = unique_name("acl-topic")
+    binding = ck.AclBinding(
+        ck.ResourceType.TOPIC, topic, ck.ResourcePatternType.LITERAL, f"User:{user}", "*",
+        ck.AclOperation.READ, ck.AclPermissionType.ALLOW,
+    )  # fmt: skip
+    for future in client.create_acls([binding]).values():
+        future.result(60)
+    match = ck.AclBindingFilter(
+        ck.ResourceType.TOPIC, topic, ck.ResourcePatternType.MATCH, None, None,
+        ck.AclOperation.ANY, ck.AclPermissionType.ANY,
+    )  # fmt: skip
+    wait_until(
+        lambda: client.describe_acls(match).result(60) == [binding],
+        timeout=60,
+        message=f"the ACL on {topic} described",
+    )
+    (deleted,) = client.delete_acls([match]).values()
+    assert deleted.result(60) == [binding]
+    assert client.describe_acls(match).result(60) == []
+
+    deletion = ck.UserScramCredentialDeletion(user, sha512)
+    client.alter_user_scram_credentials([deletion])[user].result(60)
+    with pytest.raises(confluent_kafka.KafkaException) as gone:
+        client.describe_user_scram_credentials([user])[user].result(60)
+    assert gone.value.args[0].code() == confluent_kafka.KafkaError.RESOURCE_NOT_FOUND
