@@ -472,7 +472,7 @@ def test_a_broker_serves_tls_from_pkcs12_stores(
 
 @pytest.mark.unit
 def test_jks_and_mistaken_stores_are_refused_saying_what_to_do(
-    env: SecurityEnv, java_stores: dict[str, Path]
+    env: SecurityEnv, java_stores: dict[str, Path], tmp_path: Path
 ) -> None:
     from logstore.errors import ConfigError
     from replication.security.config import SecurityConfig
@@ -511,6 +511,17 @@ def test_jks_and_mistaken_stores_are_refused_saying_what_to_do(
     with pytest.raises(ConfigError, match="holds no private key"):
         client(**{"ssl.keystore.type": "PKCS12", "ssl.keystore.password": "changeit",
                   "ssl.keystore.location": str(java_stores["trust"])})  # fmt: skip
+    # a missing PEM file, or one that is not PEM: the key, the file and what it must hold
+    missing, garbage = tmp_path / "none.pem", tmp_path / "garbage.pem"
+    garbage.write_bytes(b"not a certificate\n")
+    with pytest.raises(ConfigError, match=re.escape("no such file (PEM CA certificates)")):
+        client(**{"ssl.truststore.location": str(missing)})
+    with pytest.raises(ConfigError, match=re.escape("no such file (the client's PEM key")):
+        client(**{"ssl.keystore.location": str(missing)})
+    with pytest.raises(ConfigError, match=re.escape("not PEM CA certificates (")):
+        client(**{"ssl.truststore.location": str(garbage)})
+    with pytest.raises(ConfigError, match=r"ssl\.keystore\.location=.*not a PEM private key"):
+        client(**{"ssl.keystore.location": str(garbage)})
 
 
 @pytest.mark.unit

@@ -21,6 +21,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     Array,
+    array_field,
     message,
     wire,
 )
@@ -57,7 +58,7 @@ class DescribeAclsResource:
     resource_type: int = field(metadata=wire(INT8))
     resource_name: str = field(metadata=wire(STRING))
     pattern_type: int = field(default=_LITERAL, metadata=wire(INT8))
-    acls: list[AclDescription] = field(default_factory=list, metadata=wire(Array(AclDescription)))
+    acls: list[AclDescription] = array_field(AclDescription)
 
 
 @message
@@ -65,9 +66,7 @@ class DescribeAclsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    resources: list[DescribeAclsResource] = field(
-        default_factory=list, metadata=wire(Array(DescribeAclsResource))
-    )
+    resources: list[DescribeAclsResource] = array_field(DescribeAclsResource)
 
 
 # --- CreateAcls (30) ----------------------------------------------------------------------------
@@ -86,7 +85,7 @@ class AclCreation:
 
 @message
 class CreateAclsRequest:
-    creations: list[AclCreation] = field(default_factory=list, metadata=wire(Array(AclCreation)))
+    creations: list[AclCreation] = array_field(AclCreation)
 
 
 @message
@@ -98,9 +97,7 @@ class AclCreationResult:
 @message
 class CreateAclsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[AclCreationResult] = field(
-        default_factory=list, metadata=wire(Array(AclCreationResult))
-    )
+    results: list[AclCreationResult] = array_field(AclCreationResult)
 
 
 # --- DeleteAcls (31) ----------------------------------------------------------------------------
@@ -119,9 +116,7 @@ class DeleteAclsFilter:
 
 @message
 class DeleteAclsRequest:
-    filters: list[DeleteAclsFilter] = field(
-        default_factory=list, metadata=wire(Array(DeleteAclsFilter))
-    )
+    filters: list[DeleteAclsFilter] = array_field(DeleteAclsFilter)
 
 
 @message
@@ -141,17 +136,13 @@ class DeleteAclsMatchingAcl:
 class DeleteAclsFilterResult:
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    matching_acls: list[DeleteAclsMatchingAcl] = field(
-        default_factory=list, metadata=wire(Array(DeleteAclsMatchingAcl))
-    )
+    matching_acls: list[DeleteAclsMatchingAcl] = array_field(DeleteAclsMatchingAcl)
 
 
 @message
 class DeleteAclsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    filter_results: list[DeleteAclsFilterResult] = field(
-        default_factory=list, metadata=wire(Array(DeleteAclsFilterResult))
-    )
+    filter_results: list[DeleteAclsFilterResult] = array_field(DeleteAclsFilterResult)
 
 
 # --- DescribeUserScramCredentials (50) ----------------------------------------------------------
@@ -181,9 +172,7 @@ class DescribeUserScramCredentialsResult:
     user: str = field(metadata=wire(STRING))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    credential_infos: list[CredentialInfo] = field(
-        default_factory=list, metadata=wire(Array(CredentialInfo))
-    )
+    credential_infos: list[CredentialInfo] = array_field(CredentialInfo)
 
 
 @message
@@ -191,8 +180,8 @@ class DescribeUserScramCredentialsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    results: list[DescribeUserScramCredentialsResult] = field(
-        default_factory=list, metadata=wire(Array(DescribeUserScramCredentialsResult))
+    results: list[DescribeUserScramCredentialsResult] = array_field(
+        DescribeUserScramCredentialsResult
     )
 
 
@@ -217,12 +206,8 @@ class ScramCredentialUpsertion:
 
 @message
 class AlterUserScramCredentialsRequest:
-    deletions: list[ScramCredentialDeletion] = field(
-        default_factory=list, metadata=wire(Array(ScramCredentialDeletion))
-    )
-    upsertions: list[ScramCredentialUpsertion] = field(
-        default_factory=list, metadata=wire(Array(ScramCredentialUpsertion))
-    )
+    deletions: list[ScramCredentialDeletion] = array_field(ScramCredentialDeletion)
+    upsertions: list[ScramCredentialUpsertion] = array_field(ScramCredentialUpsertion)
 
 
 @message
@@ -235,6 +220,4 @@ class AlterUserScramCredentialsResult:
 @message
 class AlterUserScramCredentialsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[AlterUserScramCredentialsResult] = field(
-        default_factory=list, metadata=wire(Array(AlterUserScramCredentialsResult))
-    )
+    results: list[AlterUserScramCredentialsResult] = array_field(AlterUserScramCredentialsResult)

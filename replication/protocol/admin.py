@@ -14,6 +14,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     Array,
+    array_field,
     message,
     wire,
 )
@@ -32,16 +33,12 @@ class DeleteRecordsPartition:
 @message
 class DeleteRecordsTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DeleteRecordsPartition] = field(
-        default_factory=list, metadata=wire(Array(DeleteRecordsPartition))
-    )
+    partitions: list[DeleteRecordsPartition] = array_field(DeleteRecordsPartition)
 
 
 @message
 class DeleteRecordsRequest:
-    topics: list[DeleteRecordsTopic] = field(
-        default_factory=list, metadata=wire(Array(DeleteRecordsTopic))
-    )
+    topics: list[DeleteRecordsTopic] = array_field(DeleteRecordsTopic)
     timeout_ms: int = field(default=30000, metadata=wire(INT32))
 
 
@@ -55,17 +52,13 @@ class DeleteRecordsPartitionResult:
 @message
 class DeleteRecordsTopicResult:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DeleteRecordsPartitionResult] = field(
-        default_factory=list, metadata=wire(Array(DeleteRecordsPartitionResult))
-    )
+    partitions: list[DeleteRecordsPartitionResult] = array_field(DeleteRecordsPartitionResult)
 
 
 @message
 class DeleteRecordsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[DeleteRecordsTopicResult] = field(
-        default_factory=list, metadata=wire(Array(DeleteRecordsTopicResult))
-    )
+    topics: list[DeleteRecordsTopicResult] = array_field(DeleteRecordsTopicResult)
 
 
 # --- DescribeConfigs (32) ------------------------------------------------------------------------
@@ -94,9 +87,7 @@ class DescribeConfigsResource:
 
 @message
 class DescribeConfigsRequest:
-    resources: list[DescribeConfigsResource] = field(
-        default_factory=list, metadata=wire(Array(DescribeConfigsResource))
-    )
+    resources: list[DescribeConfigsResource] = array_field(DescribeConfigsResource)
     include_synonyms: bool = field(default=False, metadata=wire(BOOL))
     include_documentation: bool = field(default=False, metadata=wire(BOOL))
 
@@ -117,17 +108,13 @@ class DescribeConfigsResult:
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
     resource_type: int = field(default=0, metadata=wire(INT8))
     resource_name: str = field(default="", metadata=wire(STRING))
-    configs: list[DescribeConfigsResourceResult] = field(
-        default_factory=list, metadata=wire(Array(DescribeConfigsResourceResult))
-    )
+    configs: list[DescribeConfigsResourceResult] = array_field(DescribeConfigsResourceResult)
 
 
 @message
 class DescribeConfigsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[DescribeConfigsResult] = field(
-        default_factory=list, metadata=wire(Array(DescribeConfigsResult))
-    )
+    results: list[DescribeConfigsResult] = array_field(DescribeConfigsResult)
 
 
 # --- AlterConfigs (33) ---------------------------------------------------------------------------
@@ -145,16 +132,12 @@ class AlterableConfig:
 class AlterConfigsResource:
     resource_type: int = field(metadata=wire(INT8))
     resource_name: str = field(metadata=wire(STRING))
-    configs: list[AlterableConfig] = field(
-        default_factory=list, metadata=wire(Array(AlterableConfig))
-    )
+    configs: list[AlterableConfig] = array_field(AlterableConfig)
 
 
 @message
 class AlterConfigsRequest:
-    resources: list[AlterConfigsResource] = field(
-        default_factory=list, metadata=wire(Array(AlterConfigsResource))
-    )
+    resources: list[AlterConfigsResource] = array_field(AlterConfigsResource)
     validate_only: bool = field(default=False, metadata=wire(BOOL))
 
 
@@ -171,9 +154,7 @@ class AlterConfigsResourceResponse:
 @message
 class AlterConfigsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    responses: list[AlterConfigsResourceResponse] = field(
-        default_factory=list, metadata=wire(Array(AlterConfigsResourceResponse))
-    )
+    responses: list[AlterConfigsResourceResponse] = array_field(AlterConfigsResourceResponse)
 
 
 # --- IncrementalAlterConfigs (44) -----------------------------------------------------------------
@@ -196,25 +177,19 @@ class IncrementalAlterableConfig:
 class IncrementalAlterConfigsResource:
     resource_type: int = field(metadata=wire(INT8))
     resource_name: str = field(metadata=wire(STRING))
-    configs: list[IncrementalAlterableConfig] = field(
-        default_factory=list, metadata=wire(Array(IncrementalAlterableConfig))
-    )
+    configs: list[IncrementalAlterableConfig] = array_field(IncrementalAlterableConfig)
 
 
 @message
 class IncrementalAlterConfigsRequest:
-    resources: list[IncrementalAlterConfigsResource] = field(
-        default_factory=list, metadata=wire(Array(IncrementalAlterConfigsResource))
-    )
+    resources: list[IncrementalAlterConfigsResource] = array_field(IncrementalAlterConfigsResource)
     validate_only: bool = field(default=False, metadata=wire(BOOL))
 
 
 @message
 class IncrementalAlterConfigsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    responses: list[AlterConfigsResourceResponse] = field(
-        default_factory=list, metadata=wire(Array(AlterConfigsResourceResponse))
-    )
+    responses: list[AlterConfigsResourceResponse] = array_field(AlterConfigsResourceResponse)
 
 
 # --- CreatePartitions (37) -----------------------------------------------------------------------
@@ -222,7 +197,7 @@ class IncrementalAlterConfigsResponse:
 
 @message
 class CreatePartitionsAssignment:
-    broker_ids: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    broker_ids: list[int] = array_field(INT32)
 
 
 @message
@@ -239,9 +214,7 @@ class CreatePartitionsTopic:
 
 @message
 class CreatePartitionsRequest:
-    topics: list[CreatePartitionsTopic] = field(
-        default_factory=list, metadata=wire(Array(CreatePartitionsTopic))
-    )
+    topics: list[CreatePartitionsTopic] = array_field(CreatePartitionsTopic)
     timeout_ms: int = field(default=30000, metadata=wire(INT32))
     validate_only: bool = field(default=False, metadata=wire(BOOL))
 
@@ -256,6 +229,4 @@ class CreatePartitionsTopicResult:
 @message
 class CreatePartitionsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[CreatePartitionsTopicResult] = field(
-        default_factory=list, metadata=wire(Array(CreatePartitionsTopicResult))
-    )
+    results: list[CreatePartitionsTopicResult] = array_field(CreatePartitionsTopicResult)

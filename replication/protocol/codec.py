@@ -426,6 +426,12 @@ def wire(
     return {_WIRE_KEY: FieldSpec(_as_wire_type(type_), since, until, ignorable)}
 
 
+def array_field(of: WireType | type) -> Any:
+    """An array field defaulting to empty: ``xs: list[X] = array_field(X)``, short for
+    ``field(default_factory=list, metadata=wire(Array(X)))``."""
+    return field(default_factory=list, metadata=wire(Array(of)))
+
+
 _T = TypeVar("_T")
 
 

@@ -21,6 +21,7 @@ from replication.protocol.codec import (
     Bytes,
     _codec,
     _view,
+    array_field,
     encode_message,
     message,
     wire,
@@ -35,12 +36,12 @@ _VERSION = struct.Struct(">h")
 @message
 class ConsumerProtocolTopicPartitions:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
 class ConsumerProtocolSubscription:
-    topics: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    topics: list[str] = array_field(STRING)
     user_data: bytes | None = field(default=None, metadata=wire(NULLABLE_BYTES))
     #: what the member owns now (cooperative rebalancing)
     owned_partitions: list[ConsumerProtocolTopicPartitions] = field(
@@ -55,8 +56,8 @@ class ConsumerProtocolSubscription:
 
 @message
 class ConsumerProtocolAssignment:
-    assigned_partitions: list[ConsumerProtocolTopicPartitions] = field(
-        default_factory=list, metadata=wire(Array(ConsumerProtocolTopicPartitions))
+    assigned_partitions: list[ConsumerProtocolTopicPartitions] = array_field(
+        ConsumerProtocolTopicPartitions
     )
     user_data: bytes | None = field(default=None, metadata=wire(NULLABLE_BYTES))
 

@@ -15,7 +15,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     UUID,
-    Array,
+    array_field,
     message,
     wire,
 )
@@ -29,20 +29,18 @@ class LeaderAndIsrPartitionState:
     controller_epoch: int = field(metadata=wire(INT32))
     leader: int = field(metadata=wire(INT32))
     leader_epoch: int = field(metadata=wire(INT32))
-    isr: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    isr: list[int] = array_field(INT32)
     partition_epoch: int = field(metadata=wire(INT32))
-    replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    adding_replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    removing_replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    replicas: list[int] = array_field(INT32)
+    adding_replicas: list[int] = array_field(INT32)
+    removing_replicas: list[int] = array_field(INT32)
     is_new: bool = field(default=False, metadata=wire(BOOL))
 
 
 @message
 class LeaderAndIsrTopicState:
     topic_name: str = field(metadata=wire(STRING))
-    partition_states: list[LeaderAndIsrPartitionState] = field(
-        default_factory=list, metadata=wire(Array(LeaderAndIsrPartitionState))
-    )
+    partition_states: list[LeaderAndIsrPartitionState] = array_field(LeaderAndIsrPartitionState)
 
 
 @message
@@ -59,12 +57,8 @@ class LeaderAndIsrRequest:
     controller_id: int = field(metadata=wire(INT32))
     controller_epoch: int = field(metadata=wire(INT32))
     broker_epoch: int = field(default=-1, metadata=wire(INT64))
-    topic_states: list[LeaderAndIsrTopicState] = field(
-        default_factory=list, metadata=wire(Array(LeaderAndIsrTopicState))
-    )
-    live_leaders: list[LeaderAndIsrLiveLeader] = field(
-        default_factory=list, metadata=wire(Array(LeaderAndIsrLiveLeader))
-    )
+    topic_states: list[LeaderAndIsrTopicState] = array_field(LeaderAndIsrTopicState)
+    live_leaders: list[LeaderAndIsrLiveLeader] = array_field(LeaderAndIsrLiveLeader)
 
 
 @message
@@ -76,17 +70,13 @@ class LeaderAndIsrPartitionError:
 @message
 class LeaderAndIsrTopicError:
     topic_name: str = field(metadata=wire(STRING))
-    partition_errors: list[LeaderAndIsrPartitionError] = field(
-        default_factory=list, metadata=wire(Array(LeaderAndIsrPartitionError))
-    )
+    partition_errors: list[LeaderAndIsrPartitionError] = array_field(LeaderAndIsrPartitionError)
 
 
 @message
 class LeaderAndIsrResponse:
     error_code: int = field(default=0, metadata=wire(INT16))
-    topics: list[LeaderAndIsrTopicError] = field(
-        default_factory=list, metadata=wire(Array(LeaderAndIsrTopicError))
-    )
+    topics: list[LeaderAndIsrTopicError] = array_field(LeaderAndIsrTopicError)
 
 
 # --- broker to controller: AlterPartition (56) ----------------------------------------------------
@@ -96,7 +86,7 @@ class LeaderAndIsrResponse:
 class AlterPartitionRequestPartition:
     partition_index: int = field(metadata=wire(INT32))
     leader_epoch: int = field(metadata=wire(INT32))
-    new_isr: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    new_isr: list[int] = array_field(INT32)
     leader_recovery_state: int = field(default=0, metadata=wire(INT8))
     partition_epoch: int = field(metadata=wire(INT32))
 
@@ -104,9 +94,7 @@ class AlterPartitionRequestPartition:
 @message
 class AlterPartitionRequestTopic:
     topic_name: str = field(metadata=wire(STRING))
-    partitions: list[AlterPartitionRequestPartition] = field(
-        default_factory=list, metadata=wire(Array(AlterPartitionRequestPartition))
-    )
+    partitions: list[AlterPartitionRequestPartition] = array_field(AlterPartitionRequestPartition)
 
 
 @message
@@ -115,9 +103,7 @@ class AlterPartitionRequest:
 
     broker_id: int = field(metadata=wire(INT32))
     broker_epoch: int = field(default=-1, metadata=wire(INT64))
-    topics: list[AlterPartitionRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(AlterPartitionRequestTopic))
-    )
+    topics: list[AlterPartitionRequestTopic] = array_field(AlterPartitionRequestTopic)
 
 
 @message
@@ -126,7 +112,7 @@ class AlterPartitionResponsePartition:
     error_code: int = field(default=0, metadata=wire(INT16))
     leader_id: int = field(default=-1, metadata=wire(INT32))
     leader_epoch: int = field(default=-1, metadata=wire(INT32))
-    isr: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    isr: list[int] = array_field(INT32)
     leader_recovery_state: int = field(default=0, metadata=wire(INT8))
     partition_epoch: int = field(default=-1, metadata=wire(INT32))
 
@@ -134,18 +120,14 @@ class AlterPartitionResponsePartition:
 @message
 class AlterPartitionResponseTopic:
     topic_name: str = field(metadata=wire(STRING))
-    partitions: list[AlterPartitionResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(AlterPartitionResponsePartition))
-    )
+    partitions: list[AlterPartitionResponsePartition] = array_field(AlterPartitionResponsePartition)
 
 
 @message
 class AlterPartitionResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    topics: list[AlterPartitionResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(AlterPartitionResponseTopic))
-    )
+    topics: list[AlterPartitionResponseTopic] = array_field(AlterPartitionResponseTopic)
 
 
 # --- broker lifecycle: BrokerRegistration (62), BrokerHeartbeat (63) ------------------------------
@@ -164,9 +146,7 @@ class BrokerRegistrationRequest:
     broker_id: int = field(metadata=wire(INT32))
     cluster_id: str = field(metadata=wire(STRING))
     incarnation_id: uuid.UUID = field(metadata=wire(UUID))
-    listeners: list[BrokerRegistrationListener] = field(
-        default_factory=list, metadata=wire(Array(BrokerRegistrationListener))
-    )
+    listeners: list[BrokerRegistrationListener] = array_field(BrokerRegistrationListener)
     rack: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
 
 

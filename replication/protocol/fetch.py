@@ -20,6 +20,7 @@ from replication.protocol.codec import (
     Array,
     Bytes,
     Struct,
+    array_field,
     message,
     wire,
 )
@@ -40,9 +41,7 @@ class FetchRequestPartition:
 @message
 class FetchRequestTopic:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[FetchRequestPartition] = field(
-        default_factory=list, metadata=wire(Array(FetchRequestPartition))
-    )
+    partitions: list[FetchRequestPartition] = array_field(FetchRequestPartition)
 
 
 @message
@@ -50,7 +49,7 @@ class ForgottenTopic:
     """Partitions an incremental fetch drops from its session."""
 
     topic: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
@@ -69,12 +68,8 @@ class FetchRequest:
     isolation_level: int = field(default=READ_UNCOMMITTED, metadata=wire(INT8))
     session_id: int = field(default=0, metadata=wire(INT32))
     session_epoch: int = field(default=-1, metadata=wire(INT32))
-    topics: list[FetchRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(FetchRequestTopic))
-    )
-    forgotten_topics_data: list[ForgottenTopic] = field(
-        default_factory=list, metadata=wire(Array(ForgottenTopic))
-    )
+    topics: list[FetchRequestTopic] = array_field(FetchRequestTopic)
+    forgotten_topics_data: list[ForgottenTopic] = array_field(ForgottenTopic)
     rack_id: str = field(default="", metadata=wire(STRING))
 
 
@@ -127,9 +122,7 @@ class FetchResponsePartition:
 @message
 class FetchResponseTopic:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[FetchResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(FetchResponsePartition))
-    )
+    partitions: list[FetchResponsePartition] = array_field(FetchResponsePartition)
 
 
 @message
@@ -137,9 +130,7 @@ class FetchResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     session_id: int = field(default=0, metadata=wire(INT32))
-    responses: list[FetchResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(FetchResponseTopic))
-    )
+    responses: list[FetchResponseTopic] = array_field(FetchResponseTopic)
 
 
 # --- ListOffsets (2) ----------------------------------------------------------------------------
@@ -157,18 +148,14 @@ class ListOffsetsRequestPartition:
 @message
 class ListOffsetsRequestTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[ListOffsetsRequestPartition] = field(
-        default_factory=list, metadata=wire(Array(ListOffsetsRequestPartition))
-    )
+    partitions: list[ListOffsetsRequestPartition] = array_field(ListOffsetsRequestPartition)
 
 
 @message
 class ListOffsetsRequest:
     replica_id: int = field(default=CONSUMER_REPLICA_ID, metadata=wire(INT32))
     isolation_level: int = field(default=READ_UNCOMMITTED, metadata=wire(INT8))
-    topics: list[ListOffsetsRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(ListOffsetsRequestTopic))
-    )
+    topics: list[ListOffsetsRequestTopic] = array_field(ListOffsetsRequestTopic)
 
 
 @message
@@ -183,17 +170,13 @@ class ListOffsetsResponsePartition:
 @message
 class ListOffsetsResponseTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[ListOffsetsResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(ListOffsetsResponsePartition))
-    )
+    partitions: list[ListOffsetsResponsePartition] = array_field(ListOffsetsResponsePartition)
 
 
 @message
 class ListOffsetsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[ListOffsetsResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(ListOffsetsResponseTopic))
-    )
+    topics: list[ListOffsetsResponseTopic] = array_field(ListOffsetsResponseTopic)
 
 
 # --- OffsetForLeaderEpoch (23) --------------------------------------------------------------------
@@ -209,9 +192,7 @@ class OffsetForLeaderPartition:
 @message
 class OffsetForLeaderTopic:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[OffsetForLeaderPartition] = field(
-        default_factory=list, metadata=wire(Array(OffsetForLeaderPartition))
-    )
+    partitions: list[OffsetForLeaderPartition] = array_field(OffsetForLeaderPartition)
 
 
 @message
@@ -219,9 +200,7 @@ class OffsetsForLeaderEpochRequest:
     """For each partition, the end offset of ``leader_epoch`` on the leader (KIP-101/279)."""
 
     replica_id: int = field(default=CONSUMER_REPLICA_ID, metadata=wire(INT32))
-    topics: list[OffsetForLeaderTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetForLeaderTopic))
-    )
+    topics: list[OffsetForLeaderTopic] = array_field(OffsetForLeaderTopic)
 
 
 @message
@@ -237,14 +216,10 @@ class OffsetForLeaderPartitionResult:
 @message
 class OffsetForLeaderTopicResult:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[OffsetForLeaderPartitionResult] = field(
-        default_factory=list, metadata=wire(Array(OffsetForLeaderPartitionResult))
-    )
+    partitions: list[OffsetForLeaderPartitionResult] = array_field(OffsetForLeaderPartitionResult)
 
 
 @message
 class OffsetsForLeaderEpochResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[OffsetForLeaderTopicResult] = field(
-        default_factory=list, metadata=wire(Array(OffsetForLeaderTopicResult))
-    )
+    topics: list[OffsetForLeaderTopicResult] = array_field(OffsetForLeaderTopicResult)

@@ -22,6 +22,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     Array,
+    array_field,
     message,
     wire,
 )
@@ -51,9 +52,7 @@ class JoinGroupRequest:
     member_id: str = field(default="", metadata=wire(STRING))
     group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
     protocol_type: str = field(default="consumer", metadata=wire(STRING))
-    protocols: list[JoinGroupRequestProtocol] = field(
-        default_factory=list, metadata=wire(Array(JoinGroupRequestProtocol))
-    )
+    protocols: list[JoinGroupRequestProtocol] = array_field(JoinGroupRequestProtocol)
 
 
 @message
@@ -72,9 +71,7 @@ class JoinGroupResponse:
     leader: str = field(default="", metadata=wire(STRING))
     member_id: str = field(default="", metadata=wire(STRING))
     #: every member's metadata, for the leader only (empty for the others)
-    members: list[JoinGroupResponseMember] = field(
-        default_factory=list, metadata=wire(Array(JoinGroupResponseMember))
-    )
+    members: list[JoinGroupResponseMember] = array_field(JoinGroupResponseMember)
 
 
 # --- SyncGroup (14) ---------------------------------------------------------------------------
@@ -93,9 +90,7 @@ class SyncGroupRequest:
     member_id: str = field(metadata=wire(STRING))
     group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
     #: the leader's assignment of every member; empty from the others
-    assignments: list[SyncGroupRequestAssignment] = field(
-        default_factory=list, metadata=wire(Array(SyncGroupRequestAssignment))
-    )
+    assignments: list[SyncGroupRequestAssignment] = array_field(SyncGroupRequestAssignment)
 
 
 @message
@@ -131,9 +126,7 @@ class MemberIdentity:
 @message
 class LeaveGroupRequest:
     group_id: str = field(metadata=wire(STRING))
-    members: list[MemberIdentity] = field(
-        default_factory=list, metadata=wire(Array(MemberIdentity))
-    )
+    members: list[MemberIdentity] = array_field(MemberIdentity)
 
 
 @message
@@ -147,9 +140,7 @@ class MemberResponse:
 class LeaveGroupResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    members: list[MemberResponse] = field(
-        default_factory=list, metadata=wire(Array(MemberResponse))
-    )
+    members: list[MemberResponse] = array_field(MemberResponse)
 
 
 # --- OffsetCommit (8), OffsetFetch (9) --------------------------------------------------------
@@ -166,9 +157,7 @@ class OffsetCommitRequestPartition:
 @message
 class OffsetCommitRequestTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[OffsetCommitRequestPartition] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitRequestPartition))
-    )
+    partitions: list[OffsetCommitRequestPartition] = array_field(OffsetCommitRequestPartition)
 
 
 @message
@@ -177,9 +166,7 @@ class OffsetCommitRequest:
     generation_id: int = field(default=NO_GENERATION, metadata=wire(INT32))
     member_id: str = field(default=NO_MEMBER_ID, metadata=wire(STRING))
     group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    topics: list[OffsetCommitRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitRequestTopic))
-    )
+    topics: list[OffsetCommitRequestTopic] = array_field(OffsetCommitRequestTopic)
 
 
 @message
@@ -191,23 +178,19 @@ class OffsetCommitResponsePartition:
 @message
 class OffsetCommitResponseTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[OffsetCommitResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitResponsePartition))
-    )
+    partitions: list[OffsetCommitResponsePartition] = array_field(OffsetCommitResponsePartition)
 
 
 @message
 class OffsetCommitResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[OffsetCommitResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitResponseTopic))
-    )
+    topics: list[OffsetCommitResponseTopic] = array_field(OffsetCommitResponseTopic)
 
 
 @message
 class OffsetFetchRequestTopic:
     name: str = field(metadata=wire(STRING))
-    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partition_indexes: list[int] = array_field(INT32)
 
 
 @message
@@ -232,17 +215,13 @@ class OffsetFetchResponsePartition:
 @message
 class OffsetFetchResponseTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[OffsetFetchResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(OffsetFetchResponsePartition))
-    )
+    partitions: list[OffsetFetchResponsePartition] = array_field(OffsetFetchResponsePartition)
 
 
 @message
 class OffsetFetchResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[OffsetFetchResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetFetchResponseTopic))
-    )
+    topics: list[OffsetFetchResponseTopic] = array_field(OffsetFetchResponseTopic)
     error_code: int = field(default=0, metadata=wire(INT16))
 
 
@@ -264,12 +243,12 @@ class ListedGroup:
 class ListGroupsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    groups: list[ListedGroup] = field(default_factory=list, metadata=wire(Array(ListedGroup)))
+    groups: list[ListedGroup] = array_field(ListedGroup)
 
 
 @message
 class DescribeGroupsRequest:
-    groups: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    groups: list[str] = array_field(STRING)
     include_authorized_operations: bool = field(default=False, metadata=wire(BOOL))
 
 
@@ -290,21 +269,19 @@ class DescribedGroup:
     group_state: str = field(default="", metadata=wire(STRING))
     protocol_type: str = field(default="", metadata=wire(STRING))
     protocol_data: str = field(default="", metadata=wire(STRING))
-    members: list[DescribedGroupMember] = field(
-        default_factory=list, metadata=wire(Array(DescribedGroupMember))
-    )
+    members: list[DescribedGroupMember] = array_field(DescribedGroupMember)
     authorized_operations: int = field(default=-2147483648, metadata=wire(INT32))
 
 
 @message
 class DescribeGroupsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    groups: list[DescribedGroup] = field(default_factory=list, metadata=wire(Array(DescribedGroup)))
+    groups: list[DescribedGroup] = array_field(DescribedGroup)
 
 
 @message
 class DeleteGroupsRequest:
-    groups_names: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    groups_names: list[str] = array_field(STRING)
 
 
 @message
@@ -316,9 +293,7 @@ class DeletableGroupResult:
 @message
 class DeleteGroupsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[DeletableGroupResult] = field(
-        default_factory=list, metadata=wire(Array(DeletableGroupResult))
-    )
+    results: list[DeletableGroupResult] = array_field(DeletableGroupResult)
 
 
 # --- TxnOffsetCommit (28) -----------------------------------------------------------------------
@@ -336,14 +311,10 @@ class TxnOffsetCommitRequest:
     generation_id: int = field(default=NO_GENERATION, metadata=wire(INT32))
     member_id: str = field(default=NO_MEMBER_ID, metadata=wire(STRING))
     group_instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    topics: list[OffsetCommitRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitRequestTopic))
-    )
+    topics: list[OffsetCommitRequestTopic] = array_field(OffsetCommitRequestTopic)
 
 
 @message
 class TxnOffsetCommitResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[OffsetCommitResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(OffsetCommitResponseTopic))
-    )
+    topics: list[OffsetCommitResponseTopic] = array_field(OffsetCommitResponseTopic)

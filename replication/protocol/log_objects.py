@@ -23,7 +23,7 @@ from replication.protocol.codec import (
     INT64,
     NULLABLE_STRING,
     STRING,
-    Array,
+    array_field,
     message,
     wire,
 )
@@ -43,16 +43,12 @@ class DescribeLogObjectsPartition:
 @message
 class DescribeLogObjectsTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DescribeLogObjectsPartition] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogObjectsPartition))
-    )
+    partitions: list[DescribeLogObjectsPartition] = array_field(DescribeLogObjectsPartition)
 
 
 @message
 class DescribeLogObjectsRequest:
-    topics: list[DescribeLogObjectsTopic] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogObjectsTopic))
-    )
+    topics: list[DescribeLogObjectsTopic] = array_field(DescribeLogObjectsTopic)
 
 
 @message
@@ -76,16 +72,14 @@ class DescribeLogObjectsPartitionResponse:
     #: the end of what is durable in this replica's store (what a direct read may reach)
     durable_end_offset: int = field(default=-1, metadata=wire(INT64))
     log_start_offset: int = field(default=-1, metadata=wire(INT64))
-    extents: list[LogObjectExtent] = field(
-        default_factory=list, metadata=wire(Array(LogObjectExtent))
-    )
+    extents: list[LogObjectExtent] = array_field(LogObjectExtent)
 
 
 @message
 class DescribeLogObjectsTopicResponse:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DescribeLogObjectsPartitionResponse] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogObjectsPartitionResponse))
+    partitions: list[DescribeLogObjectsPartitionResponse] = array_field(
+        DescribeLogObjectsPartitionResponse
     )
 
 
@@ -96,6 +90,4 @@ class DescribeLogObjectsResponse:
     error_code: int = field(default=0, metadata=wire(INT16))
     #: the broker's storage root (``log.dir``): the extents' paths are relative to it
     log_dir: str = field(default="", metadata=wire(STRING))
-    topics: list[DescribeLogObjectsTopicResponse] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogObjectsTopicResponse))
-    )
+    topics: list[DescribeLogObjectsTopicResponse] = array_field(DescribeLogObjectsTopicResponse)

@@ -13,6 +13,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     Array,
+    array_field,
     message,
     wire,
 )
@@ -40,9 +41,7 @@ class ApiVersionsResponse:
     """The broker's versions. With UNSUPPORTED_VERSION it answers at v0, as Kafka does."""
 
     error_code: int = field(default=0, metadata=wire(INT16))
-    api_keys: list[ApiVersionsResponseKey] = field(
-        default_factory=list, metadata=wire(Array(ApiVersionsResponseKey))
-    )
+    api_keys: list[ApiVersionsResponseKey] = array_field(ApiVersionsResponseKey)
     throttle_time_ms: int = field(default=0, metadata=wire(INT32, since=1, ignorable=True))
 
 
@@ -78,9 +77,9 @@ class MetadataResponsePartition:
     partition_index: int = field(metadata=wire(INT32))
     leader_id: int = field(metadata=wire(INT32))
     leader_epoch: int = field(default=-1, metadata=wire(INT32))
-    replica_nodes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    isr_nodes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    offline_replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    replica_nodes: list[int] = array_field(INT32)
+    isr_nodes: list[int] = array_field(INT32)
+    offline_replicas: list[int] = array_field(INT32)
 
 
 @message
@@ -88,24 +87,18 @@ class MetadataResponseTopic:
     error_code: int = field(default=0, metadata=wire(INT16))
     name: str = field(metadata=wire(STRING))
     is_internal: bool = field(default=False, metadata=wire(BOOL))
-    partitions: list[MetadataResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(MetadataResponsePartition))
-    )
+    partitions: list[MetadataResponsePartition] = array_field(MetadataResponsePartition)
 
 
 @message
 class MetadataResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    brokers: list[MetadataResponseBroker] = field(
-        default_factory=list, metadata=wire(Array(MetadataResponseBroker))
-    )
+    brokers: list[MetadataResponseBroker] = array_field(MetadataResponseBroker)
     cluster_id: str | None = field(
         default=None, metadata=wire(NULLABLE_STRING, since=1, ignorable=True)
     )
     controller_id: int = field(default=-1, metadata=wire(INT32))
-    topics: list[MetadataResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(MetadataResponseTopic))
-    )
+    topics: list[MetadataResponseTopic] = array_field(MetadataResponseTopic)
 
 
 # --- CreateTopics (19) ----------------------------------------------------------------------------
@@ -114,7 +107,7 @@ class MetadataResponse:
 @message
 class CreatableReplicaAssignment:
     partition_index: int = field(metadata=wire(INT32))
-    broker_ids: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    broker_ids: list[int] = array_field(INT32)
 
 
 @message
@@ -130,17 +123,13 @@ class CreatableTopic:
     name: str = field(metadata=wire(STRING))
     num_partitions: int = field(default=-1, metadata=wire(INT32))
     replication_factor: int = field(default=-1, metadata=wire(INT16))
-    assignments: list[CreatableReplicaAssignment] = field(
-        default_factory=list, metadata=wire(Array(CreatableReplicaAssignment))
-    )
-    configs: list[CreatableTopicConfig] = field(
-        default_factory=list, metadata=wire(Array(CreatableTopicConfig))
-    )
+    assignments: list[CreatableReplicaAssignment] = array_field(CreatableReplicaAssignment)
+    configs: list[CreatableTopicConfig] = array_field(CreatableTopicConfig)
 
 
 @message
 class CreateTopicsRequest:
-    topics: list[CreatableTopic] = field(default_factory=list, metadata=wire(Array(CreatableTopic)))
+    topics: list[CreatableTopic] = array_field(CreatableTopic)
     timeout_ms: int = field(default=60000, metadata=wire(INT32))
     validate_only: bool = field(default=False, metadata=wire(BOOL, since=1))
 
@@ -157,9 +146,7 @@ class CreatableTopicResult:
 @message
 class CreateTopicsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[CreatableTopicResult] = field(
-        default_factory=list, metadata=wire(Array(CreatableTopicResult))
-    )
+    topics: list[CreatableTopicResult] = array_field(CreatableTopicResult)
 
 
 # --- DeleteTopics (20) ----------------------------------------------------------------------------
@@ -167,7 +154,7 @@ class CreateTopicsResponse:
 
 @message
 class DeleteTopicsRequest:
-    topic_names: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    topic_names: list[str] = array_field(STRING)
     timeout_ms: int = field(default=60000, metadata=wire(INT32))
 
 
@@ -181,9 +168,7 @@ class DeletableTopicResult:
 @message
 class DeleteTopicsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    responses: list[DeletableTopicResult] = field(
-        default_factory=list, metadata=wire(Array(DeletableTopicResult))
-    )
+    responses: list[DeletableTopicResult] = array_field(DeletableTopicResult)
 
 
 # --- DescribeLogDirs (35): each replica's offsets, for `replog topics describe` ------------------
@@ -192,7 +177,7 @@ class DeleteTopicsResponse:
 @message
 class DescribableLogDirTopic:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
@@ -222,24 +207,18 @@ class DescribeLogDirsPartition:
 @message
 class DescribeLogDirsTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DescribeLogDirsPartition] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogDirsPartition))
-    )
+    partitions: list[DescribeLogDirsPartition] = array_field(DescribeLogDirsPartition)
 
 
 @message
 class DescribeLogDirsResult:
     error_code: int = field(default=0, metadata=wire(INT16))
     log_dir: str = field(default="", metadata=wire(STRING))
-    topics: list[DescribeLogDirsTopic] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogDirsTopic))
-    )
+    topics: list[DescribeLogDirsTopic] = array_field(DescribeLogDirsTopic)
 
 
 @message
 class DescribeLogDirsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    results: list[DescribeLogDirsResult] = field(
-        default_factory=list, metadata=wire(Array(DescribeLogDirsResult))
-    )
+    results: list[DescribeLogDirsResult] = array_field(DescribeLogDirsResult)

@@ -11,8 +11,8 @@ from replication.protocol.codec import (
     NULLABLE_BYTES,
     NULLABLE_STRING,
     STRING,
-    Array,
     Bytes,
+    array_field,
     message,
     wire,
 )
@@ -29,9 +29,7 @@ class ProduceRequestPartition:
 @message
 class ProduceRequestTopic:
     name: str = field(metadata=wire(STRING))
-    partition_data: list[ProduceRequestPartition] = field(
-        default_factory=list, metadata=wire(Array(ProduceRequestPartition))
-    )
+    partition_data: list[ProduceRequestPartition] = array_field(ProduceRequestPartition)
 
 
 @message
@@ -41,9 +39,7 @@ class ProduceRequest:
     transactional_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
     acks: int = field(default=-1, metadata=wire(INT16))
     timeout_ms: int = field(default=30000, metadata=wire(INT32))
-    topic_data: list[ProduceRequestTopic] = field(
-        default_factory=list, metadata=wire(Array(ProduceRequestTopic))
-    )
+    topic_data: list[ProduceRequestTopic] = array_field(ProduceRequestTopic)
 
 
 @message
@@ -61,23 +57,17 @@ class ProduceResponsePartition:
     base_offset: int = field(default=-1, metadata=wire(INT64))
     log_append_time_ms: int = field(default=-1, metadata=wire(INT64))
     log_start_offset: int = field(default=-1, metadata=wire(INT64))
-    record_errors: list[BatchIndexAndErrorMessage] = field(
-        default_factory=list, metadata=wire(Array(BatchIndexAndErrorMessage))
-    )
+    record_errors: list[BatchIndexAndErrorMessage] = array_field(BatchIndexAndErrorMessage)
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
 
 
 @message
 class ProduceResponseTopic:
     name: str = field(metadata=wire(STRING))
-    partition_responses: list[ProduceResponsePartition] = field(
-        default_factory=list, metadata=wire(Array(ProduceResponsePartition))
-    )
+    partition_responses: list[ProduceResponsePartition] = array_field(ProduceResponsePartition)
 
 
 @message
 class ProduceResponse:
-    responses: list[ProduceResponseTopic] = field(
-        default_factory=list, metadata=wire(Array(ProduceResponseTopic))
-    )
+    responses: list[ProduceResponseTopic] = array_field(ProduceResponseTopic)
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))

@@ -20,6 +20,7 @@ from replication.protocol.codec import (
     NULLABLE_STRING,
     STRING,
     Array,
+    array_field,
     message,
     wire,
 )
@@ -42,17 +43,13 @@ class ReassignablePartition:
 @message
 class ReassignableTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[ReassignablePartition] = field(
-        default_factory=list, metadata=wire(Array(ReassignablePartition))
-    )
+    partitions: list[ReassignablePartition] = array_field(ReassignablePartition)
 
 
 @message
 class AlterPartitionReassignmentsRequest:
     timeout_ms: int = field(default=60_000, metadata=wire(INT32))
-    topics: list[ReassignableTopic] = field(
-        default_factory=list, metadata=wire(Array(ReassignableTopic))
-    )
+    topics: list[ReassignableTopic] = array_field(ReassignableTopic)
     #: replog: bytes/s the adding replicas fetch at while they catch up (0: no throttle)
     throttled_rate: int = field(default=0, metadata=wire(INT64))
 
@@ -67,9 +64,7 @@ class ReassignablePartitionResponse:
 @message
 class ReassignableTopicResponse:
     name: str = field(metadata=wire(STRING))
-    partitions: list[ReassignablePartitionResponse] = field(
-        default_factory=list, metadata=wire(Array(ReassignablePartitionResponse))
-    )
+    partitions: list[ReassignablePartitionResponse] = array_field(ReassignablePartitionResponse)
 
 
 @message
@@ -77,9 +72,7 @@ class AlterPartitionReassignmentsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    responses: list[ReassignableTopicResponse] = field(
-        default_factory=list, metadata=wire(Array(ReassignableTopicResponse))
-    )
+    responses: list[ReassignableTopicResponse] = array_field(ReassignableTopicResponse)
 
 
 # --- ListPartitionReassignments (46) ------------------------------------------------------------
@@ -88,7 +81,7 @@ class AlterPartitionReassignmentsResponse:
 @message
 class ListPartitionReassignmentsTopics:
     name: str = field(metadata=wire(STRING))
-    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partition_indexes: list[int] = array_field(INT32)
 
 
 @message
@@ -103,17 +96,15 @@ class ListPartitionReassignmentsRequest:
 @message
 class OngoingPartitionReassignment:
     partition_index: int = field(metadata=wire(INT32))
-    replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    adding_replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
-    removing_replicas: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    replicas: list[int] = array_field(INT32)
+    adding_replicas: list[int] = array_field(INT32)
+    removing_replicas: list[int] = array_field(INT32)
 
 
 @message
 class OngoingTopicReassignment:
     name: str = field(metadata=wire(STRING))
-    partitions: list[OngoingPartitionReassignment] = field(
-        default_factory=list, metadata=wire(Array(OngoingPartitionReassignment))
-    )
+    partitions: list[OngoingPartitionReassignment] = array_field(OngoingPartitionReassignment)
 
 
 @message
@@ -121,9 +112,7 @@ class ListPartitionReassignmentsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    topics: list[OngoingTopicReassignment] = field(
-        default_factory=list, metadata=wire(Array(OngoingTopicReassignment))
-    )
+    topics: list[OngoingTopicReassignment] = array_field(OngoingTopicReassignment)
 
 
 # --- ElectLeaders (43) --------------------------------------------------------------------------
@@ -132,7 +121,7 @@ class ListPartitionReassignmentsResponse:
 @message
 class ElectLeadersTopicPartitions:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
@@ -155,17 +144,15 @@ class ElectLeadersPartitionResult:
 @message
 class ElectLeadersReplicaElectionResult:
     topic: str = field(metadata=wire(STRING))
-    partition_result: list[ElectLeadersPartitionResult] = field(
-        default_factory=list, metadata=wire(Array(ElectLeadersPartitionResult))
-    )
+    partition_result: list[ElectLeadersPartitionResult] = array_field(ElectLeadersPartitionResult)
 
 
 @message
 class ElectLeadersResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    replica_election_results: list[ElectLeadersReplicaElectionResult] = field(
-        default_factory=list, metadata=wire(Array(ElectLeadersReplicaElectionResult))
+    replica_election_results: list[ElectLeadersReplicaElectionResult] = array_field(
+        ElectLeadersReplicaElectionResult
     )
 
 

@@ -15,7 +15,7 @@ from replication.protocol.codec import (
     INT64,
     NULLABLE_STRING,
     STRING,
-    Array,
+    array_field,
     message,
     wire,
 )
@@ -43,7 +43,7 @@ class SaslHandshakeResponse:
     """UNSUPPORTED_SASL_MECHANISM unless enabled; the enabled mechanisms either way."""
 
     error_code: int = field(default=0, metadata=wire(INT16))
-    mechanisms: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    mechanisms: list[str] = array_field(STRING)
 
 
 # --- SaslAuthenticate (36) ---------------------------------------------------------------------

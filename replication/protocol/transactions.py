@@ -16,7 +16,7 @@ from replication.protocol.codec import (
     INT64,
     NULLABLE_STRING,
     STRING,
-    Array,
+    array_field,
     message,
     wire,
 )
@@ -61,7 +61,7 @@ class AddOffsetsToTxnResponse:
 @message
 class AddPartitionsToTxnTopic:
     name: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
@@ -69,9 +69,7 @@ class AddPartitionsToTxnRequest:
     transactional_id: str = field(metadata=wire(STRING))
     producer_id: int = field(metadata=wire(INT64))
     producer_epoch: int = field(metadata=wire(INT16))
-    topics: list[AddPartitionsToTxnTopic] = field(
-        default_factory=list, metadata=wire(Array(AddPartitionsToTxnTopic))
-    )
+    topics: list[AddPartitionsToTxnTopic] = array_field(AddPartitionsToTxnTopic)
 
 
 @message
@@ -83,17 +81,15 @@ class AddPartitionsToTxnPartitionResult:
 @message
 class AddPartitionsToTxnTopicResult:
     name: str = field(metadata=wire(STRING))
-    results: list[AddPartitionsToTxnPartitionResult] = field(
-        default_factory=list, metadata=wire(Array(AddPartitionsToTxnPartitionResult))
+    results: list[AddPartitionsToTxnPartitionResult] = array_field(
+        AddPartitionsToTxnPartitionResult
     )
 
 
 @message
 class AddPartitionsToTxnResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    results: list[AddPartitionsToTxnTopicResult] = field(
-        default_factory=list, metadata=wire(Array(AddPartitionsToTxnTopicResult))
-    )
+    results: list[AddPartitionsToTxnTopicResult] = array_field(AddPartitionsToTxnTopicResult)
 
 
 @message
@@ -116,7 +112,7 @@ class EndTxnResponse:
 @message
 class WritableTxnMarkerTopic:
     name: str = field(metadata=wire(STRING))
-    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partition_indexes: list[int] = array_field(INT32)
 
 
 @message
@@ -126,17 +122,13 @@ class WritableTxnMarker:
     producer_id: int = field(metadata=wire(INT64))
     producer_epoch: int = field(metadata=wire(INT16))
     transaction_result: bool = field(metadata=wire(BOOL))
-    topics: list[WritableTxnMarkerTopic] = field(
-        default_factory=list, metadata=wire(Array(WritableTxnMarkerTopic))
-    )
+    topics: list[WritableTxnMarkerTopic] = array_field(WritableTxnMarkerTopic)
     coordinator_epoch: int = field(metadata=wire(INT32))
 
 
 @message
 class WriteTxnMarkersRequest:
-    markers: list[WritableTxnMarker] = field(
-        default_factory=list, metadata=wire(Array(WritableTxnMarker))
-    )
+    markers: list[WritableTxnMarker] = array_field(WritableTxnMarker)
 
 
 @message
@@ -148,24 +140,20 @@ class WritableTxnMarkerPartitionResult:
 @message
 class WritableTxnMarkerTopicResult:
     name: str = field(metadata=wire(STRING))
-    partitions: list[WritableTxnMarkerPartitionResult] = field(
-        default_factory=list, metadata=wire(Array(WritableTxnMarkerPartitionResult))
+    partitions: list[WritableTxnMarkerPartitionResult] = array_field(
+        WritableTxnMarkerPartitionResult
     )
 
 
 @message
 class WritableTxnMarkerResult:
     producer_id: int = field(metadata=wire(INT64))
-    topics: list[WritableTxnMarkerTopicResult] = field(
-        default_factory=list, metadata=wire(Array(WritableTxnMarkerTopicResult))
-    )
+    topics: list[WritableTxnMarkerTopicResult] = array_field(WritableTxnMarkerTopicResult)
 
 
 @message
 class WriteTxnMarkersResponse:
-    markers: list[WritableTxnMarkerResult] = field(
-        default_factory=list, metadata=wire(Array(WritableTxnMarkerResult))
-    )
+    markers: list[WritableTxnMarkerResult] = array_field(WritableTxnMarkerResult)
 
 
 # --- FindCoordinator (10), AllocateProducerIds (67) ----------------------------------------------
@@ -219,24 +207,20 @@ class TransactionListing:
     transaction_state: str = field(default="", metadata=wire(STRING))
     transaction_timeout_ms: int = field(default=0, metadata=wire(INT32))
     transaction_start_time_ms: int = field(default=-1, metadata=wire(INT64))
-    partitions: list[TransactionPartition] = field(
-        default_factory=list, metadata=wire(Array(TransactionPartition))
-    )
+    partitions: list[TransactionPartition] = array_field(TransactionPartition)
 
 
 @message
 class ListTransactionsRequest:
     #: states to list (empty: all)
-    state_filters: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    state_filters: list[str] = array_field(STRING)
 
 
 @message
 class ListTransactionsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
-    transactions: list[TransactionListing] = field(
-        default_factory=list, metadata=wire(Array(TransactionListing))
-    )
+    transactions: list[TransactionListing] = array_field(TransactionListing)
 
 
 # --- DescribeTransactions (65) --------------------------------------------------------------------
@@ -244,13 +228,13 @@ class ListTransactionsResponse:
 
 @message
 class DescribeTransactionsRequest:
-    transactional_ids: list[str] = field(default_factory=list, metadata=wire(Array(STRING)))
+    transactional_ids: list[str] = array_field(STRING)
 
 
 @message
 class TopicData:
     topic: str = field(metadata=wire(STRING))
-    partitions: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partitions: list[int] = array_field(INT32)
 
 
 @message
@@ -262,15 +246,13 @@ class TransactionState:
     transaction_start_time_ms: int = field(default=-1, metadata=wire(INT64))
     producer_id: int = field(default=-1, metadata=wire(INT64))
     producer_epoch: int = field(default=-1, metadata=wire(INT16))
-    topics: list[TopicData] = field(default_factory=list, metadata=wire(Array(TopicData)))
+    topics: list[TopicData] = array_field(TopicData)
 
 
 @message
 class DescribeTransactionsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    transaction_states: list[TransactionState] = field(
-        default_factory=list, metadata=wire(Array(TransactionState))
-    )
+    transaction_states: list[TransactionState] = array_field(TransactionState)
 
 
 # --- DescribeProducers (61) -----------------------------------------------------------------------
@@ -279,14 +261,12 @@ class DescribeTransactionsResponse:
 @message
 class DescribeProducersTopic:
     name: str = field(metadata=wire(STRING))
-    partition_indexes: list[int] = field(default_factory=list, metadata=wire(Array(INT32)))
+    partition_indexes: list[int] = array_field(INT32)
 
 
 @message
 class DescribeProducersRequest:
-    topics: list[DescribeProducersTopic] = field(
-        default_factory=list, metadata=wire(Array(DescribeProducersTopic))
-    )
+    topics: list[DescribeProducersTopic] = array_field(DescribeProducersTopic)
 
 
 @message
@@ -308,25 +288,21 @@ class DescribeProducersPartitionResponse:
     partition_index: int = field(metadata=wire(INT32))
     error_code: int = field(default=0, metadata=wire(INT16))
     error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
-    active_producers: list[ProducerState] = field(
-        default_factory=list, metadata=wire(Array(ProducerState))
-    )
+    active_producers: list[ProducerState] = array_field(ProducerState)
 
 
 @message
 class DescribeProducersTopicResponse:
     name: str = field(metadata=wire(STRING))
-    partitions: list[DescribeProducersPartitionResponse] = field(
-        default_factory=list, metadata=wire(Array(DescribeProducersPartitionResponse))
+    partitions: list[DescribeProducersPartitionResponse] = array_field(
+        DescribeProducersPartitionResponse
     )
 
 
 @message
 class DescribeProducersResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
-    topics: list[DescribeProducersTopicResponse] = field(
-        default_factory=list, metadata=wire(Array(DescribeProducersTopicResponse))
-    )
+    topics: list[DescribeProducersTopicResponse] = array_field(DescribeProducersTopicResponse)
 
 
 # --- replog: CommitSinkBatch (1001), DescribeSink (1002) ------------------------------------------
@@ -346,9 +322,7 @@ class CommitSinkBatchRequest:
 
     sink_id: str = field(metadata=wire(STRING))
     batch_id: int = field(metadata=wire(INT64))
-    transactions: list[SinkTransaction] = field(
-        default_factory=list, metadata=wire(Array(SinkTransaction))
-    )
+    transactions: list[SinkTransaction] = array_field(SinkTransaction)
     #: abort the transactions instead (the sink's abort())
     abort: bool = field(default=False, metadata=wire(BOOL))
 

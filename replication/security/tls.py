@@ -21,6 +21,7 @@ import re
 import secrets
 import ssl
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -152,23 +153,13 @@ def _load_keystore(ctx: ssl.SSLContext, stores: _Stores, who: str) -> None:
     if check_store_type("ssl.keystore.type", stores.ssl_keystore_type) == "PKCS12":
         _load_pkcs12_keystore(ctx, location, stores.ssl_keystore_password or password, who)
         return
-    try:
-        ctx.load_cert_chain(location, password=password or None)
-    except FileNotFoundError as err:
-        raise ConfigError(
-            f"config ssl.keystore.location={location!r}: no such file ({who}'s PEM key and "
-            "certificate chain)"
-        ) from err
-    except ssl.SSLError as err:
-        if _read_store("ssl.keystore.location", location, "").startswith(_DER_SEQUENCE):
-            raise ConfigError(
-                f"config ssl.keystore.location={location!r}: a PKCS12 store, but "
-                "ssl.keystore.type is PEM: set ssl.keystore.type=PKCS12"
-            ) from err
-        raise ConfigError(
-            f"config ssl.keystore.location={location!r}: not a PEM private key and certificate "
-            f"chain, or ssl.key.password does not open the key ({err.reason or err})"
-        ) from err
+    _load_pem_store(
+        "keystore",
+        location,
+        lambda: ctx.load_cert_chain(location, password=password or None),
+        f"{who}'s PEM key and certificate chain",
+        "a PEM private key and certificate chain, or ssl.key.password does not open the key",
+    )
 
 
 def _load_pkcs12_keystore(ctx: ssl.SSLContext, location: str, password: str, who: str) -> None:
@@ -224,21 +215,33 @@ def _load_truststore(ctx: ssl.SSLContext, stores: _Stores) -> None:
             cadata="".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
         )
         return
+    _load_pem_store(
+        "truststore",
+        location,
+        lambda: ctx.load_verify_locations(cafile=location),
+        "PEM CA certificates",
+        "PEM CA certificates",
+    )
+
+
+def _load_pem_store(
+    store: str, location: str, load: Callable[[], None], wanted: str, malformed: str
+) -> None:
+    """Run ``load`` on the PEM ``ssl.<store>.location``; a missing file, a PKCS12 store named
+    as PEM, or bytes ``load`` refuses become a ConfigError naming the key."""
+    key = f"ssl.{store}.location"
     try:
-        ctx.load_verify_locations(cafile=location)
+        load()
     except FileNotFoundError as err:
-        raise ConfigError(
-            f"config ssl.truststore.location={location!r}: no such file (PEM CA certificates)"
-        ) from err
+        raise ConfigError(f"config {key}={location!r}: no such file ({wanted})") from err
     except ssl.SSLError as err:
-        if _read_store("ssl.truststore.location", location, "").startswith(_DER_SEQUENCE):
+        if _read_store(key, location, "").startswith(_DER_SEQUENCE):
             raise ConfigError(
-                f"config ssl.truststore.location={location!r}: a PKCS12 store, but "
-                "ssl.truststore.type is PEM: set ssl.truststore.type=PKCS12"
+                f"config {key}={location!r}: a PKCS12 store, but "
+                f"ssl.{store}.type is PEM: set ssl.{store}.type=PKCS12"
             ) from err
         raise ConfigError(
-            f"config ssl.truststore.location={location!r}: not PEM CA certificates "
-            f"({err.reason or err})"
+            f"config {key}={location!r}: not {malformed} ({err.reason or err})"
         ) from err
 
 
