@@ -68,7 +68,7 @@ from benchmarks.peers import nats as nats_peer
 from benchmarks.produce import cpu_seconds, load_average, machine
 from logstore.config import keys_of
 from logstore.storage import Storage
-from replication.broker.replica_manager import compaction_window_bytes
+from replication.broker.log_flush import compaction_window_bytes
 from replication.client import Admin, Producer
 from replication.client.describe import describe_topic_waiting
 from replication.config import BrokerConfig, broker_config_from

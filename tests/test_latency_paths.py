@@ -26,12 +26,9 @@ from logstore.errors import ConfigError
 from logstore.storage import Storage
 from logstore.wal_index import WAL_PREFIX
 from replication import protocol as p
+from replication.broker.log_flush import compaction_window_bytes, flush_interval_ms
 from replication.broker.partition import Partition
-from replication.broker.replica_manager import (
-    ReplicaManager,
-    compaction_window_bytes,
-    flush_interval_ms,
-)
+from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
 from replication.config import broker_config_from
 from replication.errors import (

@@ -1,52 +1,50 @@
-"""The replica manager: this broker's partitions, the produce and fetch paths, group commit.
+"""The replica manager: this broker's partitions and their roles, as Kafka's ReplicaManager.
 
-As Kafka's ReplicaManager. Appends run on the event loop (CRC check and an offset rewrite,
-no decoding); storage I/O (flushes, reads, checkpoints, retention) runs in worker threads.
-Group commit, event-driven: an append marks its partition dirty and wakes the flush loop; an
-idle loop starts a flush at once, appends arriving while a flush runs join the next one, and
-``log.flush.interval.ms`` is only the minimum spacing between flush starts (its default
-depends on the storage kind, see :func:`flush_interval_ms`). Each flush writes one new segment
-object per dirty partition; then high watermarks move and parked requests complete. An idle
-broker's flush loop sleeps on its event and never wakes.
+It applies each metadata image (becoming leader or follower of each partition, reconfiguring
+topics), opens replica logs off the loop and deletes the ones the image no longer gives this
+broker, changes the ISR through the controller, and runs the broker's maintenance loops.
+Appends run on the event loop (CRC check and an offset rewrite, no decoding); storage I/O
+(flushes, reads, checkpoints, retention) runs in worker threads. Its paths live beside it, as
+functions bound as its methods: produce (appendRecords) in
+:mod:`~replication.broker.replica_produce`, fetch (fetchMessages) in
+:mod:`~replication.broker.replica_fetch`, group commit, WAL compaction and checkpoints in
+:mod:`~replication.broker.log_flush`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
-from logstore.batch import count_records
-from logstore.checkpoint import BROKER_CHECKPOINT_NAME, BrokerCheckpoint
 from logstore.compaction import Compactor, HolderTable, round_phase
 from logstore.config import LogConfig, keys_of, parse, to_mapping
-from logstore.errors import ConfigError, LogLayoutError, ObjectNotFoundError, ReplogError
+from logstore.errors import ConfigError, LogLayoutError, ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
-from logstore.wal import INLINE_MAX_BYTES, FlushResult, WalWriter
+from logstore.wal import INLINE_MAX_BYTES, WalWriter
 from logstore.wal_index import WAL_PREFIX, WalIndex
 from replication import events
 from replication import protocol as p
+from replication.broker import log_flush, replica_fetch, replica_produce
+from replication.broker.log_flush import (
+    compaction_window_bytes,
+    flush_interval_ms,
+)
 from replication.broker.partition import Partition, TopicPolicy
-from replication.broker.producer_state import AbortedTxn
-from replication.broker.purgatory import DelayedOperation, Purgatory
+from replication.broker.purgatory import Purgatory
 from replication.broker.topic_stats import BrokerTopicStats
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.dynamic_config import effective_broker_config
 from replication.errors import (
-    InvalidRequiredAcksError,
-    NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    RequestTimedOutError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
@@ -57,27 +55,6 @@ log = logging.getLogger(__name__)
 #: a partition directory's topic part (Kafka's legal topic names)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
-
-#: log.flush.interval.ms when not set (-1), per storage kind. Local files and memory: 0, a
-#: flush starts as soon as the previous one is done (a local fsync'd write costs ~0.5 ms and
-#: nothing per request; group commit still forms from the appends that arrive while a flush
-#: runs). Object stores: 250 ms, because every flush is one PUT per dirty partition, priced
-#: per request (at 5 ms, 200 PUT/s per active partition replica = $86/day at S3's list price;
-#: at 250 ms at most 4 PUT/s = $1.7/day). An append to an idle log is still flushed at once.
-LOCAL_FLUSH_INTERVAL_MS = 0
-OBJECT_STORE_FLUSH_INTERVAL_MS = 250
-#: wal.compaction.window.bytes when not set (-1), per storage kind. A round reads, checks and
-#: rewrites its window in one burst of CPU and disk; acks=all writes wait behind it (half-rate
-#: Arrow p99 at 230k records/s on local files, 2 cores, repeated runs: 133-231 ms with 64 MiB
-#: windows, 38-84 ms with 16 MiB, 54-59 ms with 8 MiB). On local files a packed object costs
-#: nothing per request, so rounds are small; on object stores each packed object is a PUT
-#: (64 MiB: ~$0.08 per TB at S3's list price, 16 MiB would be ~$0.31).
-LOCAL_COMPACTION_WINDOW_BYTES = 16 * 1024 * 1024
-OBJECT_STORE_COMPACTION_WINDOW_BYTES = 64 * 1024 * 1024
-#: the least pause before retrying a failed flush (a storage outage must not spin the loop)
-FLUSH_RETRY_BACKOFF_MS = 10
 #: how many partition logs a broker opens at once when an image gives it several
 OPEN_PARALLELISM = 16
 #: the pause before retrying a replica whose open failed (a storage error): doubled at each
@@ -96,71 +73,12 @@ def open_retry_backoff_ms(failures: int) -> int:
     return min(OPEN_RETRY_BACKOFF_MAX_MS, OPEN_RETRY_BACKOFF_MS << min(failures - 1, 20))
 
 
-def _is_local(storage: Storage) -> bool:
-    """Local files or memory: no price per request."""
-    protocol, sep, _ = storage.url.partition("://")
-    return not sep or protocol in ("file", "local", "memory")
-
-
-def flush_interval_ms(config: BrokerConfig, storage: Storage) -> int:
-    """log.flush.interval.ms in force: the configured value, or with -1 (the default) the one
-    for this broker's storage kind (local files and memory: 0; object stores: 250)."""
-    if config.log_flush_interval_ms >= 0:
-        return config.log_flush_interval_ms
-    return LOCAL_FLUSH_INTERVAL_MS if _is_local(storage) else OBJECT_STORE_FLUSH_INTERVAL_MS
-
-
-def compaction_window_bytes(config: BrokerConfig, storage: Storage) -> int:
-    """wal.compaction.window.bytes in force: the configured value, or with -1 (the default)
-    the one for this broker's storage kind (local files and memory: 16 MiB; object stores:
-    64 MiB)."""
-    if config.wal_compaction_window_bytes > 0:
-        return config.wal_compaction_window_bytes
-    if config.wal_compaction_window_bytes == 0:
-        raise ConfigError(
-            "config wal.compaction.window.bytes=0: a round needs at least one byte; use a "
-            "size in bytes, or -1 for the storage kind's default (16 MiB local, 64 MiB S3)"
-        )
-    if _is_local(storage):
-        return LOCAL_COMPACTION_WINDOW_BYTES
-    return OBJECT_STORE_COMPACTION_WINDOW_BYTES
-
-
 class FetcherHooks(Protocol):
     """What the replica manager needs from the replica fetchers."""
 
     def add(self, partition: Partition) -> None: ...
 
     def remove(self, partition: Partition) -> None: ...
-
-
-@dataclass(slots=True)
-class ProduceResult:
-    error: ReplogError | None = None
-    base_offset: int = -1
-    log_start_offset: int = -1
-
-
-@dataclass(slots=True)
-class FetchPartitionData:
-    error: ReplogError | None = None
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    records: bytes = b""
-    diverging_epoch: tuple[int, int] | None = None
-    #: read_committed: the aborted transactions with records in what was read
-    aborted: list[AbortedTxn] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FetchSpec:
-    topic: str
-    partition: int
-    fetch_offset: int
-    partition_max_bytes: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
 
 
 class ReplicaManager:
@@ -982,256 +900,12 @@ class ReplicaManager:
             )
         return partition
 
-    # --- produce ---------------------------------------------------------------------------------
+    # --- the produce path (appendRecords) and the fetch path (fetchMessages) --------------------
+    # Functions of the ReplicaManager bound as its methods: a call costs what a method's does.
 
-    async def append_records(
-        self,
-        acks: int,
-        timeout_ms: int,
-        entries: list[tuple[str, int, bytes | bytearray | memoryview | None]],
-    ) -> dict[TopicPartition, ProduceResult]:
-        results: dict[TopicPartition, ProduceResult] = {}
-        waiting: list[tuple[Partition, int]] = []
-        for topic, index, records in entries:
-            key = TopicPartition(topic, index)
-            try:
-                if acks not in (-1, 0, 1):
-                    raise InvalidRequiredAcksError(f"acks={acks} is not one of -1 (all), 0, 1")
-                partition = self.get_partition(topic, index)
-                info = partition.append_as_leader(records or b"", acks)
-            except ReplogError as err:
-                self._check_behind(err)
-                results[key] = ProduceResult(err)
-                continue
-            self._mark_dirty(partition)
-            self.fetch_purgatory.check_and_complete(key)  # followers wait on the LEO
-            if not info.duplicate:
-                stats = self.topic_stats.topic(topic)
-                stats.messages_in += info.record_count
-                stats.bytes_in += len(records or b"")
-            results[key] = ProduceResult(None, info.first_offset, info.log_start_offset)
-            if acks == -1:
-                waiting.append((partition, info.last_offset + 1))
-        if waiting:
-            op = DelayedOperation(
-                lambda: all(p.acks_satisfied(end) or not p.is_leader for p, end in waiting),
-                timeout_ms,
-            )
-            await self.produce_purgatory.wait(op, [p.key for p, _ in waiting])
-            for partition, end in waiting:
-                result = results[partition.key]
-                if not partition.is_leader or self.partitions.get(partition.key) is not partition:
-                    result.error = NotLeaderOrFollowerError(
-                        f"leadership of {partition.topic}-{partition.index} moved while the "
-                        "produce waited for the ISR; the outcome is unknown, retry"
-                    )
-                elif not partition.acks_satisfied(end):
-                    result.error = RequestTimedOutError(
-                        f"{partition.topic}-{partition.index}: the ISR did not acknowledge "
-                        f"within {timeout_ms} ms"
-                    )
-                elif len(partition.state.isr) < partition.policy.min_insync_replicas:
-                    result.error = NotEnoughReplicasAfterAppendError(
-                        f"{partition.topic}-{partition.index}: written, but the ISR shrank below "
-                        f"min.insync.replicas={partition.policy.min_insync_replicas}"
-                    )
-        return results
-
-    async def write_txn_markers(
-        self, markers: list[tuple[int, int, bool, int, str, int]], timeout_ms: int
-    ) -> dict[tuple[int, str, int], ReplogError | None]:
-        """Append transaction markers (producer id, epoch, commit, coordinator epoch, topic,
-        partition) as leader and wait until the ISR has them (as acks=all)."""
-        results: dict[tuple[int, str, int], ReplogError | None] = {}
-        waiting: list[tuple[tuple[int, str, int], Partition, int]] = []
-        for pid, epoch, commit, coordinator_epoch, topic, index in markers:
-            key = (pid, topic, index)
-            try:
-                partition = self.get_partition(topic, index)
-                info = partition.append_marker(pid, epoch, commit, coordinator_epoch)
-            except ReplogError as err:
-                results[key] = err
-                continue
-            self._mark_dirty(partition)
-            self.fetch_purgatory.check_and_complete(partition.key)
-            results[key] = None
-            waiting.append((key, partition, info.last_offset + 1))
-        if waiting:
-            op = DelayedOperation(
-                lambda: all(pt.acks_satisfied(end) or not pt.is_leader for _, pt, end in waiting),
-                timeout_ms,
-            )
-            await self.produce_purgatory.wait(op, [pt.key for _, pt, _ in waiting])
-            for key, partition, end in waiting:
-                if not partition.is_leader:
-                    results[key] = NotLeaderOrFollowerError(
-                        f"leadership of {partition.topic}-{partition.index} moved"
-                    )
-                elif not partition.acks_satisfied(end):
-                    results[key] = RequestTimedOutError(
-                        f"{partition.topic}-{partition.index}: marker not replicated in time"
-                    )
-        return results
-
-    # --- fetch -----------------------------------------------------------------------------------
-
-    async def fetch(
-        self,
-        replica_id: int,
-        specs: list[FetchSpec],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        isolation_level: int,
-    ) -> dict[TopicPartition, FetchPartitionData]:
-        """Read for a consumer (replica_id < 0) or a follower; long-poll until ``min_bytes``."""
-        result = await self._fetch(
-            replica_id, specs, max_wait_ms, min_bytes, max_bytes, isolation_level
-        )
-        for key, data in result.items():
-            if data.records:
-                stats = self.topic_stats.topic(key.topic)
-                if replica_id >= 0:
-                    stats.replication_bytes_out += len(data.records)
-                else:
-                    stats.messages_out += count_records(data.records)
-                    stats.bytes_out += len(data.records)
-        return result
-
-    async def _fetch(
-        self,
-        replica_id: int,
-        specs: list[FetchSpec],
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        isolation_level: int,
-    ) -> dict[TopicPartition, FetchPartitionData]:
-        deadline = time.monotonic() + max_wait_ms / 1000
-        follower = replica_id >= 0
-        while True:
-            marks = {(s.topic, s.partition): self._progress_mark(s, follower) for s in specs}
-            result = await self._read_once(replica_id, specs, max_bytes, isolation_level)
-            total = sum(len(d.records) for d in result.values())
-            errors = any(d.error is not None or d.diverging_epoch for d in result.values())
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if total >= min_bytes or errors or remaining_ms <= 0 or self._stopping:
-                return result
-            op = DelayedOperation(
-                lambda marks=marks: any(  # type: ignore[misc]
-                    self._progress_mark(s, follower) != marks[(s.topic, s.partition)] for s in specs
-                ),
-                remaining_ms,
-            )
-            if not await self.fetch_purgatory.wait(op, list(marks)):
-                return result
-
-    def _progress_mark(self, spec: FetchSpec, follower: bool) -> tuple[int, ...]:
-        partition = self.partitions.get(TopicPartition(spec.topic, spec.partition))
-        if partition is None:
-            return (-1,)
-        plog = partition.log
-        end = plog.log_end_offset if follower else plog.high_watermark
-        return (id(partition), partition.leader_epoch, end, plog.log_start_offset)
-
-    async def _read_once(
-        self, replica_id: int, specs: list[FetchSpec], max_bytes: int, isolation_level: int
-    ) -> dict[TopicPartition, FetchPartitionData]:
-        follower = replica_id >= 0
-        plans: list[tuple[TopicPartition, Partition | None, FetchPartitionData, int]] = []
-        for spec in specs:
-            key = TopicPartition(spec.topic, spec.partition)
-            data = FetchPartitionData()
-            try:
-                partition = self.get_partition(spec.topic, spec.partition)
-                partition.check_leader_epoch(spec.current_leader_epoch, require_leader=True)
-                plog = partition.log
-                if not follower:
-                    partition.check_high_watermark_known()
-                diverging = partition.diverging_epoch(spec.last_fetched_epoch, spec.fetch_offset)
-                if diverging is not None:
-                    # A diverged follower's fetch offset says nothing about what it holds of
-                    # this log: it moves neither its LEO here nor the HW (as Kafka).
-                    data.diverging_epoch = diverging
-                    data.high_watermark = partition.high_watermark
-                    data.log_start_offset = plog.log_start_offset
-                    plans.append((key, None, data, 0))
-                    continue
-                if follower:
-                    if partition.update_follower_fetch(replica_id, spec.fetch_offset):
-                        self._hw_moved(partition)
-                    expanded = partition.isr_to_expand(replica_id, self._live or None)
-                    if expanded is not None:
-                        self._alter_isr(partition, expanded)
-                    upper = plog.log_end_offset
-                elif isolation_level == READ_COMMITTED:
-                    upper = partition.last_stable_offset
-                    data.aborted = partition.producer_state.aborted_in_range(
-                        spec.fetch_offset, upper
-                    )
-                else:
-                    upper = partition.high_watermark
-                data.high_watermark = partition.high_watermark
-                data.last_stable_offset = partition.last_stable_offset
-                data.log_start_offset = plog.log_start_offset
-                if not plog.log_start_offset <= spec.fetch_offset <= plog.log_end_offset:
-                    raise OffsetOutOfRangeError(
-                        f"fetch offset {spec.fetch_offset} of {spec.topic}-{spec.partition} is "
-                        f"outside [{plog.log_start_offset}, {plog.log_end_offset}]"
-                    )
-                plans.append((key, partition, data, upper))
-            except ReplogError as err:
-                self._check_behind(err)
-                data.error = err
-                plans.append((key, None, data, 0))
-
-        # Read in request order (the response budget is shared): from memory while the bytes
-        # are there (unflushed or tail-cached, CRC-checked on append), then the rest in one
-        # worker thread, which may do I/O.
-        budget = max_bytes
-        rest = len(plans)  # the first plan left to the worker thread
-        for i, ((_, target, data, upper), spec) in enumerate(zip(plans, specs, strict=True)):
-            if target is None or data.error is not None:
-                continue
-            if budget <= 0:
-                break
-            records = target.log.read_from_memory(
-                spec.fetch_offset,
-                min(spec.partition_max_bytes, budget),
-                max_offset=upper,
-                min_one_batch=budget == max_bytes,
-            )
-            if records is None:
-                rest = i
-                break
-            data.records = records
-            budget -= len(records)
-            self.memory_reads += 1
-        if rest < len(plans):
-            budget_left = budget
-
-            def read_all() -> None:
-                budget = budget_left
-                for (_, target, data, upper), spec in zip(plans[rest:], specs[rest:], strict=True):
-                    if target is None or data.error is not None:
-                        continue
-                    if budget <= 0:
-                        break
-                    try:
-                        data.records = target.log.read(
-                            spec.fetch_offset,
-                            min(spec.partition_max_bytes, budget),
-                            max_offset=upper,
-                            min_one_batch=budget == max_bytes,
-                        )
-                    except ReplogError as err:
-                        data.error = err
-                    budget -= len(data.records)
-
-            self.storage_reads += 1
-            await asyncio.to_thread(read_all)
-        return {key: data for key, _, data, _ in plans}
+    append_records = replica_produce.append_records
+    write_txn_markers = replica_produce.write_txn_markers
+    fetch = replica_fetch.fetch_messages
 
     def _check_behind(self, error: ReplogError) -> None:
         """A request named a partition this broker does not know or a leader epoch newer than
@@ -1333,29 +1007,6 @@ class ReplicaManager:
 
     # --- the broker WAL (log.wal.enable) ---------------------------------------------------------
 
-    def _wal_flushed(self, result: FlushResult) -> None:
-        """A WAL object was written (on the loop, after every log in it heard on the writer's
-        thread): what flush_dirty does after its writes, for the partitions it holds."""
-        self.flushes += 1
-        compactor = self.compactor
-        if self._compaction_idle or (
-            compactor is not None and compactor.bytes_due(self.compaction_window_bytes)
-        ):
-            self._wal_written.set()
-        for extent in result.extents:
-            partition = self._by_topic_id.get((extent.topic_id, extent.partition))
-            if partition is None or self.partitions.get(partition.key) is not partition:
-                continue
-            if partition.maybe_increment_high_watermark():
-                self._hw_moved(partition)
-            for callback in self.on_partition_change:
-                callback(partition)
-
-    def _wal_write_failed(self, err: BaseException) -> None:
-        """The writer's write failed (its thread); it retries with backoff, and nothing in
-        the object is acknowledged meanwhile (acks=all waits, then times out)."""
-        log.warning("broker WAL write on %s failed, retrying: %s", self.storage.url, err)
-
     def _forget_wal_log(self, partition: Partition) -> None:
         link = partition.log.wal
         if link is None:
@@ -1364,181 +1015,23 @@ class ReplicaManager:
             del self._by_topic_id[(link.topic_id, link.partition)]
             self._holders.unregister(link.topic_id, link.partition)
 
-    def _every_replica_open(self) -> bool:
-        """Whether every replica the current image gives this broker is open. Until then
-        the WAL's garbage must not be collected nor compacted: a partition not open holds
-        no references, so its chunks would look dead. So false too while any open runs or
-        waits (even of a replica an image dropped since: its log holds references until it
-        is deleted)."""
-        if self._to_open or self._opening or not self._storage_ready:
-            return False
-        for topic in self.image.topics:
-            for index, state in enumerate(topic.partitions):
-                if self.broker_id in state.replicas and (
-                    TopicPartition(topic.name, index) not in self.partitions
-                ):
-                    return False
-        return True
+    # --- group commit, the broker WAL, checkpoints (replication.broker.log_flush) -------------
 
-    async def _compaction_loop(self) -> None:
-        """Over the WAL: compact L0 objects into packed objects once
-        wal.compaction.window.bytes of them are live or the oldest is
-        wal.compaction.l0.max.age.ms old, and delete the objects nobody refers to any more
-        (after file.delete.delay.ms). No idle polling: it sleeps on an event while the WAL has
-        no L0 object to compact, and otherwise until the oldest comes of age or until a
-        written object brings the live L0 bytes to the bytes trigger (``_wal_flushed`` reads
-        the index's running tally at each object: a round starts when this broker's own
-        trigger is met, not at a shared cadence; brokers checking once a second compacted in
-        step, whatever their phases). The live objects are listed and sorted (``next_round``)
-        only when a round may be due."""
-        config = self.config
-        check_s = min(1.0, config.wal_compaction_l0_max_age_ms / 4000)
-        max_age_s = config.wal_compaction_l0_max_age_ms / 1000
-        due_at: float | None = None  # monotonic: when the oldest live L0 object comes of age
-        while True:
-            # cleared before looking: a write from now on wakes the waits below
-            self._wal_written.clear()
-            compactor = self.compactor
-            if compactor is None or not compactor.index.l0_live_bytes():
-                due_at = None
-                self._compaction_idle = True
-                try:
-                    await self._wal_written.wait()
-                finally:
-                    self._compaction_idle = False
-                continue
-            wait_s = check_s  # replicas still opening: look again soon
-            if self._every_replica_open():
-                now = time.monotonic()
-                window = self.compaction_window_bytes
-                if due_at is None or now >= due_at or compactor.bytes_due(window):
-                    sources, due_in = compactor.next_round(
-                        window_bytes=window, max_age_ms=config.wal_compaction_l0_max_age_ms
-                    )
-                    due_at = None
-                    if sources:
-                        try:
-                            result = await asyncio.to_thread(compactor.compact, sources)
-                        except ReplogError as err:
-                            log.warning(
-                                "WAL compaction on %s failed, retrying: %s", self.storage.url, err
-                            )
-                        except Exception:  # a bug: say so loudly, keep the broker's loop alive
-                            log.exception("WAL compaction on %s failed", self.storage.url)
-                        else:
-                            self.compactions += 1
-                            log.debug("WAL compaction: %s", result)
-                            continue
-                        await asyncio.sleep(check_s)
-                        continue
-                    if due_in is not None:
-                        # at most the max age: a wall clock set back must not stall compaction
-                        due_at = now + min(max(due_in, 0.01), max_age_s)
-                if due_at is not None:
-                    wait_s = max(due_at - now, 0.01)
-            # Nothing is due before wait_s unless writes meet the bytes trigger: sleep until
-            # then, or until they do.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wal_written.wait(), wait_s)
+    # group commit: flushes of dirty partitions, or the WAL writer's objects
+    flush_dirty = log_flush.flush_dirty
+    _flush_loop = log_flush.flush_loop
+    _wal_flushed = log_flush.wal_flushed
+    _wal_write_failed = log_flush.wal_write_failed
 
-    async def flush_dirty(self) -> bool:
-        """Flush every dirty partition (one object each, in parallel threads), then move their
-        HWs. False if a flush failed (that partition stays dirty and is retried)."""
-        dirty = [p for p in self._dirty if self.partitions.get(p.key) is p]
-        self._dirty.clear()
-        if not dirty:
-            return True
-        self.flushes += 1
-        results = await asyncio.gather(
-            *(asyncio.to_thread(p.log.flush) for p in dirty), return_exceptions=True
-        )
-        ok = True
-        for partition, outcome in zip(dirty, results, strict=True):
-            if isinstance(outcome, BaseException):
-                log.warning("flush of %r failed, retrying: %s", partition, outcome)
-                self._mark_dirty(partition)
-                ok = False
-                continue
-            if partition.maybe_increment_high_watermark():
-                self._hw_moved(partition)
-            for callback in self.on_partition_change:
-                callback(partition)
-        return ok
+    # WAL compaction, once every replica is open
+    _every_replica_open = log_flush.every_replica_open
+    _compaction_loop = log_flush.compaction_loop
 
-    async def _flush_loop(self) -> None:
-        """Group commit driven by appends: sleep until one marks a partition dirty; flush at
-        once unless the previous flush started less than ``log.flush.interval.ms`` ago (then
-        at that moment); appends arriving meanwhile, or while the flush runs, join it or the
-        next one. A failed flush is retried after at least FLUSH_RETRY_BACKOFF_MS."""
-        loop = asyncio.get_running_loop()
-        interval = self.flush_interval_ms / 1000
-        retry = FLUSH_RETRY_BACKOFF_MS / 1000
-        next_start = loop.time()
-        while True:
-            await self._flush_wanted.wait()
-            self.flush_wakeups += 1
-            delay = next_start - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._flush_wanted.clear()  # what is dirty now goes in this flush
-            started = loop.time()
-            next_start = started + interval
-            if not await self.flush_dirty():
-                next_start = max(next_start, started + retry)
-
-    def _read_broker_checkpoint(self) -> dict[str, int]:
-        """The HWs of the broker checkpoint (hints: none if it is missing or unreadable)."""
-        try:
-            data = self.storage.read(BROKER_CHECKPOINT_NAME)
-            return BrokerCheckpoint.from_bytes(data).high_watermarks
-        except ObjectNotFoundError:
-            return {}
-        except ReplogError as err:
-            log.warning("%s; high watermarks will be learned again", err)
-            return {}
-
-    def _write_broker_checkpoint(self, hws: dict[str, int]) -> None:
-        self.storage.write(BROKER_CHECKPOINT_NAME, BrokerCheckpoint(hws).to_bytes())
-        self.broker_checkpoints += 1
-
-    def _wal_high_watermarks(self) -> dict[str, int]:
-        return {
-            f"{link.topic_id}:{link.partition}": p.log.high_watermark
-            for p in self.partitions.values()
-            if (link := p.log.wal) is not None
-        }
-
-    async def _checkpoint_broker(self) -> None:
-        """Over the WAL: write the broker checkpoint if some partition's HW moved since the
-        last one (one object for every partition; nothing when idle)."""
-        if self.wal_writer is None:
-            return
-        hws = self._wal_high_watermarks()
-        if hws == self._hw_written:
-            return
-        try:
-            await asyncio.to_thread(self._write_broker_checkpoint, hws)
-        except ReplogError as err:
-            log.warning("broker checkpoint on %s failed: %s", self.storage.url, err)
-            return
-        self._hw_written = hws
-
-    async def _checkpoint_loop(self) -> None:
-        """Every log.checkpoint.interval.ms, checkpoint the logs that changed since their
-        last checkpoint (an idle broker writes nothing; the test is O(1) per log, on the
-        loop, so unchanged logs cost no thread hop either); over the WAL, then the broker
-        checkpoint if an HW moved."""
-        while True:
-            await asyncio.sleep(self.config.log_checkpoint_interval_ms / 1000)
-            await self._checkpoint_broker()
-            self.checkpoint_rounds += 1
-            logs = [p.log for p in self.partitions.values() if p.log.checkpoint_needed()]
-            self.checkpoints += len(logs)
-            for plog in logs:
-                try:
-                    await asyncio.to_thread(plog.checkpoint)
-                except ReplogError as err:
-                    log.warning("checkpoint of %s failed: %s", plog.storage.url, err)
+    # the logs' checkpoints and, over the WAL, the broker checkpoint of HWs
+    _read_broker_checkpoint = log_flush.read_broker_checkpoint
+    _wal_high_watermarks = log_flush.wal_high_watermarks
+    _checkpoint_broker = log_flush.checkpoint_broker
+    _checkpoint_loop = log_flush.checkpoint_loop
 
     async def _producer_expiration_loop(self) -> None:
         while True:

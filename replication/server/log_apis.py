@@ -18,7 +18,8 @@ from logstore.reader import ObjectExtent
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.partition import Partition
-from replication.broker.replica_manager import FetchSpec, ProduceResult
+from replication.broker.replica_fetch import FetchSpec
+from replication.broker.replica_produce import ProduceResult
 from replication.common import TopicPartition
 from replication.errors import (
     AuthorizationError,
