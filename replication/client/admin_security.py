@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from replication.client.admin_base import AdminBase, _error
 from replication.protocol import ApiKey
@@ -77,34 +78,14 @@ class SecurityCalls(AdminBase):
     def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
         """The ACL bindings ``acl_filter`` matches (default: all), sorted."""
         f = acl_filter or AclBindingFilter()
-        request = pa.DescribeAclsRequest(
-            resource_type_filter=f.resource_type,
-            resource_name_filter=f.resource_name,
-            pattern_type_filter=f.pattern_type,
-            principal_filter=f.principal,
-            host_filter=f.host,
-            operation=f.operation,
-            permission_type=f.permission,
-        )
+        request = pa.DescribeAclsRequest(**_filter_fields(f))
         response: pa.DescribeAclsResponse = self._retrying(
             "describing ACLs",
             lambda: self._any_broker(ApiKey.DESCRIBE_ACLS, request),
         )
         if response.error_code:
             raise _error(response.error_code, response.error_message, "cannot describe ACLs")
-        return sorted(
-            AclBinding.from_wire(
-                r.resource_type,
-                r.resource_name,
-                r.pattern_type,
-                a.principal,
-                a.host,
-                a.operation,
-                a.permission_type,
-            )
-            for r in response.resources
-            for a in r.acls
-        )
+        return sorted(_binding(r, a) for r in response.resources for a in r.acls)
 
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
         """Remove the bindings each filter matches (through the controller); per filter, the
@@ -113,18 +94,7 @@ class SecurityCalls(AdminBase):
         if not wanted:
             return []
         request = pa.DeleteAclsRequest(
-            filters=[
-                pa.DeleteAclsFilter(
-                    resource_type_filter=f.resource_type,
-                    resource_name_filter=f.resource_name,
-                    pattern_type_filter=f.pattern_type,
-                    principal_filter=f.principal,
-                    host_filter=f.host,
-                    operation=f.operation,
-                    permission_type=f.permission,
-                )
-                for f in wanted
-            ]
+            filters=[pa.DeleteAclsFilter(**_filter_fields(f)) for f in wanted]
         )
 
         response: pa.DeleteAclsResponse = self._controller_call(
@@ -140,21 +110,7 @@ class SecurityCalls(AdminBase):
                 if r.error_code
             ]
         )
-        return [
-            [
-                AclBinding.from_wire(
-                    a.resource_type,
-                    a.resource_name,
-                    a.pattern_type,
-                    a.principal,
-                    a.host,
-                    a.operation,
-                    a.permission_type,
-                )
-                for a in r.matching_acls
-            ]
-            for r in response.filter_results
-        ]
+        return [[_binding(a, a) for a in r.matching_acls] for r in response.filter_results]
 
     def describe_user_scram_credentials(
         self, users: Iterable[str] | None = None
@@ -198,16 +154,12 @@ class SecurityCalls(AdminBase):
             return
         wire_ups = []
         for u in ups:
-            if u.mechanism not in MECHANISMS:
-                raise ValueError(
-                    f"SCRAM mechanism {u.mechanism!r} is not supported: use one of "
-                    f"{', '.join(MECHANISMS)}"
-                )
+            code = _mechanism(u.mechanism)
             salt = os.urandom(SALT_BYTES)
             wire_ups.append(
                 pa.ScramCredentialUpsertion(
                     name=u.user,
-                    mechanism=MECHANISMS[u.mechanism],
+                    mechanism=code,
                     iterations=u.iterations,
                     salt=salt,
                     salted_password=salted_password(u.mechanism, u.password, salt, u.iterations),
@@ -215,12 +167,7 @@ class SecurityCalls(AdminBase):
             )
         wire_dels = []
         for user, mechanism in dels:
-            if mechanism not in MECHANISMS:
-                raise ValueError(
-                    f"SCRAM mechanism {mechanism!r} is not supported: use one of "
-                    f"{', '.join(MECHANISMS)}"
-                )
-            wire_dels.append(pa.ScramCredentialDeletion(name=user, mechanism=MECHANISMS[mechanism]))
+            wire_dels.append(pa.ScramCredentialDeletion(name=user, mechanism=_mechanism(mechanism)))
         request = pa.AlterUserScramCredentialsRequest(deletions=wire_dels, upsertions=wire_ups)
 
         response: pa.AlterUserScramCredentialsResponse = self._controller_call(
@@ -243,3 +190,39 @@ def _acl_text(b: AclBinding) -> str:
         f"{b.permission.name} {b.principal} {b.operation.name} on "
         f"{b.resource_type.name}:{b.pattern_type.name}:{b.resource_name} from {b.host}"
     )
+
+
+def _filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    """An ACL filter's fields, as DescribeAcls and DeleteAcls name them on the wire."""
+    return {
+        "resource_type_filter": f.resource_type,
+        "resource_name_filter": f.resource_name,
+        "pattern_type_filter": f.pattern_type,
+        "principal_filter": f.principal,
+        "host_filter": f.host,
+        "operation": f.operation,
+        "permission_type": f.permission,
+    }
+
+
+def _binding(resource: Any, acl: Any) -> AclBinding:
+    """The binding of ``acl`` (principal, host, operation, permission type) on ``resource``
+    (resource type, name, pattern type), as DescribeAcls and DeleteAcls answer them."""
+    return AclBinding.from_wire(
+        resource.resource_type,
+        resource.resource_name,
+        resource.pattern_type,
+        acl.principal,
+        acl.host,
+        acl.operation,
+        acl.permission_type,
+    )
+
+
+def _mechanism(name: str) -> int:
+    """The wire code of SCRAM mechanism ``name``; ValueError naming the supported ones."""
+    if name not in MECHANISMS:
+        raise ValueError(
+            f"SCRAM mechanism {name!r} is not supported: use one of {', '.join(MECHANISMS)}"
+        )
+    return MECHANISMS[name]
