@@ -211,9 +211,7 @@ class ClientConfig:
     sasl_password: str = field(
         default="",
         repr=False,
-        metadata=key(
-            "sasl.password", "the password (instead of sasl.jaas.config)", secret=True
-        ),
+        metadata=key("sasl.password", "the password (instead of sasl.jaas.config)", secret=True),
     )
     sasl_plain_insecure_enable: bool = field(
         default=False,
