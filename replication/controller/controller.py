@@ -22,6 +22,7 @@ from dataclasses import replace
 from replication import events
 from replication.controller.acl_control import AclControlManager
 from replication.controller.placement import assign_replicas
+from replication.controller.reassignment import PartitionReassignmentControl, log_reassignment
 from replication.controller.state_change import log_state_changes
 from replication.dynamic_config import (
     apply_config_ops,
@@ -43,7 +44,6 @@ from replication.errors import (
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
-    NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
     PreferredLeaderNotAvailableError,
@@ -88,7 +88,7 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-class Controller(AclControlManager):
+class Controller(AclControlManager, PartitionReassignmentControl):
     """The active controller of a cluster (one per metadata root at a time)."""
 
     def __init__(
@@ -544,9 +544,7 @@ class Controller(AclControlManager):
             self.update_partition(topic, index, new_state)
             if new_state.reassigning:
                 for joined in sorted(added & set(new_state.adding_replicas)):
-                    self._log_reassignment(
-                        "replica_caught_up", topic, index, new_state, replica=joined
-                    )
+                    log_reassignment("replica_caught_up", topic, index, new_state, replica=joined)
                 self._maybe_complete_reassignment(topic, index)
             return new_state
 
@@ -723,213 +721,7 @@ class Controller(AclControlManager):
                 self.image.next().with_topic(replace(info, partitions=tuple(parts)))
             )
 
-    # --- reassignments (KIP-455), leader elections (KIP-460), unregistration ----------------------
-
-    def alter_partition_reassignments(
-        self,
-        changes: Sequence[tuple[str, int, Sequence[int] | None]],
-        *,
-        throttled_rate: int = 0,
-    ) -> list[ReplogError | None]:
-        """Start (target replicas) or cancel (None) reassignments, one result per change.
-
-        As Kafka's KIP-455: during a move the partition's replicas are target + (original -
-        target), the new ones catch up as followers, and the move completes (replicas = target)
-        only once every target replica is in the ISR (:meth:`_completed`). Acked records are
-        safe throughout: the ISR only ever loses a replica when the move completes, and then
-        every target replica is in it. ``throttled_rate`` (bytes/s, 0: none) is what the adding
-        replicas fetch at while they catch up.
-        """
-        if throttled_rate < 0:
-            raise InvalidRequestError(f"throttle {throttled_rate} bytes/s must be >= 0")
-        with self._lock:
-            image = self.image.next()
-            live = self._live(image)
-            results: list[ReplogError | None] = []
-            steps: list[tuple[str, str, int, PartitionState]] = []
-            for topic, index, target in changes:
-                try:
-                    info = image.topic(topic)
-                    if info is None or not 0 <= index < len(info.partitions):
-                        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
-                    state = info.partitions[index]
-                    new: PartitionState | None
-                    if target is None:
-                        new, what = self._cancelled(topic, index, state, live), "cancelled"
-                    else:
-                        new = self._started(
-                            image, topic, index, state, target, throttled_rate, live
-                        )
-                        what = "started"
-                    if new is None:  # already on the target replicas
-                        results.append(None)
-                        continue
-                    if not new.reassigning and target is not None:
-                        what = "completed"  # the same replicas, reordered: nothing to move
-                    completed = self._completed(new, live)
-                    parts = list(info.partitions)
-                    parts[index] = completed or new
-                    image = image.with_topic(replace(info, partitions=tuple(parts)))
-                    steps.append((what, topic, index, new))
-                    if completed is not None:
-                        steps.append(("completed", topic, index, completed))
-                    results.append(None)
-                except ReplogError as err:
-                    results.append(err)
-            if steps:
-                self._commit(image)
-            for what, topic, index, state in steps:
-                self._log_reassignment(what, topic, index, state)
-            return results
-
-    def _started(
-        self,
-        image: MetadataImage,
-        topic: str,
-        index: int,
-        state: PartitionState,
-        target: Sequence[int],
-        throttled_rate: int,
-        live: set[int],
-    ) -> PartitionState | None:
-        wanted = tuple(target)
-        registered = {b.broker_id for b in image.brokers}
-        if not wanted or len(set(wanted)) != len(wanted):
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: target replicas {list(wanted)} must name one or more "
-                "distinct brokers"
-            )
-        if not set(wanted) <= registered:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: target replicas {list(wanted)} name brokers that are not "
-                f"registered ({sorted(set(wanted) - registered)}); registered: {sorted(registered)}"
-            )
-        original = state.original_replicas
-        if wanted == original and not state.reassigning:
-            return None
-        replicas = wanted + tuple(r for r in original if r not in wanted)
-        isr = tuple(r for r in state.isr if r in replicas)
-        if not isr:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: no replica of {list(replicas)} is in the ISR "
-                f"{list(state.isr)}; let the reassignment in progress finish first"
-            )
-        new = replace(
-            state,
-            replicas=replicas,
-            isr=isr,
-            adding_replicas=tuple(r for r in wanted if r not in original),
-            removing_replicas=tuple(r for r in original if r not in wanted),
-            throttled_rate=throttled_rate,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if new.leader not in replicas:  # led by an adding replica of the move this replaces
-            new = self._reelect(new, live)
-        return new
-
-    def _cancelled(
-        self, topic: str, index: int, state: PartitionState, live: set[int]
-    ) -> PartitionState:
-        if not state.reassigning:
-            raise NoReassignmentInProgressError(
-                f"{topic}-{index} has no reassignment in progress to cancel"
-            )
-        original = state.original_replicas
-        isr = tuple(r for r in state.isr if r in original)
-        if not isr:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: cannot cancel: no original replica {list(original)} is in the "
-                f"ISR {list(state.isr)} any more (it would lose records); let the "
-                "reassignment finish"
-            )
-        new = replace(
-            state,
-            replicas=original,
-            isr=isr,
-            adding_replicas=(),
-            removing_replicas=(),
-            throttled_rate=0,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if new.leader not in original:
-            new = self._reelect(new, live)
-        return new
-
-    def _reelect(self, state: PartitionState, live: set[int]) -> PartitionState:
-        """A new leader from the ISR (in replica order) with a new leader epoch."""
-        candidates = [r for r in state.replicas if r in state.isr and r in live]
-        return replace(
-            state,
-            leader=candidates[0] if candidates else NO_LEADER,
-            leader_epoch=state.leader_epoch + 1,
-        )
-
-    def _completed(self, state: PartitionState, live: set[int]) -> PartitionState | None:
-        """The partition once its reassignment completes, or None if it cannot yet.
-
-        Rule (KIP-455): a move completes only once every target replica is in the ISR. Then
-        replicas = target, ISR = ISR & target (so still every target replica), and a leader
-        that is being removed hands over to the first live target replica, with a new epoch.
-        """
-        target = state.target_replicas
-        if not state.reassigning or not set(target) <= set(state.isr):
-            return None
-        done = replace(
-            state,
-            replicas=target,
-            isr=tuple(r for r in state.isr if r in target),
-            adding_replicas=(),
-            removing_replicas=(),
-            throttled_rate=0,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if done.leader not in target:
-            done = self._reelect(done, live)
-        return done
-
-    def _maybe_complete_reassignment(self, topic: str, index: int) -> None:
-        with self._lock:
-            info = self.image.topic(topic)
-            if info is None or not 0 <= index < len(info.partitions):
-                return
-            done = self._completed(info.partitions[index], self._live(self.image))
-            if done is not None:
-                self.update_partition(topic, index, done)
-                self._log_reassignment("completed", topic, index, done)
-
-    @staticmethod
-    def _log_reassignment(
-        step: str, topic: str, index: int, state: PartitionState, **more: int
-    ) -> None:
-        """A reassignment step (started, replica_caught_up, completed, cancelled) as an event."""
-        events.event(
-            log,
-            events.REASSIGNMENT_STEP,
-            step=step,
-            topic=topic,
-            partition=index,
-            **more,
-            replicas=state.replicas,
-            adding_replicas=state.adding_replicas,
-            removing_replicas=state.removing_replicas,
-            isr=state.isr,
-            leader=state.leader,
-            leader_epoch=state.leader_epoch,
-            partition_epoch=state.partition_epoch,
-        )
-
-    def list_partition_reassignments(
-        self, partitions: Sequence[tuple[str, int]] | None = None
-    ) -> list[tuple[str, int, PartitionState]]:
-        """The reassignments in progress (of ``partitions`` only, if given)."""
-        with self._lock:
-            wanted = None if partitions is None else set(partitions)
-            return [
-                (topic.name, index, state)
-                for topic in self.image.topics
-                for index, state in enumerate(topic.partitions)
-                if state.reassigning and (wanted is None or (topic.name, index) in wanted)
-            ]
+    # --- leader elections (KIP-460), unregistration ---------------------------------------------
 
     def elect_leaders(
         self, preferred: bool, partitions: Sequence[tuple[str, int]] | None = None
