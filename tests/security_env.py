@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from logstore.storage import Storage
-from replication.controller.controller import bootstrap_credentials
+from replication.controller.acl_control import bootstrap_credentials
 from replication.metadata.store import MetadataStore
 from replication.security.certs import CA_KEY_USAGE
 from replication.security.scram import MECHANISMS, new_credential

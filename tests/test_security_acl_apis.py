@@ -17,7 +17,7 @@ import pytest
 from logstore.storage import Storage
 from replication import protocol as p
 from replication.config import BrokerConfig, broker_config_from
-from replication.controller.controller import bootstrap_credentials
+from replication.controller.acl_control import bootstrap_credentials
 from replication.controller.service import ControllerService
 from replication.errors import (
     DuplicateResourceError,

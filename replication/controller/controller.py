@@ -12,15 +12,17 @@ Methods are synchronous (they do storage I/O); the broker calls them off its eve
 from __future__ import annotations
 
 import logging
-import random
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from replication import events
+from replication.controller.acl_control import AclControlManager
+from replication.controller.placement import assign_replicas
+from replication.controller.reassignment import PartitionReassignmentControl, log_reassignment
 from replication.controller.state_change import log_state_changes
 from replication.dynamic_config import (
     apply_config_ops,
@@ -32,7 +34,6 @@ from replication.dynamic_config import (
 from replication.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
-    DuplicateResourceError,
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
     FencedLeaderEpochError,
@@ -43,12 +44,10 @@ from replication.errors import (
     InvalidRequestError,
     InvalidTopicError,
     InvalidUpdateVersionError,
-    NoReassignmentInProgressError,
     NotControllerError,
     NotLeaderOrFollowerError,
     PreferredLeaderNotAvailableError,
     ReplogError,
-    ResourceNotFoundError,
     StaleBrokerEpochError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
@@ -69,8 +68,6 @@ from replication.metadata.store import (
     ControllerClaim,
     MetadataStore,
 )
-from replication.security.acl import AclBinding, AclBindingFilter
-from replication.security.scram import ScramCredential
 
 log = logging.getLogger(__name__)
 
@@ -91,53 +88,7 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-def assign_replicas(
-    brokers: Sequence[BrokerInfo],
-    partitions: int,
-    replication_factor: int,
-    *,
-    seed: int | None = None,
-) -> list[list[int]]:
-    """Kafka's rack-unaware assignment: round-robin leaders, followers shifted per round.
-
-    With racks on every broker, brokers are first interleaved by rack (Kafka's
-    rack-alternated list) so that consecutive replicas land on different racks.
-    """
-    ids = [b.broker_id for b in sorted(brokers, key=lambda b: b.broker_id)]
-    if all(b.rack for b in brokers) and len({b.rack for b in brokers}) > 1:
-        ids = _rack_alternated(brokers)
-    n = len(ids)
-    rng = random.Random(seed)
-    start = rng.randrange(n)
-    shift = rng.randrange(n)
-    out: list[list[int]] = []
-    for p in range(partitions):
-        if p > 0 and p % n == 0:
-            shift += 1
-        first = (p + start) % n
-        replicas = [ids[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(ids[(first + 1 + (shift + j) % (n - 1)) % n])
-        out.append(replicas)
-    return out
-
-
-def _rack_alternated(brokers: Sequence[BrokerInfo]) -> list[int]:
-    by_rack: dict[str, list[int]] = {}
-    for b in sorted(brokers, key=lambda b: b.broker_id):
-        by_rack.setdefault(b.rack or "", []).append(b.broker_id)
-    racks = sorted(by_rack)
-    out: list[int] = []
-    i = 0
-    while len(out) < len(brokers):
-        rack = by_rack[racks[i % len(racks)]]
-        if rack:
-            out.append(rack.pop(0))
-        i += 1
-    return out
-
-
-class Controller:
+class Controller(AclControlManager, PartitionReassignmentControl):
     """The active controller of a cluster (one per metadata root at a time)."""
 
     def __init__(
@@ -593,9 +544,7 @@ class Controller:
             self.update_partition(topic, index, new_state)
             if new_state.reassigning:
                 for joined in sorted(added & set(new_state.adding_replicas)):
-                    self._log_reassignment(
-                        "replica_caught_up", topic, index, new_state, replica=joined
-                    )
+                    log_reassignment("replica_caught_up", topic, index, new_state, replica=joined)
                 self._maybe_complete_reassignment(topic, index)
             return new_state
 
@@ -772,213 +721,7 @@ class Controller:
                 self.image.next().with_topic(replace(info, partitions=tuple(parts)))
             )
 
-    # --- reassignments (KIP-455), leader elections (KIP-460), unregistration ----------------------
-
-    def alter_partition_reassignments(
-        self,
-        changes: Sequence[tuple[str, int, Sequence[int] | None]],
-        *,
-        throttled_rate: int = 0,
-    ) -> list[ReplogError | None]:
-        """Start (target replicas) or cancel (None) reassignments, one result per change.
-
-        As Kafka's KIP-455: during a move the partition's replicas are target + (original -
-        target), the new ones catch up as followers, and the move completes (replicas = target)
-        only once every target replica is in the ISR (:meth:`_completed`). Acked records are
-        safe throughout: the ISR only ever loses a replica when the move completes, and then
-        every target replica is in it. ``throttled_rate`` (bytes/s, 0: none) is what the adding
-        replicas fetch at while they catch up.
-        """
-        if throttled_rate < 0:
-            raise InvalidRequestError(f"throttle {throttled_rate} bytes/s must be >= 0")
-        with self._lock:
-            image = self.image.next()
-            live = self._live(image)
-            results: list[ReplogError | None] = []
-            steps: list[tuple[str, str, int, PartitionState]] = []
-            for topic, index, target in changes:
-                try:
-                    info = image.topic(topic)
-                    if info is None or not 0 <= index < len(info.partitions):
-                        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
-                    state = info.partitions[index]
-                    new: PartitionState | None
-                    if target is None:
-                        new, what = self._cancelled(topic, index, state, live), "cancelled"
-                    else:
-                        new = self._started(
-                            image, topic, index, state, target, throttled_rate, live
-                        )
-                        what = "started"
-                    if new is None:  # already on the target replicas
-                        results.append(None)
-                        continue
-                    if not new.reassigning and target is not None:
-                        what = "completed"  # the same replicas, reordered: nothing to move
-                    completed = self._completed(new, live)
-                    parts = list(info.partitions)
-                    parts[index] = completed or new
-                    image = image.with_topic(replace(info, partitions=tuple(parts)))
-                    steps.append((what, topic, index, new))
-                    if completed is not None:
-                        steps.append(("completed", topic, index, completed))
-                    results.append(None)
-                except ReplogError as err:
-                    results.append(err)
-            if steps:
-                self._commit(image)
-            for what, topic, index, state in steps:
-                self._log_reassignment(what, topic, index, state)
-            return results
-
-    def _started(
-        self,
-        image: MetadataImage,
-        topic: str,
-        index: int,
-        state: PartitionState,
-        target: Sequence[int],
-        throttled_rate: int,
-        live: set[int],
-    ) -> PartitionState | None:
-        wanted = tuple(target)
-        registered = {b.broker_id for b in image.brokers}
-        if not wanted or len(set(wanted)) != len(wanted):
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: target replicas {list(wanted)} must name one or more "
-                "distinct brokers"
-            )
-        if not set(wanted) <= registered:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: target replicas {list(wanted)} name brokers that are not "
-                f"registered ({sorted(set(wanted) - registered)}); registered: {sorted(registered)}"
-            )
-        original = state.original_replicas
-        if wanted == original and not state.reassigning:
-            return None
-        replicas = wanted + tuple(r for r in original if r not in wanted)
-        isr = tuple(r for r in state.isr if r in replicas)
-        if not isr:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: no replica of {list(replicas)} is in the ISR "
-                f"{list(state.isr)}; let the reassignment in progress finish first"
-            )
-        new = replace(
-            state,
-            replicas=replicas,
-            isr=isr,
-            adding_replicas=tuple(r for r in wanted if r not in original),
-            removing_replicas=tuple(r for r in original if r not in wanted),
-            throttled_rate=throttled_rate,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if new.leader not in replicas:  # led by an adding replica of the move this replaces
-            new = self._reelect(new, live)
-        return new
-
-    def _cancelled(
-        self, topic: str, index: int, state: PartitionState, live: set[int]
-    ) -> PartitionState:
-        if not state.reassigning:
-            raise NoReassignmentInProgressError(
-                f"{topic}-{index} has no reassignment in progress to cancel"
-            )
-        original = state.original_replicas
-        isr = tuple(r for r in state.isr if r in original)
-        if not isr:
-            raise InvalidReplicaAssignmentError(
-                f"{topic}-{index}: cannot cancel: no original replica {list(original)} is in the "
-                f"ISR {list(state.isr)} any more (it would lose records); let the "
-                "reassignment finish"
-            )
-        new = replace(
-            state,
-            replicas=original,
-            isr=isr,
-            adding_replicas=(),
-            removing_replicas=(),
-            throttled_rate=0,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if new.leader not in original:
-            new = self._reelect(new, live)
-        return new
-
-    def _reelect(self, state: PartitionState, live: set[int]) -> PartitionState:
-        """A new leader from the ISR (in replica order) with a new leader epoch."""
-        candidates = [r for r in state.replicas if r in state.isr and r in live]
-        return replace(
-            state,
-            leader=candidates[0] if candidates else NO_LEADER,
-            leader_epoch=state.leader_epoch + 1,
-        )
-
-    def _completed(self, state: PartitionState, live: set[int]) -> PartitionState | None:
-        """The partition once its reassignment completes, or None if it cannot yet.
-
-        Rule (KIP-455): a move completes only once every target replica is in the ISR. Then
-        replicas = target, ISR = ISR & target (so still every target replica), and a leader
-        that is being removed hands over to the first live target replica, with a new epoch.
-        """
-        target = state.target_replicas
-        if not state.reassigning or not set(target) <= set(state.isr):
-            return None
-        done = replace(
-            state,
-            replicas=target,
-            isr=tuple(r for r in state.isr if r in target),
-            adding_replicas=(),
-            removing_replicas=(),
-            throttled_rate=0,
-            partition_epoch=state.partition_epoch + 1,
-        )
-        if done.leader not in target:
-            done = self._reelect(done, live)
-        return done
-
-    def _maybe_complete_reassignment(self, topic: str, index: int) -> None:
-        with self._lock:
-            info = self.image.topic(topic)
-            if info is None or not 0 <= index < len(info.partitions):
-                return
-            done = self._completed(info.partitions[index], self._live(self.image))
-            if done is not None:
-                self.update_partition(topic, index, done)
-                self._log_reassignment("completed", topic, index, done)
-
-    @staticmethod
-    def _log_reassignment(
-        step: str, topic: str, index: int, state: PartitionState, **more: int
-    ) -> None:
-        """A reassignment step (started, replica_caught_up, completed, cancelled) as an event."""
-        events.event(
-            log,
-            events.REASSIGNMENT_STEP,
-            step=step,
-            topic=topic,
-            partition=index,
-            **more,
-            replicas=state.replicas,
-            adding_replicas=state.adding_replicas,
-            removing_replicas=state.removing_replicas,
-            isr=state.isr,
-            leader=state.leader,
-            leader_epoch=state.leader_epoch,
-            partition_epoch=state.partition_epoch,
-        )
-
-    def list_partition_reassignments(
-        self, partitions: Sequence[tuple[str, int]] | None = None
-    ) -> list[tuple[str, int, PartitionState]]:
-        """The reassignments in progress (of ``partitions`` only, if given)."""
-        with self._lock:
-            wanted = None if partitions is None else set(partitions)
-            return [
-                (topic.name, index, state)
-                for topic in self.image.topics
-                for index, state in enumerate(topic.partitions)
-                if state.reassigning and (wanted is None or (topic.name, index) in wanted)
-            ]
+    # --- leader elections (KIP-460), unregistration ---------------------------------------------
 
     def elect_leaders(
         self, preferred: bool, partitions: Sequence[tuple[str, int]] | None = None
@@ -1123,135 +866,3 @@ class Controller:
             self._commit(self.image.next().without_broker(broker_id))
             self._last_heartbeat.pop(broker_id, None)
             log.info("broker %d unregistered", broker_id)
-
-    # --- ACLs and SCRAM credentials ------------------------------------------------------------
-
-    def create_acls(self, bindings: Sequence[AclBinding]) -> list[ReplogError | None]:
-        """Add ACL bindings (Kafka's CreateAcls), one result per binding: None, or why it was
-        refused (InvalidRequestError). One metadata version holds them all; a binding that
-        exists already is a success that changes nothing."""
-        with self._lock:
-            results: list[ReplogError | None] = []
-            added: list[AclBinding] = []
-            for binding in bindings:
-                try:
-                    binding.validate()
-                except ReplogError as err:
-                    results.append(err)
-                    continue
-                results.append(None)
-                added.append(binding)
-            existing = set(self.image.acls)
-            new = [b for b in dict.fromkeys(added) if b not in existing]
-            if new:
-                self._commit(self.image.next().with_acls([*self.image.acls, *new]))
-                for b in new:
-                    log.info("ACL created: %s", describe_acl(b))
-            return results
-
-    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
-        """Remove the ACL bindings each filter matches (Kafka's DeleteAcls); returns, per
-        filter, the bindings it matched (a binding two filters match is in both). One
-        metadata version holds every removal."""
-        with self._lock:
-            matched = [[b for b in self.image.acls if f.matches(b)] for f in filters]
-            doomed = {b for found in matched for b in found}
-            if doomed:
-                self._commit(
-                    self.image.next().with_acls(b for b in self.image.acls if b not in doomed)
-                )
-                for b in sorted(doomed):
-                    log.info("ACL deleted: %s", describe_acl(b))
-            return matched
-
-    def alter_scram_credentials(
-        self,
-        upsertions: Sequence[ScramCredential],
-        deletions: Sequence[tuple[str, str]],
-    ) -> dict[str, ReplogError | None]:
-        """Upsert and delete SCRAM credentials (Kafka's AlterUserScramCredentials, the
-        credentials already salted and hashed); one result per user, all or nothing per user:
-        a user whose credential for one mechanism is named twice (DUPLICATE_RESOURCE) or who
-        deletes one that does not exist (RESOURCE_NOT_FOUND) gets none of its changes. One
-        metadata version holds every other user's changes."""
-        with self._lock:
-            results: dict[str, ReplogError | None] = {}
-            seen: dict[tuple[str, str], int] = {}
-            for key in [(c.user, c.mechanism) for c in upsertions] + list(deletions):
-                seen[key] = seen.get(key, 0) + 1
-                results.setdefault(key[0], None)
-            for (user, mechanism), count in seen.items():
-                if count > 1 and results[user] is None:
-                    results[user] = DuplicateResourceError(
-                        f"the {mechanism} credential of user {user!r} is altered more than once "
-                        "in one request: send each change once"
-                    )
-            for user, mechanism in deletions:
-                if results[user] is None and self.image.scram_credential(user, mechanism) is None:
-                    results[user] = ResourceNotFoundError(
-                        f"user {user!r} has no {mechanism} credential to delete"
-                    )
-            ok_upserts = [c for c in upsertions if results[c.user] is None]
-            ok_deletions = [(u, m) for u, m in deletions if results[u] is None]
-            if ok_upserts or ok_deletions:
-                self._commit(self.image.next().with_scram_credentials(ok_upserts, ok_deletions))
-                for c in ok_upserts:
-                    log.info(
-                        "SCRAM credential of user %r for %s set (%d iterations)",
-                        c.user,
-                        c.mechanism,
-                        c.iterations,
-                    )
-                for user, mechanism in ok_deletions:
-                    log.info("SCRAM credential of user %r for %s deleted", user, mechanism)
-            return results
-
-
-def describe_acl(b: AclBinding) -> str:
-    """One ACL in Kafka's words: ``User:alice has ALLOW permission for operation READ from
-    host * on TOPIC:LITERAL:events``."""
-    return (
-        f"{b.principal} has {b.permission.name} permission for operation {b.operation.name} "
-        f"from host {b.host} on {b.resource_type.name}:{b.pattern_type.name}:{b.resource_name}"
-    )
-
-
-def bootstrap_credentials(
-    store: MetadataStore,
-    credentials: Iterable[ScramCredential],
-    acls: Iterable[AclBinding] = (),
-) -> MetadataImage:
-    """Write SCRAM users (and ACLs) into the metadata of a cluster that has not started yet
-    (Kafka's ``kafka-storage format --add-scram``); returns the version written.
-
-    With SASL between brokers, a broker must authenticate to the controller before it can
-    register, so its user must exist before any broker runs: nothing could create it over
-    the wire. Only a metadata log no controller has claimed is written (claims are never
-    pruned, so none means no controller ever ran on it): each call writes the next version,
-    a full image with the credentials added (replaced by user and mechanism) and the ACLs
-    added; the first controller to activate builds on it (and fills in the cluster id).
-    InvalidRequestError otherwise: add users to a running cluster with
-    AlterUserScramCredentials (`replog users add`)."""
-    if store.latest_claim() is not None:
-        raise InvalidRequestError(
-            f"metadata log {store.storage.url} is in use (a controller has claimed it): add "
-            "users to a running cluster with `replog users add NAME --bootstrap-server "
-            "HOST:PORT`"
-        )
-    base = store.read_latest()
-    image = base.next().with_scram_credentials(credentials)
-    image = image.with_acls([*image.acls, *acls])
-    try:
-        written = store.write(image)
-    except StaleControllerEpochError as err:
-        raise InvalidRequestError(
-            f"metadata log {store.storage.url}: version {image.version} was written meanwhile "
-            "(another bootstrap, or a controller starting); run it again, or add users to the "
-            "running cluster with `replog users add`"
-        ) from err
-    if store.latest_claim() is not None:
-        log.warning(
-            "a controller claimed %s while users were bootstrapped: check `replog users list`",
-            store.storage.url,
-        )
-    return written

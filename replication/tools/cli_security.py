@@ -131,7 +131,7 @@ def users_add(
     password = _password(name, password_file)
     if metadata_log_dir is not None:
         from logstore.storage import Storage
-        from replication.controller.controller import bootstrap_credentials
+        from replication.controller.acl_control import bootstrap_credentials
         from replication.metadata.store import MetadataStore
         from replication.security.scram import new_credential
 

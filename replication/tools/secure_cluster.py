@@ -30,7 +30,7 @@ from typing import Any
 
 from logstore.errors import ConfigError
 from logstore.storage import Storage
-from replication.controller.controller import bootstrap_credentials
+from replication.controller.acl_control import bootstrap_credentials
 from replication.metadata.store import MetadataStore
 from replication.security.certs import CertificateAuthority
 from replication.security.scram import new_credential
