@@ -109,6 +109,21 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
             "message.timestamp.type='LogAppendTime': expected CreateTime .*LogAppendTime is not",
         ),
         (
+            lambda: c.alter_topic_configs("t", [(SET, "cleanup.policy", "compacted")]),
+            ConfigError,
+            "cleanup.policy='compacted': expected delete or compact or compact,delete",
+        ),
+        (
+            lambda: c.alter_topic_configs("t", [(SET, "min.cleanable.dirty.ratio", "1.5")]),
+            ConfigError,
+            r"min.cleanable.dirty.ratio='1.5': must be at most 1",
+        ),
+        (
+            lambda: c.alter_topic_configs("t", [(SET, "max.compaction.lag.ms", "0")]),
+            ConfigError,
+            r"max.compaction.lag.ms='0': must be at least 1",
+        ),
+        (
             lambda: c.alter_topic_configs("t", [(SET, "retention.msx", "1")]),
             ConfigError,
             "unknown topic config 'retention.msx'",
@@ -151,6 +166,17 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
     assert c.image.version == before
     # what Kafka Streams names on its internal topics is taken
     c.alter_topic_configs("t", [(SET, "message.timestamp.type", "CreateTime")])
+    # and the compaction configs Kafka Streams names on its changelogs
+    c.alter_topic_configs(
+        "t",
+        [
+            (SET, "cleanup.policy", "compact,delete"),
+            (SET, "delete.retention.ms", "1000"),
+            (SET, "min.cleanable.dirty.ratio", "0.01"),
+            (SET, "min.compaction.lag.ms", "0"),
+            (SET, "max.compaction.lag.ms", "60000"),
+        ],
+    )
     # at creation too, with the same messages
     with pytest.raises(ConfigError, match=r"min.insync.replicas='0': must be at least 1"):
         c.create_topic("u", 1, 1, [("min.insync.replicas", "0")])
