@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     ConfigSource,
 )
+from confluent_kafka.admin import NewTopic as KafkaNewTopic  # type: ignore[attr-defined]
 
 from logstore.errors import ConfigError
 from logstore.storage import Storage
@@ -702,3 +703,44 @@ def test_alterations_survive_a_broker_restart_and_a_controller_failover(
             "DYNAMIC_TOPIC_CONFIG",
         )
         assert configs["retention.bytes"].value == "987654"
+
+
+@pytest.mark.cluster
+def test_a_compacted_topic_through_the_kafka_listener(cluster: Cluster) -> None:
+    topic = unique_name("compacted")
+    client = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    created = client.create_topics(
+        [
+            KafkaNewTopic(
+                topic,
+                1,
+                3,
+                config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"},
+            )
+        ]
+    )
+    created[topic].result(30)
+    topic_type = ConfigResource.Type.TOPIC
+    configs = confluent_configs(client, topic_type, topic)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["cleanup.policy"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["min.cleanable.dirty.ratio"].value == "0.01"
+    assert configs["delete.retention.ms"].value == "86400000"
+    assert configs["delete.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    outcomes: list[confluent_kafka.KafkaError | None] = []
+
+    def delivered(err: confluent_kafka.KafkaError | None, _msg: Any) -> None:
+        outcomes.append(err)
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all", "retries": 0}
+    )
+    producer.produce(topic, key=b"k", value=b"v1", on_delivery=delivered)
+    producer.flush(30)
+    producer.produce(topic, value=b"no key", on_delivery=delivered)
+    producer.flush(30)
+    assert outcomes[0] is None
+    error = outcomes[1]
+    assert error is not None
+    assert error.code() == confluent_kafka.KafkaError.INVALID_RECORD, error
