@@ -22,14 +22,22 @@ def key(
     name: str,
     doc: str = "",
     *,
-    minimum: int | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
     secret: bool = False,
     choices: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Field metadata: the Kafka key name, a one-line description, an optional lower bound,
-    whether the value is a secret (a password: never printed; give the field repr=False), and
-    the values a string key may take (any, when empty)."""
-    return {"key": name, "doc": doc, "minimum": minimum, "secret": secret, "choices": choices}
+    """Field metadata: the Kafka key name, a one-line description, optional lower and upper
+    bounds, whether the value is a secret (a password: never printed; give the field
+    repr=False), and the values a string key may take (any, when empty)."""
+    return {
+        "key": name,
+        "doc": doc,
+        "minimum": minimum,
+        "maximum": maximum,
+        "secret": secret,
+        "choices": choices,
+    }
 
 
 def keys_of(cls: type[Any]) -> dict[str, dataclasses.Field[Any]]:
@@ -87,6 +95,9 @@ def parse(cls: type[C], values: Mapping[str, Any], *, ignore: frozenset[str] = f
         minimum = f.metadata.get("minimum")
         if minimum is not None and converted < minimum:
             raise ConfigError(f"config {name}={value!r}: must be at least {minimum}")
+        maximum = f.metadata.get("maximum")
+        if maximum is not None and converted > maximum:
+            raise ConfigError(f"config {name}={value!r}: must be at most {maximum}")
         choices = f.metadata.get("choices")
         if choices and converted not in choices:
             raise ConfigError(
@@ -107,6 +118,8 @@ class LogConfig:
 
     ``segment.bytes`` bounds one segment object: group-committed objects are merged up to it.
     ``segment.ms`` bounds the time span of one segment. Retention removes whole segments.
+    ``cleanup.policy`` is Kafka's: with ``compact`` alone, retention.ms and retention.bytes
+    delete nothing; with ``compact,delete`` they apply as under ``delete``.
     """
 
     segment_bytes: int = field(
@@ -165,3 +178,52 @@ class LogConfig:
             choices=("CreateTime",),
         ),
     )
+    cleanup_policy: str = field(
+        default="delete",
+        metadata=key(
+            "cleanup.policy",
+            "delete: retention removes old segments; compact: keep the latest record per key",
+            choices=("delete", "compact", "compact,delete", "delete,compact"),
+        ),
+    )
+    delete_retention_ms: int = field(
+        default=24 * 3600 * 1000,
+        metadata=key(
+            "delete.retention.ms",
+            "how long a compacted topic keeps a tombstone after the clean that first saw it",
+            minimum=0,
+        ),
+    )
+    min_cleanable_dirty_ratio: float = field(
+        default=0.5,
+        metadata=key(
+            "min.cleanable.dirty.ratio",
+            "clean a compacted log once this share of it is uncleaned",
+            minimum=0,
+            maximum=1,
+        ),
+    )
+    min_compaction_lag_ms: int = field(
+        default=0,
+        metadata=key(
+            "min.compaction.lag.ms", "records younger than this are never compacted", minimum=0
+        ),
+    )
+    max_compaction_lag_ms: int = field(
+        default=2**63 - 1,
+        metadata=key(
+            "max.compaction.lag.ms",
+            "records older than this are compacted whatever the dirty ratio",
+            minimum=1,
+        ),
+    )
+
+    @property
+    def compact(self) -> bool:
+        """Whether the log is compacted (cleanup.policy names compact)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention.ms / retention.bytes delete old segments (policy names delete)."""
+        return "delete" in self.cleanup_policy.split(",")

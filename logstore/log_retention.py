@@ -36,13 +36,17 @@ class LogRetention(LocalLog):
     # --- retention --------------------------------------------------------------------------
 
     def delete_retained_segments(self) -> int:
-        """Apply retention.ms / retention.bytes to whole segments below the HW.
+        """Apply retention.ms / retention.bytes to whole segments below the HW, unless
+        cleanup.policy is compact alone (as in Kafka, a compacted log is not deleted by age or
+        size).
 
         Returns how many objects were retired. The log start offset advances and is
         checkpointed before the objects go, so recovery never brings them back; the objects
         stay readable for file.delete.delay.ms.
         """
         cfg = self.config
+        if not cfg.delete:
+            return 0
         with self._maintenance_lock:
             with self._lock:
                 now = self._time_ms()

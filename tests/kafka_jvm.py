@@ -79,10 +79,15 @@ def log4j_config() -> Path:
 
 
 def driver_classes() -> Path:
-    """tests/java/*.java compiled against kafka-clients 4.4 (once per machine and source: the
-    directory is named by a digest of the sources and the classpath)."""
-    classpath = maven.classpath("kafka")
-    sources = sorted(JAVA_SOURCES.glob("*.java"))
+    """tests/java/*.java compiled against kafka-clients 4.4 (see :func:`compiled`)."""
+    return compiled(JAVA_SOURCES, "kafka")
+
+
+def compiled(sources_dir: Path, jar_set: str) -> Path:
+    """``sources_dir``/*.java compiled against the jar set ``jar_set`` (once per machine and
+    source: the directory is named by a digest of the sources and the classpath)."""
+    classpath = maven.classpath(jar_set)
+    sources = sorted(sources_dir.glob("*.java"))
     digest = hashlib.sha256()
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
@@ -101,9 +106,24 @@ def driver_classes() -> Path:
                 capture_output=True, text=True, timeout=300,
             )  # fmt: skip
             if result.returncode != 0:
-                raise RuntimeError(f"javac failed on {JAVA_SOURCES}:\n{result.stderr[-4000:]}")
+                raise RuntimeError(f"javac failed on {sources_dir}:\n{result.stderr[-4000:]}")
             done.write_text("\n".join(s.name for s in sources) + "\n")
     return out
+
+
+def streams_app(main_class: str, *args: str, state_dir: Path) -> subprocess.Popen[str]:
+    """A Kafka Streams application of tests/java/streams/ (compiled against kafka-streams 4.4)
+    started in a JVM of its own; it runs until its stdin closes. Its stdout (JSON lines) and
+    stderr go to files in ``state_dir``."""
+    classes = compiled(JAVA_SOURCES / "streams", "kafka-streams")
+    classpath = f"{classes}{os.pathsep}{maven.classpath('kafka-streams', 'kafka')}"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "stdout.log", "a") as stdout, open(state_dir / "stderr.log", "a") as err:
+        return subprocess.Popen(
+            [_need("java"), "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dlog4j.configuration=file:{log4j_config()}", "-cp", classpath, main_class, *args],
+            stdin=subprocess.PIPE, stdout=stdout, stderr=err, text=True,
+        )  # fmt: skip
 
 
 def java(

@@ -276,6 +276,8 @@ MISTAKES: list[tuple[tuple[str, ...], str | None, tuple[str, ...]]] = [
     (("topics", "create", "{new}", "--config", "no.such.key=1"), None,
      ("no.such.key", "retention.ms")),
     (("topics", "create", "{new}", "--config", "retention.ms=soon"), None, ("retention.ms",)),
+    (("topics", "create", "{new}", "--config", "cleanup.policy=compacted"), None,
+     ("cleanup.policy='compacted'", "compact,delete")),
     (("topics", "create", "{new}", "--config", "retention.ms"), None,
      ("--config", "key=value")),
     (("topics", "create", "{known}"), None, ("already exists",)),

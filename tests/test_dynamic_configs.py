@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     ConfigSource,
 )
+from confluent_kafka.admin import NewTopic as KafkaNewTopic  # type: ignore[attr-defined]
 
 from logstore.errors import ConfigError
 from logstore.storage import Storage
@@ -109,6 +110,21 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
             "message.timestamp.type='LogAppendTime': expected CreateTime .*LogAppendTime is not",
         ),
         (
+            lambda: c.alter_topic_configs("t", [(SET, "cleanup.policy", "compacted")]),
+            ConfigError,
+            "cleanup.policy='compacted': expected delete or compact or compact,delete",
+        ),
+        (
+            lambda: c.alter_topic_configs("t", [(SET, "min.cleanable.dirty.ratio", "1.5")]),
+            ConfigError,
+            r"min.cleanable.dirty.ratio='1.5': must be at most 1",
+        ),
+        (
+            lambda: c.alter_topic_configs("t", [(SET, "max.compaction.lag.ms", "0")]),
+            ConfigError,
+            r"max.compaction.lag.ms='0': must be at least 1",
+        ),
+        (
             lambda: c.alter_topic_configs("t", [(SET, "retention.msx", "1")]),
             ConfigError,
             "unknown topic config 'retention.msx'",
@@ -151,6 +167,17 @@ def test_the_controller_refuses_bad_configs_naming_the_key() -> None:
     assert c.image.version == before
     # what Kafka Streams names on its internal topics is taken
     c.alter_topic_configs("t", [(SET, "message.timestamp.type", "CreateTime")])
+    # and the compaction configs Kafka Streams names on its changelogs
+    c.alter_topic_configs(
+        "t",
+        [
+            (SET, "cleanup.policy", "compact,delete"),
+            (SET, "delete.retention.ms", "1000"),
+            (SET, "min.cleanable.dirty.ratio", "0.01"),
+            (SET, "min.compaction.lag.ms", "0"),
+            (SET, "max.compaction.lag.ms", "60000"),
+        ],
+    )
     # at creation too, with the same messages
     with pytest.raises(ConfigError, match=r"min.insync.replicas='0': must be at least 1"):
         c.create_topic("u", 1, 1, [("min.insync.replicas", "0")])
@@ -676,3 +703,44 @@ def test_alterations_survive_a_broker_restart_and_a_controller_failover(
             "DYNAMIC_TOPIC_CONFIG",
         )
         assert configs["retention.bytes"].value == "987654"
+
+
+@pytest.mark.cluster
+def test_a_compacted_topic_through_the_kafka_listener(cluster: Cluster) -> None:
+    topic = unique_name("compacted")
+    client = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    created = client.create_topics(
+        [
+            KafkaNewTopic(
+                topic,
+                1,
+                3,
+                config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"},
+            )
+        ]
+    )
+    created[topic].result(30)
+    topic_type = ConfigResource.Type.TOPIC
+    configs = confluent_configs(client, topic_type, topic)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["cleanup.policy"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["min.cleanable.dirty.ratio"].value == "0.01"
+    assert configs["delete.retention.ms"].value == "86400000"
+    assert configs["delete.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+    outcomes: list[confluent_kafka.KafkaError | None] = []
+
+    def delivered(err: confluent_kafka.KafkaError | None, _msg: Any) -> None:
+        outcomes.append(err)
+
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all", "retries": 0}
+    )
+    producer.produce(topic, key=b"k", value=b"v1", on_delivery=delivered)
+    producer.flush(30)
+    producer.produce(topic, value=b"no key", on_delivery=delivered)
+    producer.flush(30)
+    assert outcomes[0] is None
+    error = outcomes[1]
+    assert error is not None
+    assert error.code() == confluent_kafka.KafkaError.INVALID_RECORD, error

@@ -389,6 +389,17 @@ def refused(data: bytes, error: type[Exception], *fragments: str) -> None:
         assert fragment in message, message
 
 
+def test_a_compacted_topic_refuses_a_record_without_a_key() -> None:
+    records = sample_records(8)  # record 0 has no key
+    with pytest.raises(InvalidRecordError) as info:
+        kafka_to_replog(kafka_batch(records), compacted=True)
+    assert "Compacted topic cannot accept message without key: record 0" in str(info.value)
+    keyed = [r for r in records if r[0] is not None]
+    data = kafka_batch(keyed)
+    assert kafka_to_replog(data, compacted=True) == kafka_to_replog(data)
+    kafka_to_replog(kafka_batch(records))  # not compacted: taken
+
+
 def test_crc_mismatch_is_corrupt() -> None:
     data = bytearray(good_batch())
     data[-3] ^= 0x01

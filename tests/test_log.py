@@ -312,6 +312,22 @@ def test_retention_bytes(storage: Storage) -> None:
     assert log.log_start_offset == 3
 
 
+@pytest.mark.parametrize(("policy", "retired"), [("compact", 0), ("compact,delete", 3)])
+def test_retention_under_cleanup_policy(storage: Storage, policy: str, retired: int) -> None:
+    one = len(batch_of(b"x"))
+    cfg = LogConfig(
+        segment_bytes=1, retention_bytes=2 * one, retention_ms=-1, cleanup_policy=policy
+    )
+    log = Log.open(storage, cfg)
+    for _ in range(5):
+        log.append(batch_of(b"x"), leader_epoch=0)
+        log.flush()
+    log.update_high_watermark(5)
+    # compact alone: retention.bytes deletes nothing (as in Kafka); compact,delete: it applies
+    assert log.delete_retained_segments() == retired
+    assert log.log_start_offset == retired
+
+
 def test_offset_for_timestamp(storage: Storage) -> None:
     log = Log.open(storage)
     log.append(build([Record(None, b"a", 100), Record(None, b"b", 200)]), leader_epoch=0)

@@ -250,6 +250,12 @@ class KafkaProtocolApis:
     async def _api_versions(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
         return {"api_keys": self._api_keys()}
 
+    def _compacted(self, key: TopicPartition) -> bool:
+        """Whether this broker's replica of ``key`` is compacted (cleanup.policy); a partition
+        it does not host is refused by the append with its own error."""
+        partition = self.apis.replica_manager.partitions.get(key)
+        return partition is not None and partition.log.config.compact
+
     async def _produce(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
         body: Any = request.body
         entries: list[tuple[str, int, bytes | bytearray | memoryview | None]] = []
@@ -271,7 +277,8 @@ class KafkaProtocolApis:
                             f"zstd needs Produce v{_ZSTD_SINCE} or later; this request is "
                             f"v{request.api_version}"
                         )
-                    records = kafka_to_replog(data)
+                    compacted = self._compacted(TopicPartition(topic.name, part.index))
+                    records = kafka_to_replog(data, compacted=compacted)
                 except ReplogError as err:
                     refused[TopicPartition(topic.name, part.index)] = err
                     continue

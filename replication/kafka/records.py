@@ -417,16 +417,18 @@ def _magic_error(magic: int) -> InvalidRecordError:
     return InvalidRecordError(f"record batch has unknown magic {magic}, expected {MAGIC}")
 
 
-def kafka_to_replog(records: bytes | memoryview) -> bytes:
+def kafka_to_replog(records: bytes | memoryview, *, compacted: bool = False) -> bytes:
     """One partition's ``records`` from a Kafka Produce request as one replog batch.
 
     ``records`` must hold exactly one Kafka RecordBatch v2 (as Kafka requires for Produce v3+).
     Returns a replog batch with base offset 0 and partition leader epoch -1: the broker assigns
     both. CorruptRecordError for a CRC mismatch or an absurd batch length (Kafka's
     CORRUPT_MESSAGE), InvalidRecordError for anything else a client got wrong
-    (INVALID_RECORD); each message names the problem.
+    (INVALID_RECORD); each message names the problem. With ``compacted`` (the topic's
+    cleanup.policy names compact) a record without a key is refused with INVALID_RECORD, as
+    Kafka 2.5+ refuses it (older brokers answered CORRUPT_MESSAGE).
     """
-    return _build_replog(_decode_kafka(records))
+    return _build_replog(_decode_kafka(records, compacted=compacted))
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +447,7 @@ class _Decoded:
     base_sequence: int
 
 
-def _decode_kafka(records: bytes | memoryview) -> _Decoded:
+def _decode_kafka(records: bytes | memoryview, *, compacted: bool = False) -> _Decoded:
     """Validate and decode one Kafka batch (see :func:`kafka_to_replog`)."""
     view = _as_view(records)
     size = len(view)
@@ -525,6 +527,12 @@ def _decode_kafka(records: bytes | memoryview) -> _Decoded:
         )
     payload = _decompress(codec, view[HEADER_SIZE:])
     decoded = _decode_records(payload, record_count)
+    if compacted and None in decoded.keys:
+        raise InvalidRecordError(
+            f"Compacted topic cannot accept message without key: record "
+            f"{decoded.keys.index(None)} has none (cleanup.policy names compact, which keeps "
+            "the latest record per key; give every record a key)"
+        )
 
     if attributes & _TIMESTAMP_TYPE_BIT:
         timestamp_type = TimestampType.LOG_APPEND_TIME
