@@ -29,6 +29,7 @@ brokers' user before any broker can register (Kafka's ``kafka-storage format --a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -407,8 +408,39 @@ def _print_acls(bindings: list[AclBinding]) -> None:
         typer.echo("")
 
 
-@acls_app.command("add")
-def acls_add(
+@dataclasses.dataclass(frozen=True)
+class _AclChange:
+    """What ``acls add`` and ``acls remove`` are given (kafka-acls --add / --remove take the
+    same options)."""
+
+    allow_principal: list[str] | None
+    deny_principal: list[str] | None
+    allow_host: list[str] | None
+    deny_host: list[str] | None
+    operation: list[str] | None
+    topic: list[str] | None
+    group: list[str] | None
+    transactional_id: list[str] | None
+    cluster: bool
+    resource_pattern_type: str | None
+    producer: bool
+    consumer: bool
+    force: bool
+
+    def resources(self) -> list[tuple[Any, str]]:
+        return _resources(
+            self.topic, self.group, self.transactional_id, self.cluster, required=True
+        )
+
+    def entries(self) -> list[tuple[str, str, Any]]:
+        return _entries(self.allow_principal, self.deny_principal, self.allow_host, self.deny_host)
+
+    def operations(self, resources: list[tuple[Any, str]]) -> list[tuple[Any, str, Any]]:
+        return _operations(resources, self.operation, self.producer, self.consumer)
+
+
+def acls_change(
+    ctx: typer.Context,
     allow_principal: AllowPrincipal = None,
     deny_principal: DenyPrincipal = None,
     allow_host: AllowHost = None,
@@ -421,27 +453,88 @@ def acls_add(
     resource_pattern_type: PatternOption = None,
     producer: ProducerOption = False,
     consumer: ConsumerOption = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="do not ask for confirmation (as kafka-acls --force)")
+    ] = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     command_config: CommandConfigOption = None,
 ) -> None:
-    """Add ACLs: every principal (with its hosts) x operation (default All) x resource;
-    --producer and --consumer add what a producer or consumer needs, as kafka-acls."""
-    resources = _resources(topic, group, transactional_id, cluster, required=True)
-    entries = _entries(allow_principal, deny_principal, allow_host, deny_host)
+    """``acls add`` and ``acls remove``: one set of options, as kafka-acls has."""
+    change = _AclChange(
+        allow_principal, deny_principal, allow_host, deny_host, operation, topic, group,
+        transactional_id, cluster, resource_pattern_type, producer, consumer, force,
+    )  # fmt: skip
+    action = _acls_add if ctx.info_name == "add" else _acls_remove
+    action(change, bootstrap, command_config)
+
+
+def _acls_add(change: _AclChange, bootstrap: str, command_config: Path | None) -> None:
+    resources = change.resources()
+    entries = change.entries()
     if not entries:
         raise ConfigError("name a principal: --allow-principal User:NAME or --deny-principal")
-    pattern = _pattern(resource_pattern_type, "literal", ("literal", "prefixed"))
+    pattern = _pattern(change.resource_pattern_type, "literal", ("literal", "prefixed"))
     from replication.security.acl import AclBinding
 
     bindings = [
         AclBinding(rtype, name, pattern, principal, host, op, permission)
-        for rtype, name, op in _operations(resources, operation, producer, consumer)
+        for rtype, name, op in change.operations(resources)
         for principal, host, permission in entries
     ]
     with admin_client(bootstrap, command_config) as admin:
         admin.create_acls(bindings)
     typer.echo("Adding ACLs:")
     _print_acls(bindings)
+
+
+def _acls_remove(change: _AclChange, bootstrap: str, command_config: Path | None) -> None:
+    from replication.security.acl import AclBindingFilter
+
+    resources = change.resources()
+    pattern = _pattern(
+        change.resource_pattern_type, "literal", ("any", "match", "literal", "prefixed")
+    )
+    entries = change.entries()
+    targeted = bool(change.operation or change.producer or change.consumer)
+    if entries:
+        if targeted:
+            targets = change.operations(resources)
+        else:  # every operation of these principals on these resources
+            from replication.security.acl import AclOperation
+
+            targets = [(rtype, name, AclOperation.ANY) for rtype, name in resources]
+        filters = [
+            AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
+            for rtype, name, op in targets
+            for principal, host, permission in entries
+        ]
+    else:
+        if targeted:
+            raise ConfigError(
+                "--operation, --producer and --consumer need --allow-principal or --deny-principal"
+            )
+        filters = [AclBindingFilter(rtype, name, pattern) for rtype, name in resources]
+        shown = ", ".join(f"{t.name}:{n}" for t, n in resources)
+        if not change.force and not typer.confirm(f"Remove every ACL of {shown}?"):
+            raise typer.Abort()
+    with admin_client(bootstrap, command_config) as admin:
+        removed = admin.delete_acls(filters)
+    gone = sorted({b for found in removed for b in found})
+    typer.echo(f"Removed {len(gone)} ACL(s).")
+    _print_acls(gone)
+
+
+acls_app.command(
+    "add",
+    help="Add ACLs: every principal (with its hosts) x operation (default All) x resource; "
+    "--producer and --consumer add what a producer or consumer needs, as kafka-acls.",
+)(acls_change)
+acls_app.command(
+    "remove",
+    help="Remove ACLs: those of the principals and operations given (every operation without "
+    "--operation) on the resources named, or, with no principal, every ACL of those resources "
+    "(after a confirmation).",
+)(acls_change)
 
 
 @acls_app.command("list")
@@ -493,60 +586,6 @@ def acls_list(
         )
         return
     _print_acls(found)
-
-
-@acls_app.command("remove")
-def acls_remove(
-    allow_principal: AllowPrincipal = None,
-    deny_principal: DenyPrincipal = None,
-    allow_host: AllowHost = None,
-    deny_host: DenyHost = None,
-    operation: Operation = None,
-    topic: Topic = None,
-    group: Group = None,
-    transactional_id: TransactionalId = None,
-    cluster: Cluster = False,
-    resource_pattern_type: PatternOption = None,
-    producer: ProducerOption = False,
-    consumer: ConsumerOption = False,
-    force: Annotated[bool, typer.Option("--force", help="do not ask for confirmation")] = False,
-    bootstrap: BootstrapOption = "127.0.0.1:9092",
-    command_config: CommandConfigOption = None,
-) -> None:
-    """Remove ACLs: those of the principals and operations given (every operation without
-    --operation) on the resources named, or, with no principal, every ACL of those resources
-    (after a confirmation)."""
-    from replication.security.acl import AclBindingFilter
-
-    resources = _resources(topic, group, transactional_id, cluster, required=True)
-    pattern = _pattern(resource_pattern_type, "literal", ("any", "match", "literal", "prefixed"))
-    entries = _entries(allow_principal, deny_principal, allow_host, deny_host)
-    if entries:
-        if operation or producer or consumer:
-            targets = _operations(resources, operation, producer, consumer)
-        else:  # every operation of these principals on these resources
-            from replication.security.acl import AclOperation
-
-            targets = [(rtype, name, AclOperation.ANY) for rtype, name in resources]
-        filters = [
-            AclBindingFilter(rtype, name, pattern, principal, host, op, permission)
-            for rtype, name, op in targets
-            for principal, host, permission in entries
-        ]
-    else:
-        if operation or producer or consumer:
-            raise ConfigError(
-                "--operation, --producer and --consumer need --allow-principal or --deny-principal"
-            )
-        filters = [AclBindingFilter(rtype, name, pattern) for rtype, name in resources]
-        shown = ", ".join(f"{t.name}:{n}" for t, n in resources)
-        if not force and not typer.confirm(f"Remove every ACL of {shown}?"):
-            raise typer.Abort()
-    with admin_client(bootstrap, command_config) as admin:
-        removed = admin.delete_acls(filters)
-    gone = sorted({b for found in removed for b in found})
-    typer.echo(f"Removed {len(gone)} ACL(s).")
-    _print_acls(gone)
 
 
 # --- security init (the Docker demo's secrets-init service) ---------------------------------------
