@@ -219,6 +219,37 @@ def test_topics_produce_consume_describe_delete(cluster: Cluster) -> None:
     ok(replog("topics", "delete", topic, "--if-exists", *bs))
 
 
+def test_topics_alter_adds_partitions(cluster: Cluster) -> None:
+    """`topics alter --partitions` (kafka-topics --alter --partitions): the topic grows, every
+    new partition gets a leader; a count that does not grow is one line naming the range."""
+    bs = ("--bootstrap-server", cluster.bootstrap)
+    topic = unique_name("alter")
+    ok(replog("topics", "create", topic, "--partitions", "2", "--replication-factor", "3", *bs))
+    altered = ok(replog("topics", "alter", topic, "--partitions", "4", *bs))
+    assert altered.stdout.strip() == f"Topic {topic} now has 4 partitions."
+
+    def described() -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(
+            ok(replog("topics", "describe", topic, "--json", *bs)).stdout
+        )
+        return doc
+
+    wait_until(
+        lambda: (
+            described()["partition_count"] == 4
+            and all(p["leader"] >= 0 for p in described()["partitions"])
+        ),
+        timeout=60,
+        message=f"{topic}'s 4 partitions, each with a leader",
+    )
+    assert described()["replication_factor"] == 3
+    assert_one_line_error(
+        replog("topics", "alter", topic, "--partitions", "3", *bs),
+        "has 4 partitions",
+        "between 5 and",
+    )
+
+
 def test_describe_shows_a_lost_replica(cluster_factory: object) -> None:
     """A dead broker's replicas show no offsets and say why; the rest still show."""
     small = cluster_factory(brokers=2)  # type: ignore[operator]

@@ -1,6 +1,7 @@
 """The admin client's topic calls (Kafka's createTopics, deleteTopics, listTopics,
-describeTopics): changes go to the controller; per-topic errors are raised as their named
-classes carrying the broker's message, the first after every topic was tried."""
+describeTopics, createPartitions): changes go to the controller; per-topic errors are raised
+as their named classes carrying the broker's message, the first after every topic was
+tried."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from replication.protocol import (
     ApiKey,
     CreatableTopic,
     CreatableTopicConfig,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -83,6 +87,39 @@ class TopicCalls(AdminBase):
         self._raise_first(errors)
         if not validate_only:
             self._cluster.add_interest(t.name for t in topics)
+            self._cluster.request_update()
+
+    def create_partitions(
+        self,
+        new_counts: Mapping[str, int],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Grow each topic to its new partition count (Kafka's createPartitions; a count can
+        only grow, and the controller places the new partitions' replicas). Raises the first
+        topic's error (by class) after trying them all."""
+        if not new_counts:
+            return
+        request = CreatePartitionsRequest(
+            topics=[CreatePartitionsTopic(name=n, count=c) for n, c in new_counts.items()],
+            timeout_ms=self.config.request_timeout_ms if timeout_ms is None else timeout_ms,
+            validate_only=validate_only,
+        )
+        response: CreatePartitionsResponse = self._controller_call(
+            ApiKey.CREATE_PARTITIONS,
+            request,
+            f"adding partitions to {', '.join(new_counts)}",
+            codes=lambda r: [x.error_code for x in r.results],
+        )
+        self._raise_first(
+            [
+                _error(r.error_code, r.error_message, f"cannot add partitions to {r.name!r}")
+                for r in response.results
+                if r.error_code
+            ]
+        )
+        if not validate_only:
             self._cluster.request_update()
 
     def delete_topics(self, names: Iterable[str], *, timeout_ms: int | None = None) -> None:

@@ -121,6 +121,28 @@ def topics_delete(
     typer.echo(f"Deleted topic {name}.")
 
 
+@topics_app.command("alter")
+def topics_alter(
+    name: Annotated[str, typer.Argument(help="the topic's name")],
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            help="the topic's new partition count (it can only grow; keyed records of the "
+            "old partitions do not move)",
+            min=1,
+        ),
+    ],
+    bootstrap: BootstrapOption = DEFAULT_BOOTSTRAP,
+    command_config: CommandConfigOption = None,
+) -> None:
+    """Add partitions to a topic (as kafka-topics --alter --partitions). Its configs are
+    changed with `replog configs alter`."""
+    with admin_client(bootstrap, command_config) as admin:
+        admin.create_partitions({name: partitions})
+    typer.echo(f"Topic {name} now has {partitions} partitions.")
+
+
 @topics_app.command("describe")
 def topics_describe(
     name: Annotated[
