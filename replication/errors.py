@@ -57,6 +57,7 @@ __all__ = [
     "GroupNotEmptyError",
     "IllegalGenerationError",
     "IllegalSaslStateError",
+    "InconsistentClusterIdError",
     "InconsistentGroupProtocolError",
     "IneligibleReplicaError",
     "InvalidFetchSessionEpochError",
@@ -639,6 +640,17 @@ class DuplicateBrokerRegistrationError(WireError):
     code = 101
 
 
+class InconsistentClusterIdError(WireError):
+    """The broker's log.dir belongs to another cluster than the metadata it was started on.
+
+    Its meta.properties names the cluster the log.dir was first written for: point
+    metadata.log.dir at that cluster's metadata (every node of a cluster shares one), or
+    start the broker on an empty log.dir.
+    """
+
+    code = 104
+
+
 class StaleBrokerEpochError(WireError):
     """The broker epoch in the request is not the broker's current registration.
 
@@ -674,6 +686,8 @@ class TransactionalIdNotFoundError(WireError):
     """
 
     code = 105
+
+
 # --- partition reassignment and leader election (KIP-455, KIP-460) -------------------------------
 
 

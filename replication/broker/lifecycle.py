@@ -30,6 +30,7 @@ from replication.config import BrokerConfig
 from replication.errors import (
     AuthorizationError,
     BrokerUnreachableError,
+    InconsistentClusterIdError,
     NotControllerError,
     StaleBrokerEpochError,
     for_code,
@@ -78,6 +79,12 @@ class BrokerLifecycle:
         self._conn: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
+        #: the cluster id of this broker's log.dir (its meta.properties; "" on a new log.dir),
+        #: sent in its registration for the controller to check
+        self.cluster_id = ""
+        #: why this broker may not join the cluster at all (the controller refused its log.dir's
+        #: cluster id); set with ``registered``, the loop ends
+        self.fatal: InconsistentClusterIdError | None = None
         self.incarnation = uuid.uuid4()
         #: the broker's other listeners to register: (name, advertised host, port)
         self.endpoints: tuple[tuple[str, str, int], ...] = ()
@@ -194,6 +201,10 @@ class BrokerLifecycle:
                 log.warning("broker %d: %s", self.config.broker_id, err)
                 self.broker_epoch = -1
                 continue
+            except InconsistentClusterIdError as err:
+                self.fatal = err
+                self.registered.set()
+                return
             except AuthorizationError as err:
                 # the controller answered: this node's principal lacks ClusterAction
                 log.warning("broker %d: %s", self.config.broker_id, err)
@@ -210,7 +221,7 @@ class BrokerLifecycle:
             p.ApiKey.BROKER_REGISTRATION,
             p.BrokerRegistrationRequest(
                 broker_id=self.config.broker_id,
-                cluster_id="",
+                cluster_id=self.cluster_id,
                 incarnation_id=self.incarnation,
                 listeners=[
                     p.BrokerRegistrationListener(

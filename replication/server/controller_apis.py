@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from replication.controller.controller import Controller
 from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from replication.coordinator.transaction import TRANSACTION_TOPIC
 from replication.errors import (
+    InconsistentClusterIdError,
     InvalidRequestError,
     NotControllerError,
 )
@@ -37,6 +39,8 @@ from replication.server.security_apis import (
     create_acls,
     delete_acls,
 )
+
+log = logging.getLogger(__name__)
 
 #: how the active controller answers a forwarded request
 ForwardedAnswer = Callable[[Controller, Any], Awaitable[Any]]
@@ -377,6 +381,16 @@ class ControllerApis:
             return p.BrokerRegistrationResponse(error_code=NotControllerError.code)
         if not body.listeners:
             return p.BrokerRegistrationResponse(error_code=InvalidRequestError.code)
+        cluster_id = controller.image.cluster_id
+        if body.cluster_id and cluster_id and body.cluster_id != cluster_id:
+            # the broker's log.dir was written for another cluster (its meta.properties)
+            log.warning(
+                "broker %d registers with cluster id %s, but this cluster is %s: refused",
+                body.broker_id,
+                body.cluster_id,
+                cluster_id,
+            )
+            return p.BrokerRegistrationResponse(error_code=InconsistentClusterIdError.code)
         listener = body.listeners[0]
         endpoints = tuple((e.name, e.host, e.port) for e in body.listeners[1:])
         try:

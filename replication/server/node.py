@@ -20,6 +20,7 @@ from typing import Any
 from logstore.errors import ConfigError, ReplogError
 from logstore.storage import Storage
 from replication import protocol as p
+from replication.broker import meta_properties
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.partition import Partition
 from replication.broker.replica_fetcher import ReplicaFetcherManager
@@ -205,6 +206,10 @@ class Node:
         if rm is None:
             return
         await asyncio.to_thread(rm.check_storage_layout)
+        # meta.properties: this log.dir's cluster and node, checked before anything registers
+        meta = await asyncio.to_thread(meta_properties.read, rm.storage)
+        if meta is not None:
+            meta_properties.check(meta, "", self.config.broker_id, rm.storage)
         advertised = self.config.advertised_host_port or (self.host, self.port)
         endpoints: tuple[tuple[str, str, int], ...] = ()
         if self.kafka_server is not None:
@@ -224,6 +229,7 @@ class Node:
             connect=self.connect,
         )
         self.lifecycle.endpoints = endpoints
+        self.lifecycle.cluster_id = meta.cluster_id if meta is not None else ""
         self.apis.lifecycle = self.lifecycle
         self.fetchers = ReplicaFetcherManager(
             self.config, rm, lambda: rm.image, connect=self.connect
@@ -250,9 +256,23 @@ class Node:
         # Answer Metadata from what is on storage right away; partition roles wait for this
         # process's registration (ReplicaManager.apply_image).
         await lifecycle.refresh_metadata()
+        if meta is not None:  # the cluster's metadata on storage: another cluster's?
+            meta_properties.check(meta, rm.image.cluster_id, self.config.broker_id, rm.storage)
         lifecycle.start()
         rm.start()
         await lifecycle.registered.wait()
+        if lifecycle.fatal is not None:  # the controller refused this log.dir's cluster id
+            await lifecycle.refresh_metadata()
+            if meta is not None:
+                meta_properties.check(meta, rm.image.cluster_id, self.config.broker_id, rm.storage)
+            raise lifecycle.fatal
+        if meta is None and rm.image.cluster_id:  # this log.dir's first start: it joins
+            meta = await asyncio.to_thread(
+                meta_properties.write,
+                rm.storage,
+                meta_properties.MetaProperties(rm.image.cluster_id, self.config.broker_id),
+            )
+            meta_properties.check(meta, rm.image.cluster_id, self.config.broker_id, rm.storage)
         # As Kafka's broker loads its logs before it reports itself started: the replicas the
         # metadata gives this broker open (in the background: it heartbeats meanwhile) before
         # it says it is ready. A replica whose open keeps failing does not hold that back
