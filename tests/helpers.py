@@ -1,5 +1,5 @@
 """What many test modules (and the chaos harness) need, kept once: unique names, free ports,
-and polling a condition with a deadline.
+polling a condition with a deadline, and a worker SIGKILLed again and again while it runs.
 
     topic = unique_name("orders")                       # "orders-1f0c9a7e"
     wait_until(lambda: broker.alive, message="the broker up")
@@ -10,13 +10,22 @@ Reading a topic back is in :mod:`tests.readback`; wire-level reads (a raw Fetch 
 
 from __future__ import annotations
 
+import os
+import queue
 import socket
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+#: the repository's root: test workers run with it as their working directory and path
+REPO = Path(__file__).resolve().parent.parent
 
 
 def unique_name(prefix: str = "t") -> str:
@@ -50,3 +59,73 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message or condition}")
         time.sleep(interval)
+
+
+def kill_while_running_then_finish(
+    start: Callable[[], subprocess.Popen[bytes]],
+    output: Callable[[], list[bytes]],
+    total: int,
+    started: list[subprocess.Popen[bytes]],
+    *,
+    kills: int = 3,
+    progress: int = 200,
+) -> list[bytes]:
+    """SIGKILL a worker ``kills`` times, each once ``output()`` has grown by ``progress``
+    records since its start (most likely inside a transaction), then start it once more and
+    wait for ``total`` records of output, which is returned. Every worker started is appended
+    to ``started``, for the caller to stop the last one."""
+    for kill in range(kills):
+        started.append(start())
+        before = len(output())
+        wait_until(
+            lambda before=before: len(output()) > before + progress,
+            timeout=90,
+            message=f"progress before kill {kill + 1}",
+        )
+        started[-1].kill()
+        started[-1].wait()
+    started.append(start())
+    wait_until(lambda: len(output()) >= total, timeout=120, message=f"all {total} records")
+    return output()
+
+
+class LineWorker:
+    """``python -m <module> <args>`` (a test worker) as a subprocess, its stdout read line by
+    line on a thread: :meth:`next_line` waits for the next one, :meth:`kill` SIGKILLs it and
+    :meth:`rest` gives what it printed but was not read."""
+
+    def __init__(self, module: str, args: list[str]) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        command = [sys.executable, "-m", module, *args]
+        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("EOF")
+
+    def next_line(self, timeout: float = 60) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the worker printed nothing for {timeout} s") from None
+        assert line != "EOF", f"the worker exited with {self.proc.wait()}"
+        return line
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(60)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+    def rest(self) -> list[str]:
+        """After :meth:`kill`: the lines printed but not read yet."""
+        out = []
+        while (line := self.lines.get_nowait()) != "EOF":
+            out.append(line)
+        return out

@@ -1,10 +1,11 @@
 """Reading a topic back from offset 0, as the tests check what a log holds: through replog's
 Consumer to the partitions' ends, or until a count of records, and with confluent-kafka
-(librdkafka, on the Kafka listener) until a count.
+(librdkafka, on the Kafka listener) until a count; and one partition's log read in process.
 
     records = read_to_end(bootstrap, [TopicPartition(topic, 0)]).records
     records = read_count(bootstrap, tps, 300)              # at least 300, from the earliest
     messages = confluent_read_count({"bootstrap.servers": kafka_bootstrap}, topic, 3, 600)
+    pairs = log_values(log)                                # (offset, value) through Log.read
 
 Every read has a deadline and fails naming how far it got. Wire-level reads (a raw Fetch loop
 below the HW) are :func:`tests.wire.read_records`.
@@ -18,6 +19,8 @@ from typing import Any, NamedTuple
 
 import confluent_kafka
 
+from logstore.batch import iter_batches
+from logstore.log import Log
 from replication.client import Consumer, ConsumerRecord, TopicPartition
 from tests.helpers import unique_name, wait_until
 
@@ -126,3 +129,22 @@ def confluent_read_count(
     finally:
         consumer.close()
     return got
+
+
+def log_values(
+    log: Log, start: int | None = None, end: int | None = None
+) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record of ``log`` in [start, end), read through Log.read."""
+    out: list[tuple[int, bytes]] = []
+    offset = log.log_start_offset if start is None else start
+    end = log.log_end_offset if end is None else end
+    while offset < end:
+        batches = list(iter_batches(log.read(offset, 64 * 1024, max_offset=end)))
+        assert batches, f"no progress at {offset}"
+        for batch in batches:
+            for record in batch.records():
+                if record.offset >= offset:
+                    assert record.value is not None
+                    out.append((record.offset, record.value))
+            offset = batch.next_offset
+    return out

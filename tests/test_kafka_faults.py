@@ -19,7 +19,7 @@ import pytest
 from replication import protocol as p
 from replication.common import TopicPartition
 from tests.cluster import BrokerProcess, Cluster
-from tests.helpers import free_port, unique_name, wait_until
+from tests.helpers import free_port, kill_while_running_then_finish, unique_name, wait_until
 from tests.proxy import TcpProxy
 from tests.readback import read_to_end
 from tests.test_kafka_clients import create_topic, wait_known
@@ -199,23 +199,11 @@ def test_consume_transform_produce_on_confluent_kafka_sigkilled_again_and_again_
                 stderr=stderr,
             )
 
-    worker: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = []
     try:
-        for kill in range(3):
-            worker = start()
-            before = len(committed_output())
-            wait_until(
-                lambda before=before: len(committed_output()) > before + 200,
-                timeout=90,
-                message=f"progress before kill {kill + 1}",
-            )
-            worker.kill()  # SIGKILL, most likely inside a transaction
-            worker.wait()
-        worker = start()
-        wait_until(lambda: len(committed_output()) >= n, timeout=120, message="all of it")
-        values = committed_output()
+        values = kill_while_running_then_finish(start, committed_output, n, workers)
         assert sorted(values) == sorted(f"R{i}".encode() for i in range(n))  # once each
     finally:
-        if worker is not None and worker.poll() is None:
+        if workers and (worker := workers[-1]).poll() is None:
             worker.kill()
             worker.wait()

@@ -19,6 +19,7 @@ from logstore.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfR
 from logstore.log import Log
 from logstore.segment import object_name
 from logstore.storage import Storage
+from tests.readback import log_values as values
 
 pytestmark = pytest.mark.unit
 
@@ -29,24 +30,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-def values(log: Log, start: int | None = None, end: int | None = None) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record in [start, end), read through Log.read."""
-    out: list[tuple[int, bytes]] = []
-    offset = log.log_start_offset if start is None else start
-    end = log.log_end_offset if end is None else end
-    while offset < end:
-        chunk = log.read(offset, 64 * 1024, max_offset=end)
-        batches = list(iter_batches(chunk))
-        assert batches, f"no progress at {offset}"
-        for batch in batches:
-            for record in batch.records():
-                if record.offset >= offset:
-                    assert record.value is not None
-                    out.append((record.offset, record.value))
-            offset = batch.next_offset
-    return out
 
 
 def batch_of(*vals: bytes, ts: int = 1000) -> bytes:

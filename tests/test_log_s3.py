@@ -7,7 +7,8 @@ import pytest
 from logstore.log import Log
 from logstore.storage import Storage
 from tests.conftest import S3Location
-from tests.test_log import batch_of, values
+from tests.readback import log_values as values
+from tests.test_log import batch_of
 
 pytestmark = pytest.mark.s3
 

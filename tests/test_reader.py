@@ -33,7 +33,8 @@ from logstore.reader import (
 )
 from logstore.storage import Data, ObjectInfo, Storage
 from tests.conftest import S3Location
-from tests.test_wal_log import Node, values
+from tests.readback import log_values as values
+from tests.test_wal_log import Node
 
 TOPIC = "events"
 

@@ -19,7 +19,7 @@ from replication.client import (
 )
 from replication.errors import CommitFailedError
 from tests.cluster import BrokerProcess, wait_until
-from tests.helpers import unique_name
+from tests.helpers import kill_while_running_then_finish, unique_name
 from tests.readback import read_to_end
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -100,7 +100,7 @@ def test_consume_transform_produce_sigkilled_again_and_again_is_exactly_once(
     tmp_path: Path,
 ) -> None:
     broker = BrokerProcess(tmp_path / "b", overrides=GROUPS).start()
-    worker: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         bootstrap = broker.bootstrap
         source, sink, group = unique_name("in"), unique_name("out"), unique_name("g")
@@ -137,22 +137,10 @@ def test_consume_transform_produce_sigkilled_again_and_again_is_exactly_once(
                     stderr=stderr,
                 )
 
-        for kill in range(3):
-            worker = start()
-            before = len(committed_output())
-            wait_until(
-                lambda before=before: len(committed_output()) > before + 200,
-                timeout=90,
-                message=f"progress before kill {kill + 1}",
-            )
-            worker.kill()  # SIGKILL, most likely inside a transaction
-            worker.wait()
-        worker = start()
-        wait_until(lambda: len(committed_output()) >= n, timeout=120, message="all of it")
-        values = committed_output()
+        values = kill_while_running_then_finish(start, committed_output, n, workers)
         assert sorted(values) == sorted(f"R{i}".encode() for i in range(n))  # once each
     finally:
-        if worker is not None and worker.poll() is None:
+        if workers and (worker := workers[-1]).poll() is None:
             worker.terminate()
             worker.wait(timeout=30)
         broker.kill()

@@ -6,10 +6,7 @@ import asyncio
 import dataclasses
 import json
 import os
-import queue
 import random
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,10 +39,9 @@ from tests.conftest import (
     open_broker_root,
 )
 from tests.faulty_fs import FaultyStorage
-from tests.helpers import wait_until
+from tests.helpers import LineWorker, wait_until
 from tests.wal_worker import TOPIC_ID, recover
 
-REPO = Path(__file__).resolve().parent.parent
 TOPICS = (uuid.UUID(int=1).hex, uuid.UUID(int=2).hex)
 
 
@@ -1185,41 +1181,15 @@ def test_retire_many_forgets_only_the_unreferenced() -> None:
 # --- SIGKILL mid-flush ------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(LineWorker):
     """tests/wal_worker.py as a subprocess, its stdout read line by line on a thread."""
 
     def __init__(
         self, url: str, options: dict[str, Any], epoch: int, seed: int, fault: str, after: int
     ) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        command = [sys.executable, "-m", "tests.wal_worker", "--url", url, "--epoch", str(epoch)]
-        command += ["--seed", str(seed), "--fault", fault, "--fault-after", str(after)]
-        command += ["--storage-options", json.dumps(options)]
-        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put("EOF")
-
-    def next_line(self, timeout: float = 60) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"the worker printed nothing for {timeout} s") from None
-        assert line != "EOF", f"the worker exited with {self.proc.wait()}"
-        return line
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._reader.join(60)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
+        args = ["--url", url, "--epoch", str(epoch), "--seed", str(seed), "--fault", fault]
+        args += ["--fault-after", str(after), "--storage-options", json.dumps(options)]
+        super().__init__("tests.wal_worker", args)
 
 
 @pytest.mark.chaos

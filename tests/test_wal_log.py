@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import random
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -21,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from logstore.batch import Record, build, iter_batches
+from logstore.batch import Record, build
 from logstore.checkpoint import CHECKPOINT_NAME, BrokerCheckpoint, Checkpoint
 from logstore.compaction import Compactor, HolderTable
 from logstore.config import LogConfig
@@ -39,31 +36,14 @@ from tests.conftest import (
     open_broker_root,
 )
 from tests.faulty_fs import OPERATIONS, FaultyStorage
+from tests.helpers import LineWorker
+from tests.readback import log_values as values
 from tests.wal_log_worker import TOPIC as WORKER_TOPIC
 from tests.wal_log_worker import TOPIC_ID as WORKER_TOPIC_ID
 
-REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 10  # the worker's default
 
 TOPICS = {"orders": uuid.UUID(int=1).hex, "events": uuid.UUID(int=2).hex}
-
-
-def values(log: Log, start: int | None = None, end: int | None = None) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record in [start, end), read through Log.read."""
-    out: list[tuple[int, bytes]] = []
-    offset = log.log_start_offset if start is None else start
-    end = log.log_end_offset if end is None else end
-    while offset < end:
-        data = log.read(offset, 64 * 1024, max_offset=end)
-        batches = list(iter_batches(data))
-        assert batches, f"no progress at {offset}"
-        for batch in batches:
-            for record in batch.records():
-                if record.offset >= offset:
-                    assert record.value is not None
-                    out.append((record.offset, record.value))
-            offset = batch.next_offset
-    return out
 
 
 def batch_of(*vals: bytes, ts: int = 1000) -> bytes:
@@ -932,7 +912,7 @@ TestWalLogMachine = pytest.mark.unit(TestWalLogMachine)
 # --- SIGKILL: tests/wal_log_worker.py ------------------------------------------------------------
 
 
-class Worker:
+class Worker(LineWorker):
     """tests/wal_log_worker.py as a subprocess, its stdout read line by line on a thread."""
 
     def __init__(
@@ -946,43 +926,10 @@ class Worker:
         *,
         compact: bool = False,
     ) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        command = [sys.executable, "-m", "tests.wal_log_worker", "--url", url]
-        command += ["--epoch", str(epoch), "--seed", str(seed), "--fault", fault]
-        command += ["--fault-after", str(after), "--storage-options", json.dumps(options)]
-        command += ["--compact"] if compact else []
-        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put("EOF")
-
-    def next_line(self, timeout: float = 60) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"the worker printed nothing for {timeout} s") from None
-        assert line != "EOF", f"the worker exited with {self.proc.wait()}"
-        return line
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._reader.join(60)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-
-    def rest(self) -> list[str]:
-        """After :meth:`kill`: the lines printed but not read yet."""
-        out = []
-        while (line := self.lines.get_nowait()) != "EOF":
-            out.append(line)
-        return out
+        args = ["--url", url, "--epoch", str(epoch), "--seed", str(seed), "--fault", fault]
+        args += ["--fault-after", str(after), "--storage-options", json.dumps(options)]
+        args += ["--compact"] if compact else []
+        super().__init__("tests.wal_log_worker", args)
 
 
 class Acked:
