@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import queue
 import random
-import subprocess
-import sys
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,8 +32,8 @@ from tests.conftest import (
     open_broker_root,
 )
 from tests.faulty_fs import FaultyStorage
+from tests.helpers import LineWorker
 
-REPO = Path(__file__).resolve().parent.parent
 TOPICS = (uuid.UUID(int=1).hex, uuid.UUID(int=2).hex)
 
 Key = tuple[str, int]
@@ -488,41 +483,19 @@ def test_a_superseded_compactor_deletes_nothing() -> None:
 # --- SIGKILL mid-compaction -------------------------------------------------------------------
 
 
-class Worker:
+class Worker(LineWorker):
     """tests/compaction_worker.py as a subprocess, its stdout read line by line on a thread."""
 
     def __init__(self, url: str, options: dict[str, Any], epoch: int, fault: str, n: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        command = [sys.executable, "-m", "tests.compaction_worker", "--url", url]
-        command += ["--epoch", str(epoch), "--seed", str(epoch), "--fault", fault]
-        command += ["--deletes-before-stall", str(n), "--storage-options", json.dumps(options)]
-        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put("EOF")
+        args = ["--url", url, "--epoch", str(epoch), "--seed", str(epoch), "--fault", fault]
+        args += ["--deletes-before-stall", str(n), "--storage-options", json.dumps(options)]
+        super().__init__("tests.compaction_worker", args)
 
     def wait_for(self, prefix: str, timeout: float = 120) -> str:
-        while True:
-            try:
-                line = self.lines.get(timeout=timeout)
-            except queue.Empty:
-                raise AssertionError(f"the worker printed no {prefix} for {timeout} s") from None
-            assert line != "EOF", f"the worker exited with {self.proc.wait()}"
-            if line.startswith(prefix):
-                return line
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._reader.join(60)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
+        """The next line that starts with ``prefix`` (the lines before it are passed over)."""
+        while not (line := self.next_line(timeout)).startswith(prefix):
+            pass
+        return line
 
 
 def check_recovered(storage: Storage, written: dict[Key, list[tuple[int, bytes]]]) -> WalIndex:
