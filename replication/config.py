@@ -511,6 +511,12 @@ KAFKA_BROKER_ALIASES: Final = {
     "log.retention.ms": "retention.ms",
     "log.retention.bytes": "retention.bytes",
     "message.max.bytes": "max.message.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
 }
 #: The same in other units, by (replog's name, ms per unit). As in Kafka, the finest unit
 #: given wins: log.retention.ms over log.retention.minutes over log.retention.hours.

@@ -30,6 +30,12 @@ def test_kafka_broker_names_are_taken_for_replogs() -> None:
             "log.segment.bytes": "1048576",
             "log.roll.hours": "2",
             "message.max.bytes": "2000000",
+            "log.cleanup.policy": "compact,delete",
+            "log.cleaner.delete.retention.ms": "3600000",
+            "log.cleaner.min.cleanable.ratio": "0.25",
+            "log.cleaner.min.compaction.lag.ms": "1000",
+            "log.cleaner.max.compaction.lag.ms": "86400000",
+            "log.message.timestamp.type": "CreateTime",
         }
     )
     assert config.broker_id == 3
@@ -39,6 +45,12 @@ def test_kafka_broker_names_are_taken_for_replogs() -> None:
     assert config.log.segment_bytes == 1_048_576
     assert config.log.segment_ms == 2 * 3_600_000
     assert config.log.max_message_bytes == 2_000_000
+    assert config.log.cleanup_policy == "compact,delete"
+    assert config.log.delete_retention_ms == 3_600_000
+    assert config.log.min_cleanable_dirty_ratio == 0.25
+    assert config.log.min_compaction_lag_ms == 1000
+    assert config.log.max_compaction_lag_ms == 86_400_000
+    assert config.log.message_timestamp_type == "CreateTime"
 
 
 @pytest.mark.unit
