@@ -16,6 +16,7 @@ cannot both write their own id.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ VERSION: Final = 1
 RETRIES: Final = 12
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,10 @@ def _retrying(call: Callable[[], _T]) -> _T:
         except StorageError as err:
             if not err.retriable or attempt == RETRIES - 1:
                 raise
-            time.sleep(min(0.05 * 2**attempt, 1.0))
+            pause = min(0.05 * 2**attempt, 1.0)  # in a thread of its own, not on the loop
+            log.warning("%s failed (attempt %d), again in %.0f ms: %s", META_PROPERTIES,
+                        attempt + 1, pause * 1000, err)  # fmt: skip
+            time.sleep(pause)
     raise AssertionError("unreachable")
 
 
