@@ -336,6 +336,16 @@ class LocalLog:
                     return found
         return None
 
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first data record with the largest timestamp in the log
+        (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or None if the log holds none. The
+        objects' max timestamps point to the one to read; control batches are not records, so
+        where a marker holds the largest timestamp the answer is None, as for an empty log."""
+        with self._lock:
+            stamps = [s.max_timestamp for s in self._segments]
+            stamps += [p.max_timestamp for p in self._pending]
+        return self.offset_for_timestamp(max(stamps)) if stamps else None
+
     # --- the compactor's ExtentHolder: swapping chunk extents -------------------------------
 
     def live_chunks(self, topic_id: str, partition: int) -> list[ChunkExtent]:

@@ -322,6 +322,18 @@ def test_offset_for_timestamp(storage: Storage) -> None:
     assert log.offset_for_timestamp(301) is None
 
 
+def test_offset_of_max_timestamp(storage: Storage) -> None:
+    log = Log.open(storage)
+    assert log.offset_of_max_timestamp() is None  # an empty log names no record
+    # the largest timestamp in a flushed object, twice: the first record holding it is named
+    log.append(build([Record(None, b"a", 100), Record(None, b"b", 500)]), leader_epoch=0)
+    log.append(build([Record(None, b"c", 500), Record(None, b"d", 200)]), leader_epoch=0)
+    log.flush()
+    assert log.offset_of_max_timestamp() == (1, 500)
+    log.append(build([Record(None, b"e", 300), Record(None, b"f", 900)]), leader_epoch=0)
+    assert log.offset_of_max_timestamp() == (5, 900)  # a pending batch holds it
+
+
 def test_roll_by_segment_bytes_and_merge_never_crosses_segments(storage: Storage) -> None:
     one = len(batch_of(b"x" * 50))
     log = Log.open(storage, LogConfig(segment_bytes=3 * one, merge_min_objects=2))

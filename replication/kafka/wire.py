@@ -44,8 +44,9 @@ __all__ = [
 #: oldest Kafka 4.0 still serves (it dropped older ones; so does kio). The highest is the
 #: newest whose meaning replog implements in full: Produce 12 and EndTxn 4 onwards belong to
 #: KIP-890's transactions v2, Fetch 13 and Metadata 13 onwards name topics by id only,
-#: ListOffsets 7 adds the max-timestamp query (-3), which replog does not answer yet,
-#: FindCoordinator 4 batches keys (served), OffsetFetch 8 batches groups (not yet), JoinGroup
+#: ListOffsets 8 onwards ask for tiered storage's offsets (KIP-405, KIP-1005), which replog has
+#: no tiers for (v7's max-timestamp query, -3, is answered), FindCoordinator 4 batches keys
+#: (served), OffsetFetch 8 batches groups (not yet), JoinGroup
 #: starts at 4 because replog's coordinator always asks a new member to rejoin with the id it
 #: gives it (KIP-394), which older versions cannot carry. ListTransactions 2 adds a
 #: transactional id pattern (a Java regular expression), not answered yet. DescribeTransactions
@@ -54,7 +55,7 @@ __all__ = [
 SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
     ApiKey.OFFSET_FETCH: (1, 7),

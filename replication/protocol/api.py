@@ -12,6 +12,8 @@ from replication.protocol.codec import INT16, INT32, NULLABLE_STRING, message, w
 #: ListOffsets timestamps with a special meaning (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
+#: the offset and timestamp of the record with the largest timestamp (KIP-734, ListOffsets v7)
+MAX_TIMESTAMP: Final = -3
 
 #: Fetch/ListOffsets isolation levels, and the replica id of a consumer (not a broker).
 READ_UNCOMMITTED: Final = 0

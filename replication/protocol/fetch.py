@@ -138,7 +138,8 @@ class FetchResponse:
 
 @message
 class ListOffsetsRequestPartition:
-    """timestamp: LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2), or a time in ms."""
+    """timestamp: LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2), MAX_TIMESTAMP (-3), or a time
+    in ms."""
 
     partition_index: int = field(metadata=wire(INT32))
     current_leader_epoch: int = field(default=-1, metadata=wire(INT32))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from logstore.batch import parse_header
@@ -224,7 +225,12 @@ class LogApis(KafkaApisBase):
             elif part.timestamp == p.LATEST_TIMESTAMP:
                 offset = upper
             else:
-                found = await asyncio.to_thread(plog.offset_for_timestamp, part.timestamp)
+                # as Kafka: a record at or past the last fetchable offset is not named
+                found = await asyncio.to_thread(
+                    plog.offset_of_max_timestamp
+                    if part.timestamp == p.MAX_TIMESTAMP
+                    else partial(plog.offset_for_timestamp, part.timestamp)
+                )
                 if found is not None and found[0] < upper:
                     offset, timestamp = found
             return p.ListOffsetsResponsePartition(
