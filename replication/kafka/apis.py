@@ -49,7 +49,7 @@ from replication.kafka.wire import (
     response_class,
 )
 from replication.metadata.image import MetadataImage
-from replication.protocol import acls
+from replication.protocol import acls, quotas
 from replication.protocol.codec import Parts
 from replication.server.apis import KafkaApis
 from replication.server.responses import error_code, error_message
@@ -98,6 +98,8 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.DELETE_ACLS: acls.DeleteAclsRequest,
     p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: acls.DescribeUserScramCredentialsRequest,
     p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: acls.AlterUserScramCredentialsRequest,
+    p.ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.DescribeClientQuotasRequest,
+    p.ApiKey.ALTER_CLIENT_QUOTAS: quotas.AlterClientQuotasRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)
