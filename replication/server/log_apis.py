@@ -28,6 +28,7 @@ from replication.errors import (
 )
 from replication.security.acl import AclOperation, ResourceType
 from replication.server.apis_base import KafkaApisBase
+from replication.server.quota_manager import FETCH_QUOTA_BYTES
 from replication.server.responses import error_code, error_message
 
 __all__ = ["LogApis"]
@@ -162,7 +163,8 @@ class LogApis(KafkaApisBase):
             specs,
             max_wait_ms=body.max_wait_ms,
             min_bytes=body.min_bytes,
-            max_bytes=body.max_bytes,
+            # under a consumer_byte_rate: at most one second of it (Kafka caps it likewise)
+            max_bytes=min(body.max_bytes, FETCH_QUOTA_BYTES.get() or body.max_bytes),
             isolation_level=body.isolation_level,
         )
         results = {

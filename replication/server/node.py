@@ -58,6 +58,7 @@ from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.gc_policy import GcPolicy
 from replication.server.group_apis import GroupApis
+from replication.server.quota_manager import QuotaManagers
 from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,12 @@ class Node:
         authorizer = authorizer_from(config.security, lambda: self.apis.image.acls)
         self.apis.authorizer = lambda: authorizer
         requests = self.metrics.requests if self.metrics is not None else None
+        #: client quotas, from this node's metadata (a broker's; shared by its listeners)
+        self.quotas = (
+            QuotaManagers(lambda: self.apis.image.client_quotas)
+            if self.replica_manager is not None
+            else None
+        )
         replog_security = listener_security(config, "REPLOG", self.scram_credential)
         self.server = SocketServer(
             ReplogChannel(self.apis, sasl=replog_security.sasl is not None),
@@ -167,6 +174,7 @@ class Node:
             config.socket_request_max_bytes,
             request_metrics=requests,
             security=replog_security,
+            quotas=self.quotas,
         )
         #: the Kafka protocol listener, on brokers whose listeners name one
         self.kafka_server: SocketServer | None = None
@@ -180,6 +188,7 @@ class Node:
                 config.socket_request_max_bytes,
                 request_metrics=requests,
                 security=kafka_security,
+                quotas=self.quotas,
             )
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:

@@ -1,0 +1,246 @@
+"""Client quotas on real broker processes: Kafka's kafka-configs sets and describes user,
+client-id and default quotas (AlterClientQuotas, DescribeClientQuotas on the Kafka listener);
+confluent-kafka producing above a producer_byte_rate, and consuming above a
+consumer_byte_rate, is throttled (its throttle callback reports the broker's throttle time)
+and loses nothing; replog's own client waits out the throttle_time_ms it is answered; the
+most specific quota applies; a quota removed stops throttling; quotas survive a restart of
+the whole cluster. Rates are measured by benchmarks/quotas.py, not here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from replication.metadata.image import QuotaEntity
+from tests.cluster import Cluster
+from tests.helpers import unique_name, wait_until
+from tests.kafka_jvm import CONFIGS, tool
+from tests.test_kafka_clients import wait_known
+from tests.test_kafka_tools import ok
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+#: a quota low enough that a few dozen KB are throttled, high enough to run in seconds
+RATE = 20_000
+VALUE = b"q" * 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("quotas"), brokers=1, kafka=True).start()
+    yield c
+    c.stop()
+
+
+def configs(cluster: Cluster, *args: str) -> str:
+    return ok(tool(CONFIGS, "--bootstrap-server", cluster.kafka_bootstrap, *args))
+
+
+def topic(cluster: Cluster) -> str:
+    name = unique_name("quota")
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, 1, 1)])
+    wait_known(cluster, name, 1)
+    return name
+
+
+def quotas_of(cluster: Cluster, **entity: str | None) -> dict[QuotaEntity, dict[str, float]]:
+    """replog's DescribeClientQuotas of the entities matching ``entity`` (client for
+    client-id)."""
+    wanted = {("client-id" if k == "client" else k): v for k, v in entity.items()}
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        return admin.describe_client_quotas(wanted)
+
+
+def produce_confluent(cluster: Cluster, name: str, client_id: str, count: int) -> list[int]:
+    """Produce ``count`` values with confluent-kafka; the throttle times it was told (ms)."""
+    throttles: list[int] = []
+
+    def throttled(event: Any) -> None:
+        throttles.append(int(event.throttle_time * 1000))
+
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "batch.size": 4096,
+            "throttle_cb": throttled,
+        }
+    )
+    failed: list[Any] = []
+
+    def delivered(err: Any, message: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for i in range(count):
+        producer.produce(name, VALUE, key=str(i).encode(), on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    assert failed == []
+    return throttles
+
+
+def read_back(cluster: Cluster, name: str) -> list[bytes]:
+    with Consumer(bootstrap_servers=cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(name, 0)])
+        keys: list[bytes] = []
+        end = consumer.end_offsets([TopicPartition(name, 0)])[TopicPartition(name, 0)]
+
+        def done() -> bool:
+            keys.extend(r.key for r in consumer.poll(timeout_ms=500) if r.key is not None)
+            return len(keys) >= end
+
+        wait_until(done, timeout=60, message=f"{end} records of {name} read back")
+        return keys
+
+
+def test_kafka_configs_sets_and_describes_user_client_and_default_quotas(cluster: Cluster) -> None:
+    user = ["--entity-type", "users", "--entity-name", "alice"]
+    out = configs(cluster, "--alter", *user,
+                  "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048")  # fmt: skip
+    assert "Completed updating config for user alice." in out, out
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-default",
+            "--add-config", "request_percentage=50")  # fmt: skip
+    configs(cluster, "--alter", *user, "--entity-type", "clients", "--entity-name", "app",
+            "--add-config", "producer_byte_rate=4096")  # fmt: skip
+    described = configs(cluster, "--describe", *user)
+    assert re.search(
+        r"Quota configs for user-principal 'alice' are "
+        r"(consumer_byte_rate=2048\.0, producer_byte_rate=1024\.0|"
+        r"producer_byte_rate=1024\.0, consumer_byte_rate=2048\.0)",
+        described,
+    ), described
+    assert "Quota configs for the default client-id are request_percentage=50.0" in configs(
+        cluster, "--describe", "--entity-type", "clients", "--entity-default"
+    )
+    both = configs(cluster, "--describe", *user, "--entity-type", "clients", "--entity-name", "app")
+    assert "user-principal 'alice', client-id 'app'" in both
+    assert "producer_byte_rate=4096.0" in both
+    # replog's admin client reads the same entities
+    assert quotas_of(cluster, user="alice") == {
+        (("user", "alice"),): {"consumer_byte_rate": 2048.0, "producer_byte_rate": 1024.0},
+        (("client-id", "app"), ("user", "alice")): {"producer_byte_rate": 4096.0},
+    }
+    # a bad key or value is refused, naming it
+    bad = tool(CONFIGS, "--bootstrap-server", cluster.kafka_bootstrap, "--alter", *user,
+               "--add-config", "producer_byte_rate=10.5")  # fmt: skip
+    assert bad.returncode != 0
+    assert "whole number" in bad.stdout + bad.stderr
+    for args in (
+        [*user, "--delete-config", "producer_byte_rate,consumer_byte_rate"],
+        ["--entity-type", "clients", "--entity-default", "--delete-config", "request_percentage"],
+        [*user, "--entity-type", "clients", "--entity-name", "app", "--delete-config",
+         "producer_byte_rate"],
+    ):
+        configs(cluster, "--alter", *args)
+    assert quotas_of(cluster) == {}
+    assert "alice" not in configs(cluster, "--describe", "--entity-type", "users")
+
+
+def test_a_producer_and_a_consumer_over_their_quotas_are_throttled_and_lose_nothing(
+    cluster: Cluster,
+) -> None:
+    name = topic(cluster)
+    producer_id, consumer_id = unique_name("slow-producer"), unique_name("slow-consumer")
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", producer_id,
+            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", consumer_id,
+            "--add-config", f"consumer_byte_rate={RATE}")  # fmt: skip
+    # 80 KB at 20 KB/s: throttled after the first second's burst
+    throttles = produce_confluent(cluster, name, producer_id, 80)
+    assert max(throttles, default=0) > 0
+    assert sorted(read_back(cluster, name)) == sorted(str(i).encode() for i in range(80))
+
+    consumer_throttles: list[int] = []
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "client.id": consumer_id,
+            "group.id": unique_name("g"),
+            "auto.offset.reset": "earliest",
+            "fetch.max.bytes": 1_000_000,
+            "throttle_cb": lambda e: consumer_throttles.append(int(e.throttle_time * 1000)),
+        }
+    )
+    try:
+        consumer.subscribe([name])
+        got: list[bytes | None] = []
+
+        def consumed() -> bool:
+            for m in consumer.consume(100, 0.5):
+                if m.error() is None:
+                    got.append(m.key())
+            return len(got) >= 80
+
+        wait_until(consumed, timeout=120, message="80 records consumed")
+    finally:
+        consumer.close()
+    assert sorted(k or b"" for k in got) == sorted(str(i).encode() for i in range(80))
+    assert max(consumer_throttles, default=0) > 0
+
+
+def test_replog_s_client_waits_out_the_throttle_time(cluster: Cluster) -> None:
+    name = topic(cluster)
+    client_id = unique_name("replog-producer")
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    with Producer(bootstrap_servers=cluster.bootstrap, client_id=client_id, acks="all",
+                  batch_size=4096, linger_ms=5) as producer:  # fmt: skip
+        futures = [producer.send(name, VALUE, key=str(i).encode()) for i in range(80)]
+        for f in futures:
+            f.result(timeout=120)
+        throttle_max = producer.metrics()["produce-throttle-time-max"]
+        connections = producer._cluster.connections()
+    assert throttle_max > 0
+    # each throttled answer made the next request to that broker wait (KIP-219)
+    assert sum(c.throttle_time_ms_total for c in connections) > 0
+    assert sum(c.throttled_requests for c in connections) > 0
+    assert sorted(read_back(cluster, name)) == sorted(str(i).encode() for i in range(80))
+
+
+def test_the_most_specific_quota_applies_and_a_removed_one_stops_throttling(
+    cluster: Cluster,
+) -> None:
+    name = topic(cluster)
+    fast = unique_name("fast")
+    # every client id is limited, but this user's client `fast` has a generous quota of its own
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-default",
+            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    configs(cluster, "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+            "--entity-type", "clients", "--entity-name", fast,
+            "--add-config", "producer_byte_rate=100000000")  # fmt: skip
+    try:
+        assert produce_confluent(cluster, name, fast, 80) == []
+        assert produce_confluent(cluster, name, unique_name("other"), 80)
+        configs(cluster, "--alter", "--entity-type", "clients", "--entity-default",
+                "--delete-config", "producer_byte_rate")  # fmt: skip
+        wait_until(lambda: not quotas_of(cluster, client=None), timeout=30, message="removed")
+        assert produce_confluent(cluster, name, unique_name("other"), 80) == []
+    finally:
+        configs(cluster, "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
+                "--entity-type", "clients", "--entity-name", fast,
+                "--delete-config", "producer_byte_rate")  # fmt: skip
+
+
+def test_quotas_survive_a_restart_of_the_cluster(cluster: Cluster) -> None:
+    name = topic(cluster)
+    client_id = unique_name("restarted")
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    broker = cluster.brokers[0]
+    broker.stop()
+    cluster.controller.stop()
+    cluster.controller.start()
+    broker.start()
+    wait_known(cluster, name, 1)
+    assert quotas_of(cluster, client=client_id) == {
+        (("client-id", client_id),): {"producer_byte_rate": float(RATE)}
+    }
+    assert produce_confluent(cluster, name, client_id, 80)
