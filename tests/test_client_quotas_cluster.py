@@ -4,7 +4,8 @@ confluent-kafka producing above a producer_byte_rate, and consuming above a
 consumer_byte_rate, is throttled (its throttle callback reports the broker's throttle time)
 and loses nothing; replog's own client waits out the throttle_time_ms it is answered; the
 most specific quota applies; a quota removed stops throttling; quotas survive a restart of
-the whole cluster. Rates are measured by benchmarks/quotas.py, not here."""
+the whole cluster; `replog configs` sets, describes and removes them. Rates are measured by
+benchmarks/quotas.py, not here."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from replication.metadata.image import QuotaEntity
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 from tests.kafka_jvm import CONFIGS, tool
+from tests.test_dynamic_configs import replog_configs
 from tests.test_kafka_clients import wait_known
 from tests.test_kafka_tools import ok
 
@@ -244,3 +246,30 @@ def test_quotas_survive_a_restart_of_the_cluster(cluster: Cluster) -> None:
         (("client-id", client_id),): {"producer_byte_rate": float(RATE)}
     }
     assert produce_confluent(cluster, name, client_id, 80)
+
+
+def test_replog_configs_sets_describes_and_removes_client_quotas(cluster: Cluster) -> None:
+    def run(*args: str) -> str:
+        return ok(replog_configs(cluster, *args))
+
+    out = run("alter", "--user", "carol", "--client", "etl", "--add-config",
+              "producer_byte_rate=1048576,request_percentage=25")  # fmt: skip
+    assert "Completed updating client quotas for user-principal 'carol', client-id 'etl'." in out
+    run("alter", "--entity-type", "users", "--entity-default", "--add-config",
+        "consumer_byte_rate=2097152")  # fmt: skip
+    described = run("describe", "--entity-type", "users")
+    assert "Quota configs for the default user-principal are consumer_byte_rate=2097152.0" in (
+        described
+    )
+    assert (
+        "Quota configs for user-principal 'carol', client-id 'etl' are "
+        "producer_byte_rate=1048576.0, request_percentage=25.0"
+    ) in described
+    assert run("describe", "--user", "carol").strip() == ""  # strict: carol alone has none
+    refused = replog_configs(cluster, "alter", "--client", "etl", "--add-config", "byte_rate=1")
+    assert refused.returncode == 1
+    assert "unknown quota 'byte_rate'" in refused.stderr
+    run("alter", "--user", "carol", "--client", "etl", "--delete-config",
+        "producer_byte_rate,request_percentage")  # fmt: skip
+    run("alter", "--user-defaults", "--delete-config", "consumer_byte_rate")
+    assert quotas_of(cluster) == {}
