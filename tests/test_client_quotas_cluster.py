@@ -1,11 +1,11 @@
 """Client quotas on real broker processes: Kafka's kafka-configs sets and describes user,
 client-id and default quotas (AlterClientQuotas, DescribeClientQuotas on the Kafka listener);
 confluent-kafka producing above a producer_byte_rate, and consuming above a
-consumer_byte_rate, is throttled (its throttle callback reports the broker's throttle time)
-and loses nothing; replog's own client waits out the throttle_time_ms it is answered; the
-most specific quota applies; a quota removed stops throttling; quotas survive a restart of
-the whole cluster; `replog configs` sets, describes and removes them. Rates are measured by
-benchmarks/quotas.py, not here."""
+consumer_byte_rate, is throttled (its throttle callback reports the broker's throttle time,
+the broker's metrics of that entity show it) and loses nothing; replog's own client waits
+out the throttle_time_ms it is answered; the most specific quota applies; a quota removed
+stops throttling; quotas survive a restart of the whole cluster; `replog configs` sets,
+describes and removes them. Rates are measured by benchmarks/quotas.py, not here."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tests.kafka_jvm import CONFIGS, tool
 from tests.test_dynamic_configs import replog_configs
 from tests.test_kafka_clients import wait_known
 from tests.test_kafka_tools import ok
+from tests.test_metrics import scrape, value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -34,7 +35,7 @@ VALUE = b"q" * 1000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("quotas"), brokers=1, kafka=True).start()
+    c = Cluster(tmp_path_factory.mktemp("quotas"), brokers=1, kafka=True, metrics=True).start()
     yield c
     c.stop()
 
@@ -142,7 +143,8 @@ def test_kafka_configs_sets_and_describes_user_client_and_default_quotas(cluster
          "producer_byte_rate"],
     ):
         configs(cluster, "--alter", *args)
-    assert quotas_of(cluster) == {}
+    assert quotas_of(cluster, user="alice") == {}
+    assert quotas_of(cluster, client=None) == {}
     assert "alice" not in configs(cluster, "--describe", "--entity-type", "users")
 
 
@@ -158,6 +160,12 @@ def test_a_producer_and_a_consumer_over_their_quotas_are_throttled_and_lose_noth
     # 80 KB at 20 KB/s: throttled after the first second's burst
     throttles = produce_confluent(cluster, name, producer_id, 80)
     assert max(throttles, default=0) > 0
+    # the broker's metrics of that quota entity (a client-id quota: no user tag)
+    samples = scrape(cluster.brokers[0])
+    tags = {"user": "", "client_id": producer_id}
+    assert value(samples, "kafka_server_produce_byte_rate", **tags) > 0
+    assert value(samples, "kafka_server_produce_throttle_time", **tags) > 0
+    assert value(samples, "kafka_server_request_request_time", **tags) == 0  # no such quota
     assert sorted(read_back(cluster, name)) == sorted(str(i).encode() for i in range(80))
 
     consumer_throttles: list[int] = []
@@ -186,6 +194,8 @@ def test_a_producer_and_a_consumer_over_their_quotas_are_throttled_and_lose_noth
         consumer.close()
     assert sorted(k or b"" for k in got) == sorted(str(i).encode() for i in range(80))
     assert max(consumer_throttles, default=0) > 0
+    samples = scrape(cluster.brokers[0])
+    assert value(samples, "kafka_server_fetch_byte_rate", user="", client_id=consumer_id) > 0
 
 
 def test_replog_s_client_waits_out_the_throttle_time(cluster: Cluster) -> None:
@@ -272,4 +282,5 @@ def test_replog_configs_sets_describes_and_removes_client_quotas(cluster: Cluste
     run("alter", "--user", "carol", "--client", "etl", "--delete-config",
         "producer_byte_rate,request_percentage")  # fmt: skip
     run("alter", "--user-defaults", "--delete-config", "consumer_byte_rate")
-    assert quotas_of(cluster) == {}
+    assert quotas_of(cluster, user="carol") == {}
+    assert quotas_of(cluster, user=None) == {}

@@ -1,6 +1,6 @@
 """The replication throttle of replicas catching up in a reassignment (Kafka's
 follower.replication.throttled.rate, KIP-73): a token bucket on fetched bytes. The client
-quotas (:mod:`replication.server.quota_manager`) meter with the same bucket.
+quotas (:mod:`replication.broker.quota_manager`) meter with the same bucket.
 
 The bucket holds up to one second of ``rate`` bytes. A fetch of throttled partitions asks for
 no more than the bucket holds (at least one byte: a leader still returns one whole batch, as

@@ -18,6 +18,7 @@ from logstore.reader import ObjectExtent
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.partition import Partition
+from replication.broker.quota_manager import FETCH_QUOTA_BYTES
 from replication.broker.replica_fetch import FetchSpec
 from replication.broker.replica_produce import ProduceResult
 from replication.common import TopicPartition
@@ -28,7 +29,6 @@ from replication.errors import (
 )
 from replication.security.acl import AclOperation, ResourceType
 from replication.server.apis_base import KafkaApisBase
-from replication.server.quota_manager import FETCH_QUOTA_BYTES
 from replication.server.responses import error_code, error_message
 
 __all__ = ["LogApis"]

@@ -23,6 +23,7 @@ from replication import protocol as p
 from replication.broker import meta_properties
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.partition import Partition
+from replication.broker.quota_manager import QuotaManagers
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
@@ -44,6 +45,7 @@ from replication.metadata.store import MetadataStore
 from replication.metrics.broker import BrokerCollector
 from replication.metrics.controller import ControllerCollector, metadata_write_histogram
 from replication.metrics.endpoint import MetricsEndpoint
+from replication.metrics.quotas import QuotaCollector
 from replication.security.authorizer import authorizer_from
 from replication.security.connector import broker_connector
 from replication.security.sasl import (
@@ -58,7 +60,6 @@ from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.gc_policy import GcPolicy
 from replication.server.group_apis import GroupApis
-from replication.server.quota_manager import QuotaManagers
 from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
@@ -316,6 +317,8 @@ class Node:
                     loop=loop,
                 )
             )
+        if self.quotas is not None:
+            metrics.registry.register(QuotaCollector(self.quotas, loop))
         self.metrics_port = metrics.start(self.metrics_host, self.metrics_port)
 
     def _transaction_coordinator(

@@ -35,6 +35,13 @@ from typing import Any, Protocol
 from logstore.errors import ReplogError
 from replication import protocol as p
 from replication.broker.purgatory import PARKED
+from replication.broker.quota_manager import (
+    EXEMPT_APIS,
+    FETCH_QUOTA_BYTES,
+    QuotaManagers,
+    fetched_bytes,
+    with_throttle_time,
+)
 from replication.errors import (
     CorruptFrameError,
     IllegalSaslStateError,
@@ -47,13 +54,6 @@ from replication.security.principal import ANONYMOUS, SESSION, KafkaPrincipal, S
 from replication.security.sasl import SaslServer
 from replication.security.tls import PrincipalMapper, peer_principal, ssl_reason
 from replication.server.apis import KafkaApis
-from replication.server.quota_manager import (
-    EXEMPT_APIS,
-    FETCH_QUOTA_BYTES,
-    QuotaManagers,
-    fetched_bytes,
-    with_throttle_time,
-)
 
 log = logging.getLogger(__name__)
 
