@@ -1,6 +1,7 @@
 """Client quotas in the metadata (image format 8) and their rules: round trips through full
 images and deltas, Kafka's precedence order, the validation of AlterClientQuotas, the matching
-of DescribeClientQuotas."""
+of DescribeClientQuotas; and the broker's meters: the throttle time a request earns, who
+shares a quota, request time, the bound on meters kept, throttle_time_ms in responses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import json
 
 import pytest
 
+from replication import protocol as p
+from replication.broker.quota_manager import (
+    MAX_THROTTLE_MS,
+    QuotaManagers,
+    fetched_bytes,
+    with_throttle_time,
+)
 from replication.client_quotas import (
+    CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     QuotaMatch,
@@ -105,3 +114,100 @@ def test_describe_filters_match_exact_default_and_specified_names() -> None:
     assert describe_matches(ALICE, [("user", MATCH_SPECIFIED, None)], strict=True)
     assert not describe_matches(DEFAULT_CLIENT, [("user", MATCH_SPECIFIED, None)], strict=False)
     assert describe_matches(DEFAULT_CLIENT, [], strict=False)
+
+
+# --- the broker's meters (ClientQuotaManager), on a clock of the test's ------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def managers(image: list[MetadataImage], clock: Clock) -> QuotaManagers:
+    """The quota managers of the image ``image[0]`` (which the test may replace)."""
+    return QuotaManagers(lambda: image[0].client_quotas, clock=clock)
+
+
+def test_a_byte_rate_throttles_for_the_time_the_quota_takes_to_absorb_the_debt() -> None:
+    clock = Clock()
+    image = MetadataImage().with_client_quotas(ALICE, {PRODUCER_BYTE_RATE: 1000.0})
+    produce = managers([image], clock).produce
+    assert produce.record("alice", "app", 600) == 0  # within the first second's burst
+    assert produce.record("alice", "app", 900) == 500  # 500 bytes over: half a second
+    clock.now += 0.5
+    assert produce.record("alice", "app", 0) == 0  # repaid
+    # one huge request is throttled at most MAX_THROTTLE_MS
+    assert produce.record("alice", "app", 10**9) == MAX_THROTTLE_MS
+    # another user has no quota: never throttled, and no meter kept for it
+    assert produce.record("bob", "app", 10**9) == 0
+    assert [(m.user, m.client_id) for m in produce.metrics()] == [("alice", "")]
+
+
+def test_who_shares_a_quota_follows_the_entity_that_set_it() -> None:
+    clock = Clock()
+    image = MetadataImage().with_client_quotas(ALICE, {PRODUCER_BYTE_RATE: 1000.0})
+    image = image.with_client_quotas(DEFAULT_CLIENT, {PRODUCER_BYTE_RATE: 1000.0})
+    current = [image]
+    produce = managers(current, clock).produce
+    # alice's user quota is shared by her client ids
+    assert produce.record("alice", "a", 1000) == 0
+    assert produce.record("alice", "b", 1000) == 1000
+    # the default client-id quota stands for each client id on its own
+    assert produce.record("bob", "x", 1000) == 0
+    assert produce.record("carol", "y", 1000) == 0
+    assert produce.record("dave", "x", 500) == 500  # client x again, whoever the user
+    tags = sorted((m.user, m.client_id) for m in produce.metrics())
+    assert tags == [("", "x"), ("", "y"), ("alice", "")]
+    # a quota removed: the next one in the order applies at once (client a's default), and
+    # with none left nothing is throttled
+    current[0] = image.with_client_quotas(ALICE, {})
+    assert produce.record("alice", "a", 2000) == 1000
+    current[0] = current[0].with_client_quotas(DEFAULT_CLIENT, {})
+    assert produce.record("alice", "a", 10**6) == 0
+
+
+def test_request_percentage_meters_seconds_of_handling() -> None:
+    clock = Clock()
+    image = MetadataImage().with_client_quotas(DEFAULT_USER, {REQUEST_PERCENTAGE: 50.0})
+    request = managers([image], clock).request
+    assert request.record("alice", "app", 0.5) == 0  # half a second: the first second's burst
+    assert request.record("alice", "app", 0.5) == 1000  # 0.5 s over at 0.5 s/s
+    clock.now += 0.2
+    (metric,) = request.metrics()
+    assert metric.rate == pytest.approx(100 * 1.0 / 10)  # percent of a handler over 10 s
+    assert metric.throttle_time_ms == pytest.approx(500)
+
+
+def test_idle_meters_are_dropped_once_there_are_many() -> None:
+    clock = Clock()
+    image = MetadataImage().with_client_quotas(DEFAULT_CLIENT, {CONSUMER_BYTE_RATE: 10.0})
+    fetch = managers([image], clock).fetch
+    for i in range(300):
+        fetch.record("u", f"client-{i}", 1)
+    clock.now += 5  # every bucket full again
+    fetch.record("u", "late", 1)
+    assert len(list(fetch.metrics())) < 300
+
+
+def test_throttle_time_goes_into_either_kind_of_response() -> None:
+    response = p.FetchResponse(
+        responses=[
+            p.FetchResponseTopic(
+                topic="t",
+                partitions=[
+                    p.FetchResponsePartition(partition_index=0, records=b"x" * 7),
+                    p.FetchResponsePartition(partition_index=1, records=None),
+                ],
+            )
+        ]
+    )
+    assert fetched_bytes(response) == 7
+    assert with_throttle_time(response, 12).throttle_time_ms == 12
+    kafka = {"responses": [{"topic": "t", "partitions": [{"records": b"y" * 3}]}]}
+    assert fetched_bytes(kafka) == 3
+    assert with_throttle_time(kafka, 5)["throttle_time_ms"] == 5
+    assert with_throttle_time(p.SaslHandshakeResponse(), 5) == p.SaslHandshakeResponse()
