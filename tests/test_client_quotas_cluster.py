@@ -2,7 +2,8 @@
 client-id and default quotas (AlterClientQuotas, DescribeClientQuotas on the Kafka listener);
 confluent-kafka producing above a producer_byte_rate, and consuming above a
 consumer_byte_rate, is throttled (its throttle callback reports the broker's throttle time,
-the broker's metrics of that entity show it) and loses nothing; replog's own client waits
+the broker's metrics of that entity show it) and loses nothing, kafka-python likewise; a
+client over its request_percentage is throttled too; replog's own client waits
 out the throttle_time_ms it is answered; the most specific quota applies; a quota removed
 stops throttling; quotas survive a restart of the whole cluster; `replog configs` sets,
 describes and removes them. Rates are measured by benchmarks/quotas.py, not here."""
@@ -14,10 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka
+import kafka
 import pytest
 
 from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from replication.client.connection import BrokerConnection
 from replication.metadata.image import QuotaEntity
+from replication.protocol import ApiKey, MetadataRequest
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 from tests.kafka_jvm import CONFIGS, tool
@@ -284,3 +288,54 @@ def test_replog_configs_sets_describes_and_removes_client_quotas(cluster: Cluste
     run("alter", "--user-defaults", "--delete-config", "consumer_byte_rate")
     assert quotas_of(cluster, user="carol") == {}
     assert quotas_of(cluster, user=None) == {}
+
+
+def test_kafka_python_is_throttled_under_a_producer_byte_rate(cluster: Cluster) -> None:
+    name = topic(cluster)
+    client_id = unique_name("kafka-python")
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap, client_id=client_id, acks="all",
+        linger_ms=5, batch_size=4096,
+    )  # fmt: skip
+    try:
+        futures = [producer.send(name, VALUE, key=str(i).encode()) for i in range(80)]
+        producer.flush(120)
+        offsets = [f.get(timeout=60).offset for f in futures]
+        throttle_max = producer.metrics()["producer-metrics"]["throttle-time-max"]
+    finally:
+        producer.close()
+    assert sorted(offsets) == list(range(80))
+    assert throttle_max > 0
+
+
+def test_request_percentage_throttles_a_client_that_keeps_the_broker_busy(
+    cluster: Cluster,
+) -> None:
+    client_id = unique_name("busy")
+    # 1% of a handler: 10 ms of handling per second
+    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
+            "--add-config", "request_percentage=1")  # fmt: skip
+    broker = cluster.brokers[0]
+    conn = BrokerConnection("127.0.0.1", broker.port, client_id, 30_000)
+    try:
+
+        def throttled() -> bool:
+            # back to back: more handling time than the quota's 10 ms per second
+            for _ in range(100):
+                response = conn.send(ApiKey.METADATA, 0, MetadataRequest(topics=None))
+                if response.throttle_time_ms > 0:
+                    return True
+            return False
+
+        wait_until(throttled, timeout=60, message="a Metadata answer with throttle_time_ms")
+        # the connection waits out the throttle before its next request (KIP-219)
+        conn.send(ApiKey.METADATA, 0, MetadataRequest(topics=None))
+        assert conn.throttled_requests > 0
+    finally:
+        conn.close()
+    samples = scrape(broker)
+    tags = {"user": "", "client_id": client_id}
+    assert value(samples, "kafka_server_request_request_time", **tags) > 0
+    assert value(samples, "kafka_server_request_throttle_time", **tags) > 0
