@@ -141,12 +141,23 @@ def validate_filter(components: Sequence[tuple[str, int, str | None]]) -> None:
         raise InvalidRequestError("each entity type may be filtered once")
 
 
-def resolve(quotas: Quotas, key: str, user: str, client_id: str) -> QuotaMatch | None:
+QuotaIndex = dict[QuotaEntity, dict[str, float]]
+
+
+def quota_index(quotas: Quotas) -> QuotaIndex:
+    """The quotas by entity (what :func:`resolve` looks entities up in)."""
+    return {entity: dict(values) for entity, values in quotas}
+
+
+def resolve(
+    quotas: Quotas | QuotaIndex, key: str, user: str, client_id: str
+) -> QuotaMatch | None:
     """The quota ``key`` of a request from ``user`` with ``client_id`` (Kafka's precedence
-    order, see the module's docstring), or None if no entity sets it."""
+    order, see the module's docstring), or None if no entity sets it. ``quotas``: an image's,
+    or their :func:`quota_index` (built once per image by a caller that resolves often)."""
     if not quotas:
         return None
-    by_entity = {entity: dict(values) for entity, values in quotas}
+    by_entity = quotas if isinstance(quotas, dict) else quota_index(quotas)
     candidates: list[tuple[QuotaEntity, str, str]] = [
         (((CLIENT_ID, client_id), (USER, user)), user, client_id),
         (((CLIENT_ID, None), (USER, user)), user, client_id),

@@ -40,7 +40,9 @@ from replication.client_quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
+    QuotaIndex,
     Quotas,
+    quota_index,
     resolve,
 )
 
@@ -127,9 +129,14 @@ class ClientQuotaManager:
         self._scale = scale
         self._clock = clock
         self._sensors: dict[tuple[str, str], _Sensor] = {}
+        #: (the image's quotas, their index): rebuilt when the image's quotas change
+        self._index: tuple[Quotas, QuotaIndex] = ((), {})
 
     def _bound(self, user: str, client_id: str) -> tuple[float, tuple[str, str]] | None:
-        match = resolve(self._quotas(), self.key, user, client_id)
+        quotas = self._quotas()
+        if quotas is not self._index[0]:
+            self._index = (quotas, quota_index(quotas))
+        match = resolve(self._index[1], self.key, user, client_id)
         if match is None:
             return None
         return match.bound * self._scale, (match.user, match.client_id)
