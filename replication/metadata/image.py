@@ -12,7 +12,7 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from logstore.errors import CorruptRecordError
 from replication.security.acl import (
@@ -171,17 +171,12 @@ class MetadataImage:
 
     def broker_config_map(self, entity: str) -> dict[str, str]:
         """The dynamic configs of one broker entity (a broker id, or the cluster default)."""
-        for name, configs in self.broker_configs:
-            if name == entity:
-                return dict(configs)
-        return {}
+        return _entry_map(self.broker_configs, entity)
 
     def with_broker_configs(self, entity: str, configs: dict[str, str]) -> MetadataImage:
         """This image with the dynamic configs of ``entity`` replaced (none: removed)."""
-        others = [(n, c) for n, c in self.broker_configs if n != entity]
-        if configs:
-            others.append((entity, tuple(sorted(configs.items()))))
-        return replace(self, broker_configs=tuple(sorted(others)))
+        entries = _with_entry(self.broker_configs, entity, configs)
+        return replace(self, broker_configs=tuple(sorted(entries)))
 
     def without_broker(self, broker_id: int) -> MetadataImage:
         return replace(self, brokers=tuple(b for b in self.brokers if b.broker_id != broker_id))
@@ -223,17 +218,12 @@ class MetadataImage:
 
     def client_quota_map(self, entity: QuotaEntity) -> dict[str, float]:
         """The quotas of one entity (none: an empty dict)."""
-        for name, values in self.client_quotas:
-            if name == entity:
-                return dict(values)
-        return {}
+        return _entry_map(self.client_quotas, entity)
 
     def with_client_quotas(self, entity: QuotaEntity, values: dict[str, float]) -> MetadataImage:
         """This image with the quotas of ``entity`` replaced (none: removed)."""
-        others = [(n, v) for n, v in self.client_quotas if n != entity]
-        if values:
-            others.append((entity, tuple(sorted(values.items()))))
-        return replace(self, client_quotas=tuple(sorted(others, key=_quota_sort_key)))
+        entries = _with_entry(self.client_quotas, entity, values)
+        return replace(self, client_quotas=tuple(sorted(entries, key=_quota_sort_key)))
 
     def next(self, **changes: Any) -> MetadataImage:
         """The following version with ``changes`` applied."""
@@ -422,6 +412,30 @@ def acl_binding(fields: list[Any]) -> AclBinding:
         AclOperation(int(operation)),
         AclPermissionType(int(permission)),
     )
+
+
+_E = TypeVar("_E")
+_V = TypeVar("_V")
+#: entities, each with its (key, value) pairs: broker configs, client quotas
+_Entries = tuple[tuple[_E, tuple[tuple[str, _V], ...]], ...]
+
+
+def _entry_map(entries: _Entries[_E, _V], entity: _E) -> dict[str, _V]:
+    """The (key, value) pairs of ``entity`` in a tuple of (entity, pairs), as a dict."""
+    for name, values in entries:
+        if name == entity:
+            return dict(values)
+    return {}
+
+
+def _with_entry(
+    entries: _Entries[_E, _V], entity: _E, values: dict[str, _V]
+) -> list[tuple[_E, tuple[tuple[str, _V], ...]]]:
+    """``entries`` with those of ``entity`` replaced by ``values`` (none: removed), unsorted."""
+    others = [(n, v) for n, v in entries if n != entity]
+    if values:
+        others.append((entity, tuple(sorted(values.items(), key=lambda kv: kv[0]))))
+    return others
 
 
 def _quota_sort_key(item: tuple[QuotaEntity, Any]) -> list[tuple[str, str]]:
