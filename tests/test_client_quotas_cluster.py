@@ -48,6 +48,17 @@ def configs(cluster: Cluster, *args: str) -> str:
     return ok(tool(CONFIGS, "--bootstrap-server", cluster.kafka_bootstrap, *args))
 
 
+def set_quota(cluster: Cluster, entity: dict[str, str | None], **quotas: float | None) -> None:
+    """Set (a value) or remove (None) quotas of one entity with replog's admin client (the
+    kafka-configs test runs Kafka's tool; the others need no JVM start per change)."""
+    with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+        admin.alter_client_quotas(
+            entity,
+            set_quotas={k: v for k, v in quotas.items() if v is not None},
+            remove=[k for k, v in quotas.items() if v is None],
+        )
+
+
 def topic(cluster: Cluster) -> str:
     name = unique_name("quota")
     with Admin(bootstrap_servers=cluster.bootstrap) as admin:
@@ -157,10 +168,8 @@ def test_a_producer_and_a_consumer_over_their_quotas_are_throttled_and_lose_noth
 ) -> None:
     name = topic(cluster)
     producer_id, consumer_id = unique_name("slow-producer"), unique_name("slow-consumer")
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", producer_id,
-            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", consumer_id,
-            "--add-config", f"consumer_byte_rate={RATE}")  # fmt: skip
+    set_quota(cluster, {"client-id": producer_id}, producer_byte_rate=RATE)
+    set_quota(cluster, {"client-id": consumer_id}, consumer_byte_rate=RATE)
     # 80 KB at 20 KB/s: throttled after the first second's burst
     throttles = produce_confluent(cluster, name, producer_id, 80)
     assert max(throttles, default=0) > 0
@@ -205,8 +214,7 @@ def test_a_producer_and_a_consumer_over_their_quotas_are_throttled_and_lose_noth
 def test_replog_s_client_waits_out_the_throttle_time(cluster: Cluster) -> None:
     name = topic(cluster)
     client_id = unique_name("replog-producer")
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
-            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    set_quota(cluster, {"client-id": client_id}, producer_byte_rate=RATE)
     with Producer(bootstrap_servers=cluster.bootstrap, client_id=client_id, acks="all",
                   batch_size=4096, linger_ms=5) as producer:  # fmt: skip
         futures = [producer.send(name, VALUE, key=str(i).encode()) for i in range(80)]
@@ -227,29 +235,22 @@ def test_the_most_specific_quota_applies_and_a_removed_one_stops_throttling(
     name = topic(cluster)
     fast = unique_name("fast")
     # every client id is limited, but this user's client `fast` has a generous quota of its own
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-default",
-            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
-    configs(cluster, "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
-            "--entity-type", "clients", "--entity-name", fast,
-            "--add-config", "producer_byte_rate=100000000")  # fmt: skip
+    set_quota(cluster, {"client-id": None}, producer_byte_rate=RATE)
+    set_quota(cluster, {"user": "ANONYMOUS", "client-id": fast}, producer_byte_rate=1e8)
     try:
         assert produce_confluent(cluster, name, fast, 80) == []
         assert produce_confluent(cluster, name, unique_name("other"), 80)
-        configs(cluster, "--alter", "--entity-type", "clients", "--entity-default",
-                "--delete-config", "producer_byte_rate")  # fmt: skip
+        set_quota(cluster, {"client-id": None}, producer_byte_rate=None)
         wait_until(lambda: not quotas_of(cluster, client=None), timeout=30, message="removed")
         assert produce_confluent(cluster, name, unique_name("other"), 80) == []
     finally:
-        configs(cluster, "--alter", "--entity-type", "users", "--entity-name", "ANONYMOUS",
-                "--entity-type", "clients", "--entity-name", fast,
-                "--delete-config", "producer_byte_rate")  # fmt: skip
+        set_quota(cluster, {"user": "ANONYMOUS", "client-id": fast}, producer_byte_rate=None)
 
 
 def test_quotas_survive_a_restart_of_the_cluster(cluster: Cluster) -> None:
     name = topic(cluster)
     client_id = unique_name("restarted")
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
-            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    set_quota(cluster, {"client-id": client_id}, producer_byte_rate=RATE)
     broker = cluster.brokers[0]
     broker.stop()
     cluster.controller.stop()
@@ -293,8 +294,7 @@ def test_replog_configs_sets_describes_and_removes_client_quotas(cluster: Cluste
 def test_kafka_python_is_throttled_under_a_producer_byte_rate(cluster: Cluster) -> None:
     name = topic(cluster)
     client_id = unique_name("kafka-python")
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
-            "--add-config", f"producer_byte_rate={RATE}")  # fmt: skip
+    set_quota(cluster, {"client-id": client_id}, producer_byte_rate=RATE)
     producer = kafka.KafkaProducer(
         bootstrap_servers=cluster.kafka_bootstrap, client_id=client_id, acks="all",
         linger_ms=5, batch_size=4096,
@@ -315,8 +315,7 @@ def test_request_percentage_throttles_a_client_that_keeps_the_broker_busy(
 ) -> None:
     client_id = unique_name("busy")
     # 1% of a handler: 10 ms of handling per second
-    configs(cluster, "--alter", "--entity-type", "clients", "--entity-name", client_id,
-            "--add-config", "request_percentage=1")  # fmt: skip
+    set_quota(cluster, {"client-id": client_id}, request_percentage=1)
     broker = cluster.brokers[0]
     conn = BrokerConnection("127.0.0.1", broker.port, client_id, 30_000)
     try:
