@@ -18,6 +18,11 @@ authentication.timeout.ms. A refused connection gets one INFO line (peer, listen
 never a secret) and is closed; nothing else is affected. The connection's principal then
 goes into :data:`~replication.security.principal.SESSION` for its handlers (ANONYMOUS on
 PLAINTEXT listeners, or with TLS and no client certificate).
+
+Client quotas (:mod:`replication.broker.quota_manager`) are applied here too, once any is
+set: each request's handling time, a Produce's bytes and a Fetch's records are recorded for
+the connection's user and the request's client id, the answer carries the throttle time they
+earned, and then the connection is not read for that long (KIP-219's mute).
 """
 
 from __future__ import annotations
