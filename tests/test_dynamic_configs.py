@@ -564,7 +564,7 @@ def test_configs_cli_alters_and_describes_as_kafka_configs(cluster: Cluster) -> 
         ([*entity, "--add-config", "retention.ms"], "expected key=value pairs"),
         (
             ["--entity-type", "groups", "--entity-name", "g", "--add-config", "a=b"],
-            "--entity-type 'groups': use topics or brokers",
+            "--entity-type 'groups': use topics, brokers, users, clients",
         ),
     ]:
         failed = replog_configs(cluster, "alter", *args)

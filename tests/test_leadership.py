@@ -131,7 +131,7 @@ def test_metadata_keeps_incarnations_and_reads_format_1() -> None:
     old["brokers"] = [b[:6] for b in old["brokers"]]
     read = MetadataImage.from_bytes(json.dumps(old).encode())
     assert read.brokers[0] == BrokerInfo(0, "h", 1, None, 2, False, "")
-    assert FORMAT_VERSION == 7
+    assert FORMAT_VERSION == 8
 
 
 def test_metadata_keeps_each_broker_s_kafka_listener_and_reads_format_2() -> None:

@@ -189,8 +189,8 @@ def test_a_delta_applies_only_to_its_base_and_a_newer_format_is_refused() -> Non
         delta.apply(MetadataImage(version=2, controller_epoch=1))
     with pytest.raises(CorruptRecordError, match=r"controller epoch 1.*not version 3 .*epoch 2"):
         delta.apply(MetadataImage(version=3, controller_epoch=2))
-    newer = json.dumps({**json.loads(encode_delta(base, image)), "format_version": 8}).encode()
-    with pytest.raises(CorruptRecordError, match=r"format_version 8 is not supported.*upgrade"):
+    newer = json.dumps({**json.loads(encode_delta(base, image)), "format_version": 9}).encode()
+    with pytest.raises(CorruptRecordError, match=r"format_version 9 is not supported.*upgrade"):
         decode_version(newer, where="v4")
     # a full image still decodes as one
     assert decode_version(image.to_bytes()) == image

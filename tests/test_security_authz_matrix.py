@@ -59,6 +59,7 @@ from replication.errors import (
 from replication.kafka.records import replog_to_kafka
 from replication.kafka.translate import to_kafka, to_replog
 from replication.protocol import acls as pa
+from replication.protocol import quotas as pq
 from replication.protocol.framing import _APIS
 from replication.security.acl import (
     CLUSTER_NAME,
@@ -840,6 +841,27 @@ def broker_cases() -> list[Case]:
             ),
             any_broker,
             [(Op.ALTER, RT.CLUSTER, CLUSTER)],
+        ),
+        c(
+            "DescribeClientQuotas",
+            p.ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            lambda _: pq.DescribeClientQuotasRequest(),
+            any_broker,
+            [(Op.DESCRIBE_CONFIGS, RT.CLUSTER, CLUSTER)],
+        ),
+        c(
+            "AlterClientQuotas",
+            p.ApiKey.ALTER_CLIENT_QUOTAS,
+            lambda _: pq.AlterClientQuotasRequest(
+                entries=[
+                    pq.AlterClientQuotasEntry(
+                        entity=[pq.EntityData(entity_type="user", entity_name="victim")],
+                        ops=[pq.OpData(key="producer_byte_rate", value=1e9)],
+                    )
+                ]
+            ),
+            any_broker,
+            [(Op.ALTER_CONFIGS, RT.CLUSTER, CLUSTER)],
         ),
         c(
             "UnregisterBroker",

@@ -84,7 +84,8 @@ def test_format_7_round_trips_credentials_and_acls() -> None:
     ]
     assert image.acls == (binding("a", AclOperation.WRITE), binding("t"))  # sorted, deduplicated
     doc = json.loads(image.to_bytes())
-    assert doc["format_version"] == FORMAT_VERSION == 7
+    assert doc["format_version"] == 7  # no client quotas: format 8 is not needed
+    assert FORMAT_VERSION == 8
     read = MetadataImage.from_bytes(image.to_bytes())
     assert read == image
     assert read.scram_credential("alice", "SCRAM-SHA-512") == cred("alice", "SCRAM-SHA-512")
@@ -105,7 +106,7 @@ def test_an_image_without_security_metadata_is_still_written_as_format_5() -> No
 
 def test_older_formats_still_read_with_no_security_metadata() -> None:
     image = secure_image()
-    assert sorted(READABLE_FORMAT_VERSIONS) == [1, 2, 3, 4, 5, 7]
+    assert sorted(READABLE_FORMAT_VERSIONS) == [1, 2, 3, 4, 5, 7, 8]
     doc = json.loads(image.to_bytes())
     del doc["scram"], doc["acls"]
     for fmt in (5, 4):
@@ -128,8 +129,8 @@ def test_older_formats_still_read_with_no_security_metadata() -> None:
     assert isinstance(delta, MetadataDelta)
     assert delta.changes["format_version"] == 6
     assert delta.apply(base).acls == ()
-    doc["format_version"] = 8
-    with pytest.raises(CorruptRecordError, match="format_version 8 is not supported"):
+    doc["format_version"] = 9
+    with pytest.raises(CorruptRecordError, match="format_version 9 is not supported"):
         MetadataImage.from_bytes(json.dumps(doc).encode())
 
 

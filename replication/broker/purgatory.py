@@ -13,6 +13,11 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
+from contextvars import ContextVar
+
+#: seconds the current request has spent parked in a purgatory ([total], set per request by
+#: the socket server): its handling time without them is what the client request quota meters
+PARKED: ContextVar[list[float] | None] = ContextVar("PARKED", default=None)
 
 
 class DelayedOperation:
@@ -55,11 +60,16 @@ class Purgatory:
         keys = list(keys)
         for key in keys:
             self._watchers[key].append(op)
-        timer = asyncio.get_running_loop().call_later(op.timeout_ms / 1000, op.expire)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(op.timeout_ms / 1000, op.expire)
+        parked_at = loop.time()
         try:
             return await op.future
         finally:
             timer.cancel()
+            parked = PARKED.get()
+            if parked is not None:
+                parked[0] += loop.time() - parked_at
             for key in keys:
                 ops = self._watchers.get(key)
                 if ops is not None:

@@ -1,5 +1,6 @@
 """The replication throttle of replicas catching up in a reassignment (Kafka's
-follower.replication.throttled.rate, KIP-73): a token bucket on fetched bytes.
+follower.replication.throttled.rate, KIP-73): a token bucket on fetched bytes. The client
+quotas (:mod:`replication.broker.quota_manager`) meter with the same bucket.
 
 The bucket holds up to one second of ``rate`` bytes. A fetch of throttled partitions asks for
 no more than the bucket holds (at least one byte: a leader still returns one whole batch, as
@@ -26,15 +27,16 @@ from collections.abc import Callable
 
 
 class TokenBucket:
-    """``rate`` bytes/s, bursts of up to one second's worth; 0 = no limit."""
+    """``rate`` units/s (bytes, or seconds of request time for the client request quota),
+    bursts of up to one second's worth; 0 = no limit."""
 
-    def __init__(self, rate: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self.rate = rate
         self._tokens = float(rate)
         self._last = clock()
 
-    def set_rate(self, rate: int) -> None:
+    def set_rate(self, rate: float) -> None:
         if rate != self.rate:
             self._refill()
             self.rate = rate
@@ -52,7 +54,7 @@ class TokenBucket:
         self._refill()
         return self._tokens
 
-    def consume(self, size: int) -> None:
+    def consume(self, size: float) -> None:
         if self.rate > 0:
             self._refill()
             self._tokens -= size

@@ -1,6 +1,7 @@
 """The admin client's config calls (Kafka's describeConfigs, alterConfigs,
-incrementalAlterConfigs): described by a broker (a broker's own configs by that broker) and
-changed through the controller, which keeps them in the cluster metadata."""
+incrementalAlterConfigs, describeClientQuotas, alterClientQuotas): described by a broker (a
+broker's own configs by that broker) and changed through the controller, which keeps them in
+the cluster metadata."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from replication.client.admin_base import _error
 from replication.client.admin_cluster import ClusterCalls
 from replication.client.types import ConfigEntry
 from replication.errors import BrokerNotAvailableError
+from replication.metadata.image import QuotaEntity
 from replication.protocol import (
     BROKER_RESOURCE,
     CONFIG_OP_DELETE,
@@ -29,6 +31,7 @@ from replication.protocol import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
 )
+from replication.protocol import quotas as pq
 
 #: The resources whose configs :meth:`Admin.describe_configs` and the alter calls take
 #: (Kafka's ConfigResource.Type TOPIC and BROKER).
@@ -196,5 +199,93 @@ class ConfigCalls(ClusterCalls):
         )
         result: AlterConfigsResourceResponse
         (result,) = response.responses
+        if result.error_code:
+            raise _error(result.error_code, result.error_message, f"cannot alter {what}")
+
+    # --- client quotas ------------------------------------------------------------------------
+
+    def describe_client_quotas(
+        self, entity: Mapping[str, str | None] | None = None, *, strict: bool = False
+    ) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas of the entities that match ``entity`` (entity type -> name, None
+        for the default entity: ``{"user": "alice"}`` matches alice and each of her clients;
+        none given: every entity), as entity -> {key: value}. An entity is its (type, name)
+        pairs sorted by type. ``strict``: only entities of exactly the types given.
+
+        Examples
+        --------
+        >>> admin.describe_client_quotas({"user": "alice"})  # doctest: +SKIP
+        {(('user', 'alice'),): {'producer_byte_rate': 1048576.0}}
+        """
+        request = pq.DescribeClientQuotasRequest(
+            components=[
+                pq.ComponentData(
+                    entity_type=kind,
+                    match_type=pq.MATCH_DEFAULT if name is None else pq.MATCH_EXACT,
+                    match=name,
+                )
+                for kind, name in (entity or {}).items()
+            ],
+            strict=strict,
+        )
+
+        def send() -> pq.DescribeClientQuotasResponse:
+            response: pq.DescribeClientQuotasResponse = self._any_broker(
+                ApiKey.DESCRIBE_CLIENT_QUOTAS, request
+            )
+            return response
+
+        response = self._retrying("describing client quotas", send)
+        if response.error_code:
+            raise _error(
+                response.error_code, response.error_message, "cannot describe client quotas"
+            )
+        return {
+            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {
+                v.key: v.value for v in entry.values
+            }
+            for entry in response.entries
+        }
+
+    def alter_client_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        *,
+        set_quotas: Mapping[str, float] | None = None,
+        remove: Iterable[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        """Set and remove the client quotas of one entity (entity type -> name, None for the
+        default entity), e.g. ``{"user": "alice", "client-id": None}``: alice's clients
+        without a quota of their own. Keys: producer_byte_rate, consumer_byte_rate (bytes/s
+        per broker), request_percentage. InvalidRequestError names a bad entity, key or value.
+
+        Examples
+        --------
+        >>> admin.alter_client_quotas(  # doctest: +SKIP
+        ...     {"user": "alice"}, set_quotas={"producer_byte_rate": 1048576}
+        ... )
+        """
+        components = [pq.EntityData(entity_type=k, entity_name=v) for k, v in entity.items()]
+        request = pq.AlterClientQuotasRequest(
+            entries=[
+                pq.AlterClientQuotasEntry(
+                    entity=components,
+                    ops=[
+                        *(pq.OpData(key=k, value=float(v)) for k, v in (set_quotas or {}).items()),
+                        *(pq.OpData(key=k, remove=True) for k in remove),
+                    ],
+                )
+            ],
+            validate_only=validate_only,
+        )
+        what = f"client quotas of {dict(entity)}"
+        response = self._controller_call(
+            ApiKey.ALTER_CLIENT_QUOTAS,
+            request,
+            f"altering {what}",
+            codes=lambda r: [x.error_code for x in r.entries],
+        )
+        (result,) = response.entries
         if result.error_code:
             raise _error(result.error_code, result.error_message, f"cannot alter {what}")

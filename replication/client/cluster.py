@@ -144,6 +144,10 @@ class Cluster:
             )
         return self._connection_to(broker.host, broker.port, slot)
 
+    def connections(self) -> list[BrokerConnection]:
+        """Every pooled connection (each one's throttle counts, for a client's metrics)."""
+        return list(self._pool.values())
+
     def connection_to(self, host: str, port: int, slot: int = 0) -> BrokerConnection:
         """The pooled connection to ``host:port`` (e.g. a coordinator FindCoordinator named)."""
         return self._connection_to(host, port, slot)

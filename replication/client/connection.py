@@ -13,7 +13,9 @@ Failures become errors of the one tree:
 - the broker does not speak the API version: UnsupportedVersionError
 - garbage on the wire: CorruptFrameError
 
-Error codes inside a response are left to the callers that own their meaning.
+Error codes inside a response are left to the callers that own their meaning, except a
+client quota's ``throttle_time_ms`` (KIP-219): after a response that carries one, the next
+request to that broker waits it out, as the broker does not read the connection meanwhile.
 """
 
 from __future__ import annotations
@@ -114,6 +116,12 @@ class BrokerConnection:
         self._closed = False
         #: api key -> (min, max) version the broker speaks; filled on connect.
         self.api_versions: dict[int, tuple[int, int]] = {}
+        #: a client quota's throttle (KIP-219): no request before this time.monotonic()
+        self._throttled_until = 0.0
+        #: the throttle times the broker asked for, in all (ms), and how many requests waited
+        self.throttle_time_ms_total = 0
+        self.throttled_requests = 0
+        self._closing = threading.Event()
 
     def __repr__(self) -> str:
         state = "connected" if self._sock is not None else "idle"
@@ -145,14 +153,23 @@ class BrokerConnection:
         ``expect_response=False`` (Produce with acks=0) nothing is read and None is returned.
         """
         timeout_s = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        delay = self._throttled_until - time.monotonic()
+        if delay > 0:
+            self.throttled_requests += 1
+            self._closing.wait(delay)
         with self._lock:
             if self._closed:
                 raise NetworkError(f"connection to broker {self.address} was closed by the client")
             sock = self._connect()
             self.check_version(api_key, version)
-            return self._round_trip(
+            response = self._round_trip(
                 sock, api_key, version, request_body, timeout_s, expect_response
             )
+            throttle_ms = getattr(response, "throttle_time_ms", 0)
+            if throttle_ms > 0:
+                self.throttle_time_ms_total += throttle_ms
+                self._throttled_until = time.monotonic() + throttle_ms / 1000
+            return response
 
     def max_version(self, api_key: int, wanted: int | None = None) -> int:
         """The highest version of ``api_key`` both sides speak, at most ``wanted``.
@@ -197,6 +214,7 @@ class BrokerConnection:
 
     def close(self) -> None:
         """Close the socket; the connection cannot be used afterwards."""
+        self._closing.set()
         with self._lock:
             self._closed = True
             self._disconnect()

@@ -114,6 +114,8 @@ class ProducerMetrics:
         self.records_per_request = sensor()
         #: milliseconds from a produce request sent to its response (acks=0: not recorded)
         self.request_latency = sensor()
+        #: each produce response's throttle_time_ms (a client quota; 0 when not throttled)
+        self.produce_throttle_time = sensor()
 
     def snapshot(self) -> dict[str, float]:
         return {
@@ -130,6 +132,8 @@ class ProducerMetrics:
             "request-total": float(self.request_latency.count),
             "request-latency-avg": self.request_latency.avg(),
             "request-latency-max": self.request_latency.max(),
+            "produce-throttle-time-avg": self.produce_throttle_time.avg(),
+            "produce-throttle-time-max": self.produce_throttle_time.max(),
         }
 
 

@@ -335,6 +335,7 @@ class Sender:
                     timeout_ms=c.request_timeout_ms + min(c.request_timeout_ms, 5000),
                 )
                 metrics.request_latency.record((time.monotonic() - sent) * 1000)
+                metrics.produce_throttle_time.record(response.throttle_time_ms)
             except ReplogError as err:
                 if err.refresh_metadata or isinstance(err, NetworkError):
                     self._cluster.request_update()

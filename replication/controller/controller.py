@@ -22,6 +22,7 @@ from dataclasses import replace
 from replication import events
 from replication.controller.acl_control import AclControlManager
 from replication.controller.placement import assign_replicas
+from replication.controller.quota_control import QuotaControlManager
 from replication.controller.reassignment import PartitionReassignmentControl, log_reassignment
 from replication.controller.state_change import log_state_changes
 from replication.dynamic_config import (
@@ -88,7 +89,7 @@ def validate_topic_name(name: str) -> None:
         )
 
 
-class Controller(AclControlManager, PartitionReassignmentControl):
+class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentControl):
     """The active controller of a cluster (one per metadata root at a time)."""
 
     def __init__(

@@ -49,7 +49,7 @@ from replication.kafka.wire import (
     response_class,
 )
 from replication.metadata.image import MetadataImage
-from replication.protocol import acls
+from replication.protocol import acls, quotas
 from replication.protocol.codec import Parts
 from replication.server.apis import KafkaApis
 from replication.server.responses import error_code, error_message
@@ -98,6 +98,8 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.DELETE_ACLS: acls.DeleteAclsRequest,
     p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: acls.DescribeUserScramCredentialsRequest,
     p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: acls.AlterUserScramCredentialsRequest,
+    p.ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.DescribeClientQuotasRequest,
+    p.ApiKey.ALTER_CLIENT_QUOTAS: quotas.AlterClientQuotasRequest,
 }
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)
@@ -169,6 +171,10 @@ class KafkaProtocolApis:
         return request
 
     async def handle(self, request: KafkaRequest) -> Parts | None:
+        response = await self.answer(request)
+        return None if response is None else self.encode(request, response)
+
+    async def answer(self, request: KafkaRequest) -> Any:
         header = p.RequestHeader(
             api_key=request.api_key,
             api_version=0,
@@ -186,9 +192,10 @@ class KafkaProtocolApis:
         else:
             replog_request: Any = to_replog(request.body, _REQUESTS[p.ApiKey(request.api_key)])
             response = await self.apis.handle(header, replog_request)
-        if response is None:
-            return None
-        return self._encode(request.api_key, request.api_version, request.correlation_id, response)
+        return response
+
+    def client_id(self, request: KafkaRequest) -> str:
+        return request.client_id or ""
 
     async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> Parts | None:
         """ApiVersions at a version this listener does not know: UNSUPPORTED_VERSION at v0,

@@ -94,6 +94,8 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 #: The SASL APIs, served on SASL listeners only (before authentication, by the socket server's

@@ -14,7 +14,9 @@ in between is not a base), the scalar fields of the new image, and only what cha
 - the dynamic broker configs, whole, if they changed (one small entry per broker at most);
 - the SCRAM credentials upserted and removed, by (user, mechanism), and the ACL bindings added
   and removed, each key present only if something changed (image format 7's security
-  metadata; a replog from before it ignores the keys, and has no authorizer to fail open).
+  metadata; a replog from before it ignores the keys, and has no authorizer to fail open);
+- the client quotas, whole, if they changed (image format 8's; a replog from before it
+  ignores them and enforces none).
 
 Changes are found by object identity first: images are immutable and an untouched topic, broker
 or partition is the same object in both images, so a change costs what changed, not the
@@ -42,12 +44,14 @@ from replication.metadata.image import (
     _partition_state,
     acl_binding,
     acl_fields,
+    client_quota_fields,
+    client_quotas_of,
     scram_credential,
     scram_fields,
 )
 from replication.security.scram import ScramCredential
 
-#: the format of a delta version object (full images are formats 1 to 5 and 7)
+#: the format of a delta version object (full images are formats 1 to 5, 7 and 8)
 DELTA_FORMAT_VERSION = 6
 
 T = TypeVar("T")
@@ -115,6 +119,9 @@ class MetadataDelta:
                         | {acl_binding(f) for f in c["acls"]["add"]}
                     )
                 )
+            client_quotas = base.client_quotas
+            if "client_quotas" in c:
+                client_quotas = client_quotas_of(c["client_quotas"])
             return replace(
                 base,
                 version=self.version,
@@ -127,6 +134,7 @@ class MetadataDelta:
                 broker_configs=broker_configs,
                 scram_credentials=scram_credentials,
                 acls=acls,
+                client_quotas=client_quotas,
             )
         except (ValueError, KeyError, TypeError, IndexError) as err:
             raise CorruptRecordError(f"{self.where}: unreadable metadata delta: {err}") from err
@@ -167,11 +175,15 @@ def encode_delta(base: MetadataImage, image: MetadataImage) -> bytes:
             "add": [acl_fields(b) for b in image.acls if b not in before],
             "remove": [acl_fields(b) for b in base.acls if b not in after],
         }
+    if image.client_quotas is not base.client_quotas and (
+        image.client_quotas != base.client_quotas
+    ):
+        doc["client_quotas"] = client_quota_fields(image.client_quotas)
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_version(data: bytes, *, where: str = "metadata") -> MetadataImage | MetadataDelta:
-    """A version object: a full image (formats 1 to 5, 7) or a delta (format 6)."""
+    """A version object: a full image (formats 1 to 5, 7, 8) or a delta (format 6)."""
     try:
         doc = json.loads(data)
         fmt = doc.get("format_version")

@@ -1,5 +1,5 @@
-"""The cluster metadata image: brokers, topics, partition assignments, leaders, ISRs, and
-the security metadata (SCRAM credentials, ACLs).
+"""The cluster metadata image: brokers, topics, partition assignments, leaders, ISRs, the
+security metadata (SCRAM credentials, ACLs) and the client quotas.
 
 One immutable :class:`MetadataImage` per metadata version. The controller writes each new
 version to the metadata store; brokers apply versions in order. The image is a frozen,
@@ -12,7 +12,7 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from logstore.errors import CorruptRecordError
 from replication.security.acl import (
@@ -33,11 +33,19 @@ from replication.security.scram import ScramCredential
 #: 7 added the security metadata: SCRAM credentials and ACLs; older files are read with none.
 #: An image with neither is still written as format 5 (it is exactly that), so a cluster that
 #: uses no security stays readable by a replog from before format 7 (a rolling upgrade).
-FORMAT_VERSION = 7
-READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4, 5, 7})
+#: 8 added client quotas (Kafka's ClientQuotaRecord); older files are read with none. An image
+#: without quotas is still written as format 7 (or 5, as above).
+FORMAT_VERSION = 8
+READABLE_FORMAT_VERSIONS = frozenset({1, 2, 3, 4, 5, 7, 8})
 #: the newest format an image without security metadata needs
 _PLAIN_FORMAT_VERSION = 5
+#: the newest format an image without client quotas needs
+_SECURITY_FORMAT_VERSION = 7
 NO_LEADER = -1
+#: A client quota entity: its (entity type, name) components sorted by type, a name of None
+#: for the default entity (``(("client-id", None), ("user", "alice"))``: alice's clients
+#: without a quota of their own)
+QuotaEntity = tuple[tuple[str, str | None], ...]
 #: The entity name of the cluster-wide default broker configs (Kafka's ``--entity-default``;
 #: a broker's own dynamic configs are under its id, as a string).
 DEFAULT_BROKER_ENTITY = ""
@@ -129,6 +137,8 @@ class MetadataImage:
     #: the ACL bindings, sorted (the authorizer indexes this tuple, rebuilt only when the
     #: tuple is another object: untouched, it is the same object in every following version)
     acls: tuple[AclBinding, ...] = ()
+    #: client quotas set with AlterClientQuotas: (entity, ((key, value), ...)), both sorted
+    client_quotas: tuple[tuple[QuotaEntity, tuple[tuple[str, float], ...]], ...] = ()
     _topic_index: dict[str, TopicInfo] = field(default_factory=dict, compare=False, repr=False)
     #: (the credentials tuple it indexes, the index): valid while that tuple is this image's
     _scram_index: tuple[tuple[ScramCredential, ...], dict[tuple[str, str], ScramCredential]] = (
@@ -161,17 +171,12 @@ class MetadataImage:
 
     def broker_config_map(self, entity: str) -> dict[str, str]:
         """The dynamic configs of one broker entity (a broker id, or the cluster default)."""
-        for name, configs in self.broker_configs:
-            if name == entity:
-                return dict(configs)
-        return {}
+        return _entry_map(self.broker_configs, entity)
 
     def with_broker_configs(self, entity: str, configs: dict[str, str]) -> MetadataImage:
         """This image with the dynamic configs of ``entity`` replaced (none: removed)."""
-        others = [(n, c) for n, c in self.broker_configs if n != entity]
-        if configs:
-            others.append((entity, tuple(sorted(configs.items()))))
-        return replace(self, broker_configs=tuple(sorted(others)))
+        entries = _with_entry(self.broker_configs, entity, configs)
+        return replace(self, broker_configs=tuple(sorted(entries)))
 
     def without_broker(self, broker_id: int) -> MetadataImage:
         return replace(self, brokers=tuple(b for b in self.brokers if b.broker_id != broker_id))
@@ -209,6 +214,17 @@ class MetadataImage:
         """This image with ``acls`` as its ACL bindings (deduplicated, sorted)."""
         return replace(self, acls=tuple(sorted(set(acls))))
 
+    # --- client quotas ------------------------------------------------------------------------
+
+    def client_quota_map(self, entity: QuotaEntity) -> dict[str, float]:
+        """The quotas of one entity (none: an empty dict)."""
+        return _entry_map(self.client_quotas, entity)
+
+    def with_client_quotas(self, entity: QuotaEntity, values: dict[str, float]) -> MetadataImage:
+        """This image with the quotas of ``entity`` replaced (none: removed)."""
+        entries = _with_entry(self.client_quotas, entity, values)
+        return replace(self, client_quotas=tuple(sorted(entries, key=_quota_sort_key)))
+
     def next(self, **changes: Any) -> MetadataImage:
         """The following version with ``changes`` applied."""
         return replace(self, version=self.version + 1, **changes)
@@ -217,10 +233,14 @@ class MetadataImage:
 
     def to_bytes(self) -> bytes:
         security = bool(self.scram_credentials or self.acls)
+        if self.client_quotas:
+            format_version = self.format_version
+        elif security:
+            format_version = min(self.format_version, _SECURITY_FORMAT_VERSION)
+        else:
+            format_version = min(self.format_version, _PLAIN_FORMAT_VERSION)
         doc: dict[str, Any] = {
-            "format_version": (
-                self.format_version if security else min(self.format_version, _PLAIN_FORMAT_VERSION)
-            ),
+            "format_version": format_version,
             "version": self.version,
             "controller_epoch": self.controller_epoch,
             "controller_id": self.controller_id,
@@ -255,6 +275,8 @@ class MetadataImage:
         if security:
             doc["scram"] = [scram_fields(c) for c in self.scram_credentials]
             doc["acls"] = [acl_fields(b) for b in self.acls]
+        if self.client_quotas:
+            doc["client_quotas"] = client_quota_fields(self.client_quotas)
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -297,6 +319,8 @@ class MetadataImage:
                     )
                 ),
                 acls=tuple(sorted(acl_binding(f) for f in doc.get("acls", ()))),
+                # formats 1 to 7 had no client quotas
+                client_quotas=client_quotas_of(doc.get("client_quotas", ())),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise CorruptRecordError(f"{where}: unreadable metadata: {err}") from err
@@ -388,3 +412,51 @@ def acl_binding(fields: list[Any]) -> AclBinding:
         AclOperation(int(operation)),
         AclPermissionType(int(permission)),
     )
+
+
+_E = TypeVar("_E")
+_V = TypeVar("_V")
+#: entities, each with its (key, value) pairs: broker configs, client quotas
+_Entries = tuple[tuple[_E, tuple[tuple[str, _V], ...]], ...]
+
+
+def _entry_map(entries: _Entries[_E, _V], entity: _E) -> dict[str, _V]:
+    """The (key, value) pairs of ``entity`` in a tuple of (entity, pairs), as a dict."""
+    for name, values in entries:
+        if name == entity:
+            return dict(values)
+    return {}
+
+
+def _with_entry(
+    entries: _Entries[_E, _V], entity: _E, values: dict[str, _V]
+) -> list[tuple[_E, tuple[tuple[str, _V], ...]]]:
+    """``entries`` with those of ``entity`` replaced by ``values`` (none: removed), unsorted."""
+    others = [(n, v) for n, v in entries if n != entity]
+    if values:
+        others.append((entity, tuple(sorted(values.items(), key=lambda kv: kv[0]))))
+    return others
+
+
+def _quota_sort_key(item: tuple[QuotaEntity, Any]) -> list[tuple[str, str]]:
+    # None (the default entity) sorts before every name
+    return [(kind, "" if name is None else "\x00" + name) for kind, name in item[0]]
+
+
+def client_quota_fields(
+    quotas: tuple[tuple[QuotaEntity, tuple[tuple[str, float], ...]], ...],
+) -> list[Any]:
+    return [[[list(c) for c in entity], [list(v) for v in values]] for entity, values in quotas]
+
+
+def client_quotas_of(
+    fields: Iterable[Any],
+) -> tuple[tuple[QuotaEntity, tuple[tuple[str, float], ...]], ...]:
+    entries = [
+        (
+            tuple(sorted((str(kind), None if n is None else str(n)) for kind, n in entity)),
+            tuple(sorted((str(k), float(v)) for k, v in values)),
+        )
+        for entity, values in fields
+    ]
+    return tuple(sorted(entries, key=_quota_sort_key))

@@ -77,6 +77,8 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     #: replog: commit a set of transactions as batch N of a sink, atomically (Spark sink)
     COMMIT_SINK_BATCH = 1001
     #: replog: the last batch of a sink that was committed

@@ -42,6 +42,7 @@ from replication.protocol import (
     log_objects,
     metadata,
     produce,
+    quotas,
     reassignments,
     security,
     transactions,
@@ -188,6 +189,12 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _Api(
         acls.AlterUserScramCredentialsRequest, acls.AlterUserScramCredentialsResponse, 0, 0
+    ),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _Api(
+        quotas.DescribeClientQuotasRequest, quotas.DescribeClientQuotasResponse, 0, 0
+    ),
+    ApiKey.ALTER_CLIENT_QUOTAS: _Api(
+        quotas.AlterClientQuotasRequest, quotas.AlterClientQuotasResponse, 0, 0
     ),
 }
 

@@ -295,6 +295,12 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
         _c(_O.DESCRIBE, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (_c(_O.ALTER, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (
+        _c(_O.DESCRIBE_CONFIGS, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),
+    ),
+    ApiKey.ALTER_CLIENT_QUOTAS: (
+        _c(_O.ALTER_CONFIGS, _R.CLUSTER, _CLUSTER, f"{_CLUSTER_FAILED} per entry"),
+    ),
     # --- between brokers and controllers ------------------------------------------------------
     ApiKey.LEADER_AND_ISR: (  # not served (KRaft has none); listed for completeness
         _c(_O.CLUSTER_ACTION, _R.CLUSTER, _CLUSTER, _CLUSTER_FAILED),

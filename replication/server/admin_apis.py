@@ -240,6 +240,8 @@ class AdminApis(KafkaApisBase):
                 return (dataclasses.replace(body, resources=kept) if kept else None), refused
             case p.ApiKey.LIST_PARTITION_REASSIGNMENTS:
                 whole = auth.check(_OP.DESCRIBE, _RT.CLUSTER, api=name)
+            case p.ApiKey.ALTER_CLIENT_QUOTAS:
+                whole = auth.check(_OP.ALTER_CONFIGS, _RT.CLUSTER, api=name)
             case _:  # reassignments, elections, unregistration: Alter on the cluster
                 whole = auth.check(_OP.ALTER, _RT.CLUSTER, api=name)
         return (body, []) if whole is None else (None, [whole])

@@ -22,22 +22,26 @@ from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.replica_manager import ReplicaManager
 from replication.config import BrokerConfig
 from replication.errors import AuthorizationError, UnsupportedVersionError
+from replication.protocol import quotas as pq
 from replication.security.acl import AclOperation, ResourceType
 from replication.server.admin_apis import AdminApis
 from replication.server.controller_apis import FORWARDED_APIS, ControllerApis
 from replication.server.group_apis import GroupApis
 from replication.server.log_apis import LogApis
+from replication.server.quota_apis import describe_client_quotas
 from replication.server.responses import Handler
 from replication.server.security_apis import security_handlers
 from replication.server.transaction_apis import TransactionApis
 
 __all__ = ["CLUSTER_CHECKED", "KafkaApis"]
 
-#: APIs answered by any node whose one check is an operation on the cluster (the ACL and SCRAM
-#: listings: api_acls); their handlers are wrapped by the check when this node serves them
+#: APIs answered by any node whose one check is an operation on the cluster (the ACL, SCRAM
+#: and client quota listings: api_acls); their handlers are wrapped by the check when this
+#: node serves them
 CLUSTER_CHECKED: dict[p.ApiKey, AclOperation] = {
     p.ApiKey.DESCRIBE_ACLS: AclOperation.DESCRIBE,
     p.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: AclOperation.DESCRIBE,
+    p.ApiKey.DESCRIBE_CLIENT_QUOTAS: AclOperation.DESCRIBE_CONFIGS,
 }
 
 
@@ -83,6 +87,7 @@ class KafkaApis(AdminApis, LogApis, TransactionApis):
         for api_key in FORWARDED_APIS:
             self.handlers[api_key] = self.handle_forwarded
         self.handlers.update(security_handlers(config, lambda: self.image))
+        self.handlers[p.ApiKey.DESCRIBE_CLIENT_QUOTAS] = self.handle_describe_client_quotas
         if controller_apis is not None:
             self.handlers.update(controller_apis.handlers)
         for checked, operation in CLUSTER_CHECKED.items():
@@ -111,6 +116,11 @@ class KafkaApis(AdminApis, LogApis, TransactionApis):
                 f"API {p.ApiKey(header.api_key).name} is not served by this broker"
             )
         return await handler(header, body)
+
+    async def handle_describe_client_quotas(
+        self, header: p.RequestHeader, body: pq.DescribeClientQuotasRequest
+    ) -> Any:
+        return describe_client_quotas(self.image, body)
 
     # --- ApiVersions, groups -----------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Request handlers of the controller's APIs, as Kafka's ControllerApis: broker registration
 and heartbeats, AlterPartition, producer id blocks, topic creation and deletion, config
 changes (AlterConfigs, IncrementalAlterConfigs), partition reassignments, leader elections,
-broker unregistration, and the ACL and SCRAM credential changes (CreateAcls, DeleteAcls,
-AlterUserScramCredentials: their handlers are :mod:`replication.server.security_apis`').
+broker unregistration, the ACL and SCRAM credential changes (CreateAcls, DeleteAcls,
+AlterUserScramCredentials: their handlers are :mod:`replication.server.security_apis`') and
+the client quotas (AlterClientQuotas, :mod:`replication.server.quota_apis`).
 
 A standby controller answers NOT_CONTROLLER (:func:`not_controller_answer`). On a node that is
 also a broker, KafkaApis routes these APIs here (:mod:`replication.server.apis`).
@@ -31,6 +32,7 @@ from replication.metadata.image import MetadataImage
 from replication.protocol import acls as pa
 from replication.security.acl import AclOperation, ResourceType
 from replication.security.checks import NO_AUTH, AuthHelper
+from replication.server.quota_apis import alter_client_quotas, not_controller_alter_quotas
 from replication.server.responses import Handler, answer_each, error_code, error_message
 from replication.server.security_apis import (
     acl_creation_error,
@@ -71,6 +73,7 @@ FORWARDED_APIS = (
     p.ApiKey.CREATE_ACLS,
     p.ApiKey.DELETE_ACLS,
     p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    p.ApiKey.ALTER_CLIENT_QUOTAS,
 )
 
 
@@ -184,6 +187,7 @@ class ControllerApis:
             p.ApiKey.CREATE_ACLS: functools.partial(create_acls, config),
             p.ApiKey.DELETE_ACLS: functools.partial(delete_acls, config),
             p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
+            p.ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas,
         }
         self.forwarded_handlers: dict[int, Callable[[Any], Awaitable[Any]]] = {
             api: self._when_active(api, answer) for api, answer in answers.items()
@@ -497,6 +501,8 @@ def not_controller_answer(api_key: int, body: Any) -> Any:
             return not_controller_delete_acls(body)
         case p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
             return not_controller_alter_scram(body)
+        case p.ApiKey.ALTER_CLIENT_QUOTAS:
+            return not_controller_alter_quotas(body)
         case _:
             return not_controller_admin(api_key)
 

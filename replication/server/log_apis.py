@@ -19,6 +19,7 @@ from logstore.reader import ObjectExtent
 from replication import protocol as p
 from replication.broker.fetch_metadata import PartitionFetchState
 from replication.broker.partition import Partition
+from replication.broker.quota_manager import FETCH_QUOTA_BYTES
 from replication.broker.replica_fetch import FetchSpec
 from replication.broker.replica_produce import ProduceResult
 from replication.common import TopicPartition
@@ -163,7 +164,8 @@ class LogApis(KafkaApisBase):
             specs,
             max_wait_ms=body.max_wait_ms,
             min_bytes=body.min_bytes,
-            max_bytes=body.max_bytes,
+            # under a consumer_byte_rate: at most one second of it (Kafka caps it likewise)
+            max_bytes=min(body.max_bytes, FETCH_QUOTA_BYTES.get() or body.max_bytes),
             isolation_level=body.isolation_level,
         )
         results = {

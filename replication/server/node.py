@@ -23,6 +23,7 @@ from replication import protocol as p
 from replication.broker import meta_properties
 from replication.broker.lifecycle import BrokerLifecycle
 from replication.broker.partition import Partition
+from replication.broker.quota_manager import QuotaManagers
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
@@ -44,6 +45,7 @@ from replication.metadata.store import MetadataStore
 from replication.metrics.broker import BrokerCollector
 from replication.metrics.controller import ControllerCollector, metadata_write_histogram
 from replication.metrics.endpoint import MetricsEndpoint
+from replication.metrics.quotas import QuotaCollector
 from replication.security.authorizer import authorizer_from
 from replication.security.connector import broker_connector
 from replication.security.sasl import (
@@ -159,6 +161,12 @@ class Node:
         authorizer = authorizer_from(config.security, lambda: self.apis.image.acls)
         self.apis.authorizer = lambda: authorizer
         requests = self.metrics.requests if self.metrics is not None else None
+        #: client quotas, from this node's metadata (a broker's; shared by its listeners)
+        self.quotas = (
+            QuotaManagers(lambda: self.apis.image.client_quotas)
+            if self.replica_manager is not None
+            else None
+        )
         replog_security = listener_security(config, "REPLOG", self.scram_credential)
         self.server = SocketServer(
             ReplogChannel(self.apis, sasl=replog_security.sasl is not None),
@@ -167,6 +175,7 @@ class Node:
             config.socket_request_max_bytes,
             request_metrics=requests,
             security=replog_security,
+            quotas=self.quotas,
         )
         #: the Kafka protocol listener, on brokers whose listeners name one
         self.kafka_server: SocketServer | None = None
@@ -180,6 +189,7 @@ class Node:
                 config.socket_request_max_bytes,
                 request_metrics=requests,
                 security=kafka_security,
+                quotas=self.quotas,
             )
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -307,6 +317,8 @@ class Node:
                     loop=loop,
                 )
             )
+        if self.quotas is not None:
+            metrics.registry.register(QuotaCollector(self.quotas, loop))
         self.metrics_port = metrics.start(self.metrics_host, self.metrics_port)
 
     def _transaction_coordinator(

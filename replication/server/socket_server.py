@@ -18,6 +18,11 @@ authentication.timeout.ms. A refused connection gets one INFO line (peer, listen
 never a secret) and is closed; nothing else is affected. The connection's principal then
 goes into :data:`~replication.security.principal.SESSION` for its handlers (ANONYMOUS on
 PLAINTEXT listeners, or with TLS and no client certificate).
+
+Client quotas (:mod:`replication.broker.quota_manager`) are applied here too, once any is
+set: each request's handling time, a Produce's bytes and a Fetch's records are recorded for
+the connection's user and the request's client id, the answer carries the throttle time they
+earned, and then the connection is not read for that long (KIP-219's mute).
 """
 
 from __future__ import annotations
@@ -34,6 +39,14 @@ from typing import Any, Protocol
 
 from logstore.errors import ReplogError
 from replication import protocol as p
+from replication.broker.purgatory import PARKED
+from replication.broker.quota_manager import (
+    EXEMPT_APIS,
+    FETCH_QUOTA_BYTES,
+    QuotaManagers,
+    fetched_bytes,
+    with_throttle_time,
+)
 from replication.errors import (
     CorruptFrameError,
     IllegalSaslStateError,
@@ -58,6 +71,12 @@ class RequestChannel(Protocol):
 
     async def handle(self, request: Any) -> p.Parts | None:
         """The encoded response (length prefix included), or None to send none."""
+
+    async def answer(self, request: Any) -> Any:
+        """The response, not yet encoded (:meth:`encode`), or None to send none."""
+
+    def client_id(self, request: Any) -> str:
+        """The client id of the request's header ("" if none)."""
 
     async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> p.Parts | None:
         """The answer to a request of an API or version not served, or None to close."""
@@ -103,10 +122,12 @@ class ReplogChannel:
         return p.decode_request(frame)
 
     async def handle(self, request: Any) -> p.Parts | None:
+        response = await self.answer(request)
+        return None if response is None else self.encode(request, response)
+
+    async def answer(self, request: Any) -> Any:
         header, body = request
         response = await self.apis.handle(header, body)
-        if response is None:
-            return None
         if self.sasl and header.api_key == p.ApiKey.API_VERSIONS:
             response = dataclasses.replace(
                 response,
@@ -118,9 +139,10 @@ class ReplogChannel:
                     ),
                 ],
             )
-        return p.encode_response_parts(
-            header.correlation_id, header.api_key, header.api_version, response
-        )
+        return response
+
+    def client_id(self, request: Any) -> str:
+        return request[0].client_id or ""
 
     async def unsupported(self, frame: bytes, err: UnsupportedVersionError) -> p.Parts | None:
         """ApiVersions of an unknown version gets UNSUPPORTED_VERSION at v0 (as Kafka); any
@@ -193,8 +215,11 @@ class SocketServer:
         max_request_bytes: int,
         request_metrics: RequestMetrics | None = None,
         security: ListenerSecurity | None = None,
+        quotas: QuotaManagers | None = None,
     ) -> None:
         self.channel = channel
+        #: the broker's client quotas (None: none are enforced here, as on a controller)
+        self.quotas = quotas
         self.security = security or ListenerSecurity()
         #: connections refused by TLS or SASL
         self.failed_authentications = 0
@@ -505,8 +530,13 @@ class SocketServer:
             log.exception("bug: a frame from %s failed to decode; closing that connection", peer)
             return False
         started = time.perf_counter()
+        throttle_ms = 0
         try:
-            parts = await self.channel.handle(request)
+            client = self._quota_client(request)
+            if client is None:
+                parts = await self.channel.handle(request)
+            else:
+                parts, throttle_ms = await self._answer_within_quotas(request, len(frame), *client)
         except ReplogError as err:
             self.connections_closed_for_errors += 1
             log.warning("closing connection from %s: %s", peer, err)
@@ -526,4 +556,59 @@ class SocketServer:
             self.request_metrics.observe(
                 self.channel.request_name(request), time.perf_counter() - started
             )
+        if throttle_ms:
+            # KIP-219: answered at once, then this connection is not read for the throttle time
+            await asyncio.sleep(throttle_ms / 1000)
         return True
+
+    def _quota_client(self, request: Any) -> tuple[str, str] | None:
+        """(user, client id) of a request client quotas apply to; None if none apply (no
+        quota is set, or the request is a follower's or a broker's)."""
+        quotas = self.quotas
+        if quotas is None or not quotas.active:
+            return None
+        if self.channel.api_key(request) in EXEMPT_APIS:
+            return None
+        if self.channel.request_name(request) == "FetchFollower":
+            return None
+        session = SESSION.get()
+        if session is None or session.internal:
+            return None
+        return session.principal.name, self.channel.client_id(request)
+
+    async def _answer_within_quotas(
+        self, request: Any, size: int, user: str, client_id: str
+    ) -> tuple[p.Parts | None, int]:
+        """The encoded answer to a request under client quotas, and the throttle time it
+        earned (ms): its handling time against the request quota, a Produce's bytes against
+        the producer's byte rate, a Fetch's records against the consumer's (the fetch asks
+        for no more than one second of that quota)."""
+        quotas = self.quotas
+        assert quotas is not None
+        api = self.channel.api_key(request)
+        started = time.perf_counter()
+        parked = [0.0]
+        parked_token = PARKED.set(parked)
+        limit_token = None
+        if api == p.ApiKey.FETCH:
+            limit = quotas.fetch.max_value_in_window(user, client_id)
+            if limit is not None:
+                limit_token = FETCH_QUOTA_BYTES.set(max(1, int(limit)))
+        try:
+            response = await self.channel.answer(request)
+        finally:
+            PARKED.reset(parked_token)
+            if limit_token is not None:
+                FETCH_QUOTA_BYTES.reset(limit_token)
+        busy = max(0.0, time.perf_counter() - started - parked[0])
+        throttle_ms = quotas.request.record(user, client_id, busy)
+        if api == p.ApiKey.PRODUCE:
+            throttle_ms = max(throttle_ms, quotas.produce.record(user, client_id, size))
+        elif api == p.ApiKey.FETCH and response is not None:
+            fetched = fetched_bytes(response)
+            throttle_ms = max(throttle_ms, quotas.fetch.record(user, client_id, fetched))
+        if response is None:
+            return None, throttle_ms
+        if throttle_ms:
+            response = with_throttle_time(response, throttle_ms)
+        return self.channel.encode(request, response), throttle_ms

@@ -1,5 +1,5 @@
-"""``replog configs``: describe and change topic and broker configs without a restart, as
-Kafka's kafka-configs.sh.
+"""``replog configs``: describe and change topic and broker configs and client quotas without
+a restart, as Kafka's kafka-configs.sh.
 
     replog configs describe --entity-type topics --entity-name events          # its overrides
     replog configs describe --entity-type topics --entity-name events --all    # every key
@@ -9,28 +9,36 @@ Kafka's kafka-configs.sh.
     replog configs alter --entity-type brokers --entity-default --add-config retention.ms=86400000
     replog configs alter --entity-type brokers --entity-name 1 --add-config min.insync.replicas=2
     replog configs describe --entity-type brokers --entity-name 1 --all
+    replog configs alter --entity-type users --entity-name alice \\
+        --add-config producer_byte_rate=1048576,consumer_byte_rate=2097152
+    replog configs alter --user alice --client app --add-config request_percentage=50
+    replog configs alter --client-defaults --add-config producer_byte_rate=10485760
+    replog configs describe --entity-type users                 # every user's quotas
 
-Changes go through the controller into the cluster metadata (IncrementalAlterConfigs), so they
-survive restarts and controller failover, and every broker applies them as it applies that
-metadata. The CLI registers :data:`configs_app` under ``configs``; errors are one line on
-stderr and exit status 1, as every replog command.
+Changes go through the controller into the cluster metadata (IncrementalAlterConfigs,
+AlterClientQuotas), so they survive restarts and controller failover, and every broker applies
+them as it applies that metadata. The CLI registers :data:`configs_app` under ``configs``;
+errors are one line on stderr and exit status 1, as every replog command.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Final, Literal
 
 import typer
 
 from logstore.errors import ConfigError
+from replication.client_quotas import CLIENT_ID, USER
+from replication.metadata.image import QuotaEntity
 from replication.tools.cli_common import BootstrapOption, CommandConfigOption, admin_client
 
 __all__ = ["configs_app"]
 
 configs_app = typer.Typer(
     no_args_is_help=True,
-    help="Describe and change topic and broker configs live (as kafka-configs).",
+    help="Describe and change topic and broker configs and client quotas live (as kafka-configs).",
 )
 
 #: --entity-type values, as kafka-configs takes them, and the Admin resource type of each.
@@ -41,8 +49,14 @@ _DYNAMIC_SOURCES: Final = frozenset(
     {"DYNAMIC_TOPIC_CONFIG", "DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG"}
 )
 
+#: the quota entity types, as kafka-configs takes them
+_QUOTA_TYPES: Final = {"users": USER, "clients": CLIENT_ID}
+
 EntityTypeOption = Annotated[
-    str, typer.Option("--entity-type", help="topics or brokers", show_default=False)
+    str | None,
+    typer.Option(
+        "--entity-type", help="topics, brokers, users or clients", show_default=False
+    ),
 ]
 EntityNameOption = Annotated[
     str | None,
@@ -51,18 +65,74 @@ EntityNameOption = Annotated[
 EntityDefaultOption = Annotated[
     bool,
     typer.Option(
-        "--entity-default", help="the cluster-wide default of every broker (--entity-type brokers)"
+        "--entity-default",
+        help="the cluster-wide default of every broker, user or client (no --entity-name)",
     ),
+]
+UserOption = Annotated[
+    str | None,
+    typer.Option("--user", help="a user's client quotas (with --client: that client's)"),
+]
+UserDefaultsOption = Annotated[
+    bool, typer.Option("--user-defaults", help="the default user's client quotas")
+]
+ClientOption = Annotated[
+    str | None, typer.Option("--client", help="a client id's quotas (with --user: that user's)")
+]
+ClientDefaultsOption = Annotated[
+    bool, typer.Option("--client-defaults", help="the default client id's quotas")
 ]
 
 
-def _entity(entity_type: str, name: str | None, default: bool) -> tuple[ResourceKind, str, str]:
+def _quota_entity(
+    entity_type: str | None,
+    name: str | None,
+    default: bool,
+    users: tuple[str | None, bool],
+    clients: tuple[str | None, bool],
+) -> dict[str, str | None] | None:
+    """The quota entity the flags name (entity type -> name, None for the default entity);
+    {} for every entity of --entity-type users/clients without a name (describe); None
+    if the flags name a topic or broker instead."""
+    entity: dict[str, str | None] = {}
+    for kind, (named, defaults) in ((USER, users), (CLIENT_ID, clients)):
+        if named is not None and defaults:
+            raise ConfigError(f"give --{'client' if kind == CLIENT_ID else 'user'} or its "
+                              "--*-defaults, not both")  # fmt: skip
+        if named is not None or defaults:
+            entity[kind] = named
+    if entity_type in _QUOTA_TYPES:
+        if name is not None and default:
+            raise ConfigError("give --entity-name or --entity-default, not both")
+        if name is not None or default:
+            entity[_QUOTA_TYPES[entity_type]] = name
+        elif not entity:
+            return {}
+    elif entity and entity_type is not None:
+        raise ConfigError(f"--user and --client name client quotas, not {entity_type}")
+    return entity or None
+
+
+def _quota_text(entity: QuotaEntity | dict[str, str | None]) -> str:
+    """kafka-configs' words for a quota entity: ``user-principal 'alice', client-id 'app'``."""
+    names = dict(entity)
+    parts = []
+    for kind, word in ((USER, "user-principal"), (CLIENT_ID, "client-id")):
+        if kind in names:
+            name = names[kind]
+            parts.append(f"the default {word}" if name is None else f"{word} {name!r}")
+    return ", ".join(parts)
+
+
+def _entity(
+    entity_type: str | None, name: str | None, default: bool
+) -> tuple[ResourceKind, str, str]:
     """(Admin resource type, resource name, text for messages) from the entity flags."""
-    resource = _ENTITY_TYPES.get(entity_type)
+    resource = _ENTITY_TYPES.get(entity_type or "")
     if resource is None:
         raise ConfigError(
-            f"--entity-type {entity_type!r}: use {' or '.join(_ENTITY_TYPES)} "
-            "(e.g. --entity-type topics --entity-name events)"
+            f"--entity-type {entity_type!r}: use {', '.join([*_ENTITY_TYPES, *_QUOTA_TYPES])} "
+            "(e.g. --entity-type topics --entity-name events), or --user / --client"
         )
     if default:
         if resource != "broker":
@@ -100,9 +170,13 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 @configs_app.command("describe")
 def describe(
-    entity_type: EntityTypeOption,
+    entity_type: EntityTypeOption = None,
     entity_name: EntityNameOption = None,
     entity_default: EntityDefaultOption = False,
+    user: UserOption = None,
+    user_defaults: UserDefaultsOption = False,
+    client: ClientOption = None,
+    client_defaults: ClientDefaultsOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     command_config: CommandConfigOption = None,
     all_configs: Annotated[
@@ -112,7 +186,14 @@ def describe(
 ) -> None:
     """The dynamic configs of a topic or broker (every config with --all), with each value's
     source (DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG,
-    STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and whether it can be altered live."""
+    STATIC_BROKER_CONFIG, DEFAULT_CONFIG) and whether it can be altered live; or the client
+    quotas of users and client ids (--entity-type users/clients, --user, --client)."""
+    quota_entity = _quota_entity(
+        entity_type, entity_name, entity_default, (user, user_defaults), (client, client_defaults)
+    )
+    if quota_entity is not None:
+        _describe_quotas(quota_entity, entity_type, bootstrap, command_config, as_json)
+        return
     resource, name, what = _entity(entity_type, entity_name, entity_default)
     with admin_client(bootstrap, command_config) as admin:
         entries = admin.describe_configs(resource, name)
@@ -146,11 +227,61 @@ def describe(
         )
 
 
+def _describe_quotas(
+    entity: dict[str, str | None],
+    entity_type: str | None,
+    bootstrap: str,
+    command_config: Path | None,
+    as_json: bool,
+) -> None:
+    """Each matching entity's quotas, one line each (as kafka-configs); --entity-type users or
+    clients alone: every entity of that type (a user's clients are under users)."""
+    with admin_client(bootstrap, command_config) as admin:
+        found = admin.describe_client_quotas(entity, strict=bool(entity))
+    if not entity:
+        kind = _QUOTA_TYPES[entity_type or ""]
+        found = {e: v for e, v in found.items() if kind in dict(e)}
+    if as_json:
+        typer.echo(
+            json.dumps([{"entity": dict(e), "quotas": values} for e, values in found.items()])
+        )
+        return
+    for e, values in found.items():
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        typer.echo(f"Quota configs for {_quota_text(e)} are {shown}")
+
+
+def _alter_quotas(
+    entity: dict[str, str | None],
+    to_set: dict[str, str],
+    to_delete: list[str],
+    bootstrap: str,
+    command_config: Path | None,
+    validate_only: bool,
+) -> None:
+    quotas: dict[str, float] = {}
+    for key, value in to_set.items():
+        try:
+            quotas[key] = float(value)
+        except ValueError:
+            raise ConfigError(f"--add-config {key}={value!r}: give a number") from None
+    with admin_client(bootstrap, command_config) as admin:
+        admin.alter_client_quotas(
+            entity, set_quotas=quotas, remove=to_delete, validate_only=validate_only
+        )
+    verb = "Validated" if validate_only else "Completed updating"
+    typer.echo(f"{verb} client quotas for {_quota_text(entity)}.")
+
+
 @configs_app.command("alter")
 def alter(
-    entity_type: EntityTypeOption,
+    entity_type: EntityTypeOption = None,
     entity_name: EntityNameOption = None,
     entity_default: EntityDefaultOption = False,
+    user: UserOption = None,
+    user_defaults: UserDefaultsOption = False,
+    client: ClientOption = None,
+    client_defaults: ClientDefaultsOption = False,
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     command_config: CommandConfigOption = None,
     add_config: Annotated[
@@ -172,8 +303,12 @@ def alter(
     ] = False,
 ) -> None:
     """Set (--add-config) and remove (--delete-config) dynamic configs of a topic or broker;
-    applied by every broker without a restart. Keys that need a restart are refused."""
-    resource, name, what = _entity(entity_type, entity_name, entity_default)
+    applied by every broker without a restart. Keys that need a restart are refused. Client
+    quotas (producer_byte_rate, consumer_byte_rate, request_percentage) of users and client ids
+    likewise (--entity-type users/clients, --user, --client)."""
+    quota_entity = _quota_entity(
+        entity_type, entity_name, entity_default, (user, user_defaults), (client, client_defaults)
+    )
     to_set = parse_add_config(add_config or "")
     to_delete = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
     if not to_set and not to_delete:
@@ -181,6 +316,12 @@ def alter(
     both = sorted(set(to_set) & set(to_delete))
     if both:
         raise ConfigError(f"{', '.join(both)}: both added and deleted; give each key once")
+    if quota_entity == {}:
+        raise ConfigError(f"--entity-type {entity_type} needs --entity-name or --entity-default")
+    if quota_entity is not None:
+        _alter_quotas(quota_entity, to_set, to_delete, bootstrap, command_config, validate_only)
+        return
+    resource, name, what = _entity(entity_type, entity_name, entity_default)
     with admin_client(bootstrap, command_config) as admin:
         admin.incremental_alter_configs(
             resource,
