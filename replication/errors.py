@@ -55,6 +55,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "IllegalSaslStateError",
     "InconsistentClusterIdError",
@@ -362,6 +363,16 @@ class GroupIdNotFoundError(WireError):
     """
 
     code = 69
+
+
+class GroupSubscribedToTopicError(WireError):
+    """The group's members are subscribed to the topic, so its offsets of it stay.
+
+    Stop the group's consumers (or unsubscribe them from the topic) first, then delete the
+    offsets.
+    """
+
+    code = 86
 
 
 class MemberIdRequiredError(WireError):

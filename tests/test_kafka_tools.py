@@ -1,6 +1,7 @@
 """Kafka's own tools (Apache Kafka 4.4.0, run from the jars' main classes as its bin/*.sh
 scripts run them) against replog's Kafka listener on real broker processes: kafka-topics,
-kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
+kafka-console-producer and -consumer with --group, kafka-consumer-groups (--delete-offsets too,
+beside kafka-python's delete_group_offsets), kafka-configs,
 kafka-producer-perf-test, kafka-consumer-perf-test, kafka-log-dirs, kafka-transactions list,
 describe-producers and find-hanging, and kafka-acls with SCRAM users added by kafka-configs
 (on a SASL_SSL cluster with ACLs on) work; kafka-transactions describe calls an API the
@@ -18,6 +19,9 @@ from typing import Any
 
 import confluent_kafka
 import confluent_kafka.admin
+import kafka
+import kafka.admin
+import kafka.errors
 import pytest
 
 from tests.cluster import Cluster
@@ -167,6 +171,56 @@ def test_console_producer_consumer_group_and_consumer_groups_tool(cluster: Clust
              "--state")
     )  # fmt: skip
     assert re.search(rf"{group}\s+\S+\s+\(\d\)\s+\S+\s+Empty\s+0", state), state
+
+
+def test_consumer_groups_tool_and_kafka_python_delete_offsets(cluster: Cluster) -> None:
+    """kafka-consumer-groups --delete-offsets and kafka-python's delete_group_offsets
+    (OffsetDelete): an empty group's offsets of a partition go; while a member subscribes to
+    the topic, they stay (GROUP_SUBSCRIBED_TO_TOPIC, per partition)."""
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster, partitions=2)
+    group = unique_name("trim")
+    committer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    committer.commit(
+        offsets=[confluent_kafka.TopicPartition(topic, p, 5) for p in (0, 1)], asynchronous=False
+    )
+    committer.close()
+    base = ["--bootstrap-server", bootstrap, "--delete-offsets", "--group", group]
+    out = ok(tool(CONSUMER_GROUPS, *base, "--topic", f"{topic}:0"))
+    assert f"Request succeeded for deleting offsets from group {group}." in out
+    assert re.search(rf"^{topic}\s+0\s+Successful\s*$", out, re.M), out
+    admin = kafka.admin.KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def committed() -> dict[int, int]:
+        offsets = admin.list_group_offsets({group: None})[group]
+        return {tp.partition: o.offset for tp, o in offsets.items() if o.offset >= 0}
+
+    try:
+        assert committed() == {1: 5}
+        member = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        try:
+            member.subscribe([topic])
+            wait_until(
+                lambda: member.poll(0.2) is None and bool(member.assignment()),
+                timeout=60,
+                message="the member has its partitions",
+            )
+            held = tool(CONSUMER_GROUPS, *base, "--topic", topic)
+            assert "Encountered some partition-level error" in held.stdout
+            assert re.search(rf"^{topic}\s+1\s+Error: .*subscribed", held.stdout, re.M), held
+            tp1 = kafka.TopicPartition(topic, 1)
+            assert admin.delete_group_offsets(group, [tp1]) == {
+                tp1: kafka.errors.GroupSubscribedToTopicError
+            }
+        finally:
+            member.close()
+        # empty again: kafka-python deletes the last one
+        assert admin.delete_group_offsets(group, [tp1]) == {tp1: kafka.errors.NoError}
+        assert committed() == {}
+    finally:
+        admin.close()
 
 
 def test_kafka_configs_describes_and_alters_a_topic_config(cluster: Cluster) -> None:

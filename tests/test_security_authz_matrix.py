@@ -97,6 +97,7 @@ DOOMED = "matrix-doomed"  # DeleteTopics
 NEW = "matrix-new"  # CreateTopics
 G = "matrix-group"  # committed offsets
 DOOMED_GROUP = "matrix-doomed-group"
+TRIMMED_GROUP = "matrix-trimmed-group"  # OffsetDelete
 TX = "matrix-tx"
 SINK = "matrix-sink"
 FAKE_BROKER = 42
@@ -537,6 +538,20 @@ def broker_cases() -> list[Case]:
             lambda _: p.DeleteGroupsRequest(groups_names=[DOOMED_GROUP]),
             group_coordinator(DOOMED_GROUP),
             [(Op.DELETE, RT.GROUP, DOOMED_GROUP)],
+        ),
+        c(
+            "OffsetDelete",
+            p.ApiKey.OFFSET_DELETE,
+            lambda _: p.OffsetDeleteRequest(
+                group_id=TRIMMED_GROUP,
+                topics=[
+                    p.OffsetDeleteRequestTopic(
+                        name=T, partitions=[p.OffsetDeleteRequestPartition(partition_index=0)]
+                    )
+                ],
+            ),
+            group_coordinator(TRIMMED_GROUP),
+            [(Op.DELETE, RT.GROUP, TRIMMED_GROUP), (Op.READ, RT.TOPIC, T)],
         ),
         c(
             "CreateTopics",
@@ -1023,7 +1038,7 @@ def set_up(ctx: Ctx) -> None:
         for topic in (T, TRIM):
             for i in range(3):
                 producer.send(topic, b"v%d" % i, partition=0).result()
-    for group in (G, DOOMED_GROUP):
+    for group in (G, DOOMED_GROUP, TRIMMED_GROUP):
         retrying(lambda g=group: admin.alter_consumer_group_offsets(g, {TopicPartition(T, 0): 1}))
     # a transactional id that exists (so that listings have something to hide), with a
     # producer id and epoch the transactional cases use

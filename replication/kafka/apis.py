@@ -82,6 +82,7 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.END_TXN: p.EndTxnRequest,
     p.ApiKey.TXN_OFFSET_COMMIT: p.TxnOffsetCommitRequest,
     p.ApiKey.DELETE_GROUPS: p.DeleteGroupsRequest,
+    p.ApiKey.OFFSET_DELETE: p.OffsetDeleteRequest,
     p.ApiKey.DELETE_RECORDS: p.DeleteRecordsRequest,
     p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
     p.ApiKey.ALTER_CONFIGS: p.AlterConfigsRequest,
