@@ -69,6 +69,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidRegularExpressionError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
@@ -373,6 +374,15 @@ class GroupSubscribedToTopicError(WireError):
     """
 
     code = 86
+
+
+class InvalidRegularExpressionError(WireError):
+    """A pattern in the request is not a valid regular expression.
+
+    Fix the pattern (a Java regular expression, such as ``orders-.*``).
+    """
+
+    code = 128
 
 
 class MemberIdRequiredError(WireError):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 from scramp import ScramClient
 
@@ -58,6 +58,7 @@ from replication.errors import (
 )
 from replication.kafka.records import replog_to_kafka
 from replication.kafka.translate import to_kafka, to_replog
+from replication.kafka.wire import response_class
 from replication.protocol import acls as pa
 from replication.protocol.framing import _APIS
 from replication.security.acl import (
@@ -1243,7 +1244,7 @@ class KafkaConnection:
         self.sock.sendall(struct.pack(">i", len(data)) + data)
         (size,) = struct.unpack(">i", self._recv(4))
         frame = self._recv(size)
-        response_cls = load_response_schema(cls.__api_key__, cls.__version__)
+        response_cls: Any = response_class(cls.__api_key__, cls.__version__)
         header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
         assert header.correlation_id == correlation_id
         response, _ = entity_reader(response_cls)(frame, offset)
