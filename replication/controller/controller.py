@@ -892,4 +892,5 @@ class Controller(AclControlManager, PartitionReassignmentControl):
                 )
             self._commit(self.image.next().without_broker(broker_id))
             self._last_heartbeat.pop(broker_id, None)
+            self._registered_at.pop(broker_id, None)
             log.info("broker %d unregistered", broker_id)
