@@ -65,7 +65,8 @@ def run(partitions: int, changes: int, root: Path) -> dict[str, object]:
     controller = Controller(store, 0, "127.0.0.1", 9000)
     controller.activate()
     for broker in range(3):
-        controller.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
+        info = controller.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
+        controller.heartbeat(broker, info.epoch, controller.image.version)  # unfenced
     controller.create_topic("events", partitions, 3)
     broker = MetadataStore(Storage.from_url(url))
     held = broker.read_latest()

@@ -55,6 +55,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "IllegalSaslStateError",
     "InconsistentClusterIdError",
@@ -68,6 +69,7 @@ __all__ = [
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidRegularExpressionError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
@@ -362,6 +364,25 @@ class GroupIdNotFoundError(WireError):
     """
 
     code = 69
+
+
+class GroupSubscribedToTopicError(WireError):
+    """The group's members are subscribed to the topic, so its offsets of it stay.
+
+    Stop the group's consumers (or unsubscribe them from the topic) first, then delete the
+    offsets.
+    """
+
+    code = 86
+
+
+class InvalidRegularExpressionError(WireError):
+    """A pattern in the request is not a valid regular expression.
+
+    Fix the pattern (a Java regular expression, such as ``orders-.*``).
+    """
+
+    code = 128
 
 
 class MemberIdRequiredError(WireError):

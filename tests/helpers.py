@@ -1,5 +1,6 @@
 """What many test modules (and the chaos harness) need, kept once: unique names, free ports,
-polling a condition with a deadline, and a worker SIGKILLed again and again while it runs.
+polling a condition with a deadline, a worker SIGKILLed again and again while it runs, and a
+broker registered with an in-process controller as a started broker is (unfenced).
 
     topic = unique_name("orders")                       # "orders-1f0c9a7e"
     wait_until(lambda: broker.alive, message="the broker up")
@@ -20,7 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from replication.controller.controller import Controller
+    from replication.metadata.image import BrokerInfo
 
 T = TypeVar("T")
 
@@ -129,3 +134,19 @@ class LineWorker:
         while (line := self.lines.get_nowait()) != "EOF":
             out.append(line)
         return out
+
+
+def register_live(
+    controller: Controller,
+    broker_id: int,
+    host: str,
+    port: int,
+    rack: str | None = None,
+    incarnation: str = "",
+    endpoints: tuple[tuple[str, str, int], ...] = (),
+) -> BrokerInfo:
+    """Register a broker with an in-process controller, then heartbeat as a broker that
+    read the metadata of its registration does: the controller registers a broker fenced and
+    unfences it at that heartbeat (as a broker process's start does). Returns it unfenced."""
+    info = controller.register_broker(broker_id, host, port, rack, incarnation, endpoints)
+    return controller.heartbeat(broker_id, info.epoch, controller.image.version)

@@ -41,6 +41,7 @@ from replication.metadata.store import (
     MetadataStore,
 )
 from tests.faulty_fs import FaultyStorage
+from tests.helpers import register_live
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(900)]
 
@@ -355,7 +356,7 @@ def test_metadata_store_stays_bounded_over_10000_isr_changes(tmp_path: Path) -> 
     controller = Controller(store, 0, "127.0.0.1", 9000)
     controller.activate()
     for broker in range(3):
-        controller.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
+        register_live(controller, broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
     controller.create_topic("events", 3, 3)
     bound = RETAINED_VERSIONS + PRUNE_INTERVAL_VERSIONS
     reads: dict[int, tuple[dict[str, int], int]] = {}

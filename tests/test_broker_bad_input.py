@@ -39,7 +39,7 @@ from logstore.batch import (
 from replication import protocol as p
 from tests.cluster import BrokerProcess
 from tests.helpers import unique_name, wait_until
-from tests.wire import RawConnection, create_topic, produce, read_records
+from tests.wire import RawConnection, create_topic, produce, read_records, register_broker
 
 pytestmark = pytest.mark.cluster
 
@@ -561,18 +561,13 @@ def test_broker_registration_from_a_client_is_refused(
 ) -> None:
     broker = broker_factory()
     with RawConnection(broker.bootstrap) as conn:
-        response = conn.request(
-            p.ApiKey.BROKER_REGISTRATION,
-            p.BrokerRegistrationRequest(
-                broker_id=broker_id,
-                cluster_id="someone-else",
-                incarnation_id=uuid.uuid4(),
-                listeners=[
-                    p.BrokerRegistrationListener(
-                        name="PLAINTEXT", host="hijack.invalid", port=port, security_protocol=0
-                    )
-                ],
+        response = register_broker(
+            conn,
+            broker_id,
+            p.BrokerRegistrationListener(
+                name="PLAINTEXT", host="hijack.invalid", port=port, security_protocol=0
             ),
+            cluster_id="someone-else",
         )
         listed = conn.request(p.ApiKey.METADATA, p.MetadataRequest(topics=[])).brokers
         assert "hijack.invalid" not in {b.host for b in listed}

@@ -1,5 +1,6 @@
 """`replog consumer-groups` (as kafka-consumer-groups.sh) and the Admin calls behind it, on a
-real broker: list, describe with lag, reset offsets (dry run, then --execute), delete."""
+real broker: list, describe with lag, reset offsets (dry run, then --execute), delete offsets,
+delete."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from datetime import UTC, datetime
 import pytest
 
 from replication.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from replication.errors import GroupIdNotFoundError, GroupNotEmptyError
+from replication.errors import (
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    GroupSubscribedToTopicError,
+    ReplogError,
+)
 from tests.cluster import BrokerProcess
 from tests.helpers import unique_name, wait_until
 
@@ -200,3 +206,67 @@ def test_all_groups_members_state_and_resets_by_time(broker: BrokerProcess) -> N
         assert "at most one of --members and --state" in both.stderr
     finally:
         member.close()
+
+
+def test_delete_offsets_of_an_empty_then_of_an_active_group(broker: BrokerProcess) -> None:
+    """`replog consumer-groups delete-offsets` (kafka-consumer-groups --delete-offsets, the
+    OffsetDelete API): an empty group loses the offsets named, topic by topic or partition by
+    partition; while a member subscribes to a topic its offsets stay
+    (GROUP_SUBSCRIBED_TO_TOPIC, exit status 1) and the others' go; the deletions are
+    tombstones on __consumer_offsets, so they hold after the broker is killed and restarted."""
+    topic, other, group = unique_name("cg"), unique_name("cg"), unique_name("g")
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, 2, 1), NewTopic(other, 1, 1)])
+    a0, a1, b0 = TopicPartition(topic, 0), TopicPartition(topic, 1), TopicPartition(other, 0)
+    with Consumer(bootstrap_servers=broker.bootstrap, group_id=group) as consumer:
+        consumer.assign([a0, a1, b0])
+        consumer.commit({a0: 1, a1: 2, b0: 3})
+
+    done = replog(broker, "delete-offsets", "--group", group, "--topic", f"{topic}:0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["partitions"] == [
+        {"topic": topic, "partition": 0, "error": None}
+    ]
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        assert admin.list_consumer_group_offsets(group) == {a1: 2, b0: 3}
+
+    member = Consumer(
+        bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False,
+        session_timeout_ms=6000, heartbeat_interval_ms=300,
+    )  # fmt: skip
+    try:
+        member.subscribe([topic])
+        wait_until(lambda: member.poll(timeout_ms=100) is not None and member.assignment())
+        held = replog(broker, "delete-offsets", "--group", group, "--topic", topic,
+                      "--topic", other)  # fmt: skip
+        assert held.returncode == 1, held.stdout + held.stderr
+        assert "Successful" in held.stdout
+        assert "subscribed" in held.stdout
+        with Admin(bootstrap_servers=broker.bootstrap) as admin:
+            assert admin.list_consumer_group_offsets(group) == {a1: 2}
+            results = admin.delete_consumer_group_offsets(group, [a1])
+            assert isinstance(results[a1], GroupSubscribedToTopicError)
+    finally:
+        member.close()
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        with pytest.raises(GroupIdNotFoundError):
+            admin.delete_consumer_group_offsets(unique_name("g"), [a1])
+        assert admin.delete_consumer_group_offsets(group, [a1]) == {a1: None}
+    broker.kill()
+    broker.start()
+    with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        wait_until(
+            lambda: _offsets_or_none(admin, group) == {},
+            timeout=60,
+            message="the group's offsets read back from __consumer_offsets, all deleted",
+        )
+
+
+def _offsets_or_none(admin: Admin, group: str) -> dict[TopicPartition, int] | None:
+    """The group's offsets, or None while its coordinator is loading after a restart."""
+    try:
+        return admin.list_consumer_group_offsets(group, timeout_ms=2000)
+    except ReplogError as err:
+        if err.retriable:
+            return None
+        raise

@@ -52,7 +52,7 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
 from tests.cluster import Cluster
-from tests.helpers import unique_name, wait_until
+from tests.helpers import register_live, unique_name, wait_until
 
 #: the tier is on each test (unit or cluster); every test is bounded
 pytestmark = pytest.mark.timeout(300)
@@ -65,7 +65,7 @@ def controller_with_topic() -> tuple[MetadataStore, Controller]:
     c = Controller(metadata, 100, "127.0.0.1", 9000)
     c.activate()
     for b in range(3):
-        c.register_broker(b, "127.0.0.1", 9100 + b, None, f"a{b}")
+        register_live(c, b, "127.0.0.1", 9100 + b, None, f"a{b}")
     c.create_topic("t", 1, 3, [("retention.ms", "1000")])
     return metadata, c
 
@@ -253,7 +253,7 @@ def test_unclean_leader_election_enabled_dynamically_elects_a_leaderless_partiti
     )
     c.activate()
     for b in range(3):
-        c.register_broker(b, "127.0.0.1", 9100 + b, None, f"a{b}")
+        register_live(c, b, "127.0.0.1", 9100 + b, None, f"a{b}")
     c.create_topic("t", 1, 3)
     state = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
     # the ISR shrinks to the leader, then the leader's session expires: no clean candidate
@@ -263,7 +263,7 @@ def test_unclean_leader_election_enabled_dynamically_elects_a_leaderless_partiti
     now[0] += 3001
     for b in range(3):
         if b != state.leader:
-            c.heartbeat(b, c.image.broker(b).epoch)  # type: ignore[union-attr]
+            c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
     assert c.check_sessions() == [state.leader]
     assert c.image.topic("t").partitions[0].leader == -1  # type: ignore[union-attr]
     c.alter_broker_configs("", [(SET, "unclean.leader.election.enable", "true")])

@@ -32,6 +32,7 @@ from replication.errors import FencedLeaderEpochError, ProducerFencedError
 from replication.log_format import TEXT_FORMAT, JsonFormatter, configure_logging
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 from replication.metadata.store import MetadataStore
+from tests.helpers import register_live
 
 pytestmark = pytest.mark.unit
 
@@ -219,7 +220,7 @@ def controller(clock: Clock) -> Controller:
     c = Controller(store, 100, "127.0.0.1", 9000, session_timeout_ms=SESSION_MS, time_ms=clock)
     c.activate()
     for b in range(3):
-        c.register_broker(b, "127.0.0.1", 9100 + b, None, f"a{b}")
+        register_live(c, b, "127.0.0.1", 9100 + b, None, f"a{b}")
     return c
 
 
@@ -278,7 +279,7 @@ def test_a_fenced_broker_logs_its_epoch_and_the_leader_change_it_caused(
     clock.now += SESSION_MS + 1
     for b in range(3):
         if b != state.leader:
-            c.heartbeat(b, c.image.broker(b).epoch)  # type: ignore[union-attr]
+            c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
     assert c.check_sessions() == [state.leader]
     (fenced,) = captured.events(events.BROKER_FENCED)
     assert (fenced["broker_id"], fenced["broker_epoch"]) == (state.leader, epoch)
@@ -288,8 +289,8 @@ def test_a_fenced_broker_logs_its_epoch_and_the_leader_change_it_caused(
     assert moved["new_leader"] != state.leader
     (shrink,) = captured.events(events.ISR_SHRINK)
     assert shrink["replicas_moved"] == [state.leader]
-    c.heartbeat(state.leader, epoch)
-    (back,) = captured.events(events.BROKER_UNFENCED)
+    c.heartbeat(state.leader, epoch, c.image.version)
+    back = captured.events(events.BROKER_UNFENCED)[-1]
     assert (back["broker_id"], back["broker_epoch"]) == (state.leader, epoch)
 
 

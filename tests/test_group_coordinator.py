@@ -19,6 +19,7 @@ from replication.coordinator.group import (
 )
 from replication.coordinator.group_metadata import (
     GroupConfig,
+    GroupMetadata,
     GroupState,
     JoinRequest,
     JoinResult,
@@ -27,7 +28,9 @@ from replication.coordinator.group_metadata import (
 from replication.coordinator.group_metadata_manager import OffsetsPartition, partition_for
 from replication.errors import (
     FencedInstanceIdError,
+    GroupIdNotFoundError,
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidProducerIdMappingError,
@@ -39,6 +42,7 @@ from replication.errors import (
     UnknownTopicOrPartitionError,
 )
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
+from replication.protocol.consumer import ConsumerProtocolSubscription, encode_embedded
 
 pytestmark = pytest.mark.unit
 
@@ -64,6 +68,7 @@ class Harness:
         image = MetadataImage(
             topics=(
                 TopicInfo("events", "id", tuple(PartitionState((0,), (0,), 0) for _ in range(4))),
+                TopicInfo("other", "id2", (PartitionState((0,), (0,), 0),)),
             )
         )
         self.coordinator = GroupCoordinator(
@@ -121,15 +126,17 @@ def run(test: Callable[[Harness], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(test(Harness(Clock())))
 
 
-async def join_new(h: Harness, instance: str | None = None) -> asyncio.Task[JoinResult]:
+async def join_new(
+    h: Harness, instance: str | None = None, protocols: Any = PROTOCOLS
+) -> asyncio.Task[JoinResult]:
     """A dynamic member's first join (MEMBER_ID_REQUIRED), then its join with the given id."""
     if instance is None:
-        first = await h.join()
+        first = await h.join(protocols=protocols)
         assert first.error is MemberIdRequiredError
         assert first.member_id.startswith("client-")
-        task = asyncio.ensure_future(h.join(first.member_id))
+        task = asyncio.ensure_future(h.join(first.member_id, protocols=protocols))
     else:
-        task = asyncio.ensure_future(h.join(instance=instance))
+        task = asyncio.ensure_future(h.join(instance=instance, protocols=protocols))
     await asyncio.sleep(0)
     return task
 
@@ -140,8 +147,8 @@ async def after_initial_delay(h: Harness) -> None:
     await h.coordinator.tick()
 
 
-async def stable_group(h: Harness, n: int) -> list[JoinResult]:
-    tasks = [await join_new(h) for _ in range(n)]
+async def stable_group(h: Harness, n: int, protocols: Any = PROTOCOLS) -> list[JoinResult]:
+    tasks = [await join_new(h, protocols=protocols) for _ in range(n)]
     assert not any(t.done() for t in tasks)  # the first rebalance waits for more members
     await after_initial_delay(h)
     results = list(await asyncio.gather(*tasks))
@@ -347,6 +354,45 @@ def test_an_empty_groups_offsets_expire_after_retention() -> None:
         await h.coordinator.tick()
         assert h.group() is None
         assert (b"offset\0g\0events\x001", None) in h.records()
+
+    run(test)
+
+
+def test_offset_delete_keeps_what_members_subscribe_to_and_writes_tombstones() -> None:
+    """OffsetDelete as Kafka's classic groups: an empty group loses the offsets named (a
+    tombstone each, none for a partition without one); members keep the offsets of topics
+    they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and lose the others'; a group of another
+    protocol with members refuses it whole; an unknown group is GROUP_ID_NOT_FOUND."""
+
+    async def test(h: Harness) -> None:
+        e0, e1, o0 = (
+            TopicPartition("events", 0),
+            TopicPartition("events", 1),
+            TopicPartition("other", 0),
+        )
+        with pytest.raises(GroupIdNotFoundError):
+            await h.coordinator.delete_offsets("g", [e0])
+        commit = {e0: OffsetAndMetadata(5), e1: OffsetAndMetadata(6), o0: OffsetAndMetadata(7)}
+        h.coordinator.manager.partitions[partition_for("g", 3)].groups["g"] = GroupMetadata(
+            "g", offsets=dict(commit)
+        )
+        before = len(h.records())
+        results = await h.coordinator.delete_offsets("g", [e0, TopicPartition("events", 3)])
+        assert results == {e0: None, TopicPartition("events", 3): None}
+        assert h.records()[before:] == [(b"offset\0g\0events\x000", None)]
+        assert set(h.coordinator.fetch_offsets("g", None)) == {e1, o0}
+
+        subscription = encode_embedded(ConsumerProtocolSubscription(topics=["events"]), 1)
+        await stable_group(h, 1, protocols=[("range", subscription)])
+        assert await h.coordinator.delete_offsets("g", [e1, o0]) == {
+            e1: GroupSubscribedToTopicError,
+            o0: None,
+        }
+        assert set(h.coordinator.fetch_offsets("g", None)) == {e1}
+
+        h.group().protocol_type = "connect"
+        with pytest.raises(GroupNotEmptyError):
+            await h.coordinator.delete_offsets("g", [e1])
 
     run(test)
 

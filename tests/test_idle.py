@@ -24,6 +24,7 @@ from replication.errors import MemberIdRequiredError, NotEnoughReplicasError
 from replication.metadata.image import MetadataImage
 from replication.metadata.store import MetadataStore
 from replication.server.node import Node
+from tests.helpers import register_live
 
 pytestmark = pytest.mark.unit
 
@@ -167,7 +168,7 @@ def test_steady_heartbeat_renews_the_session_without_a_metadata_write(tmp_path: 
     a metadata write fall back to heartbeat() in a thread (None here)."""
     c = Controller(MetadataStore(Storage.from_url(tmp_path.as_uri())), 100, "127.0.0.1", 9100)
     c.activate()
-    info = c.register_broker(0, "127.0.0.1", 9000, None)
+    info = register_live(c, 0, "127.0.0.1", 9000)
     writes: list[str] = []
     c.store.storage.observer = lambda op, seconds, err: writes.append(op)
     version = c.image.version

@@ -42,7 +42,7 @@ def controller_with(registered: int, live: int) -> tuple[Controller, ControllerA
     ]
     now[0] += controller.session_timeout_ms + 1  # the brokers from ``live`` on stop heartbeating
     for broker_id in range(live):
-        controller.heartbeat(broker_id, epochs[broker_id])
+        controller.heartbeat(broker_id, epochs[broker_id], controller.image.version)
     controller.check_sessions()
     assert len([b for b in controller.image.brokers if not b.fenced]) == live
     config = broker_config_from({"broker.id": 0, "log.dir": f"{root}/logs"})

@@ -46,12 +46,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.types import GroupId, TopicName, TransactionalId
 from kio.serial import entity_reader, entity_writer
 
 from replication.errors import CorruptFrameError, UnsupportedVersionError
-from replication.kafka.wire import SERVED_VERSIONS, decode_request
+from replication.kafka.wire import SERVED_VERSIONS, decode_request, response_class
 from replication.protocol.api import ApiKey
 from tests.cluster import BrokerProcess
 from tests.helpers import unique_name, wait_until
@@ -140,7 +140,7 @@ def header_size(api_key: int, version: int, client_id: str | None) -> int:
 def decode_response(frame: bytes, api_key: int, version: int) -> tuple[int, Any]:
     """(correlation id, body) of a response frame (without its length prefix); the whole frame
     must be one response of that version, nothing missing and nothing after it."""
-    cls = load_response_schema(api_key, version)
+    cls: Any = response_class(api_key, version)  # the listener's reader (kafka/schemas.py)
     header, offset = entity_reader(cls.__header_schema__)(frame, 0)
     body, size = entity_reader(cls)(frame, offset)  # kio's readers return the bytes they read
     rest = len(frame) - offset - size

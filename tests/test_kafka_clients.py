@@ -26,12 +26,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
 from replication import protocol as p
 from replication.client import Producer as ReplogProducer
 from replication.common import TopicPartition
+from replication.kafka.wire import response_class
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 from tests.readback import confluent_read_count, read_to_end
@@ -426,7 +427,7 @@ def _kafka_request(port: int, api_key: int, version: int, body: Any) -> Any:
         sock.sendall(struct.pack(">i", len(frame)) + frame)
         size = struct.unpack(">i", _recv(sock, 4))[0]
         data = _recv(sock, size)
-    response_cls = load_response_schema(api_key, version)
+    response_cls: Any = response_class(api_key, version)
     header, offset = entity_reader(response_cls.__header_schema__)(data, 0)
     assert header.correlation_id == 7
     return entity_reader(response_cls)(data, offset)[0]

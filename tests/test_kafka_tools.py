@@ -1,11 +1,10 @@
 """Kafka's own tools (Apache Kafka 4.4.0, run from the jars' main classes as its bin/*.sh
 scripts run them) against replog's Kafka listener on real broker processes: kafka-topics,
-kafka-console-producer and -consumer with --group, kafka-consumer-groups, kafka-configs,
-kafka-producer-perf-test, kafka-consumer-perf-test, kafka-log-dirs, kafka-transactions list,
-describe-producers and find-hanging, and kafka-acls with SCRAM users added by kafka-configs
-(on a SASL_SSL cluster with ACLs on) work; kafka-transactions describe calls an API the
-listener does not serve yet, and the test pins its clear refusal and that the brokers go
-on."""
+kafka-console-producer and -consumer with --group, kafka-consumer-groups (--delete-offsets too,
+beside kafka-python's delete_group_offsets), kafka-configs, kafka-producer-perf-test,
+kafka-consumer-perf-test, kafka-log-dirs, kafka-transactions list, describe (beside
+kafka-python's describe_transactions), describe-producers and find-hanging, and kafka-acls with
+SCRAM users added by kafka-configs (on a SASL_SSL cluster with ACLs on) work."""
 
 from __future__ import annotations
 
@@ -18,6 +17,9 @@ from typing import Any
 
 import confluent_kafka
 import confluent_kafka.admin
+import kafka
+import kafka.admin
+import kafka.errors
 import pytest
 
 from tests.cluster import Cluster
@@ -169,6 +171,56 @@ def test_console_producer_consumer_group_and_consumer_groups_tool(cluster: Clust
     assert re.search(rf"{group}\s+\S+\s+\(\d\)\s+\S+\s+Empty\s+0", state), state
 
 
+def test_consumer_groups_tool_and_kafka_python_delete_offsets(cluster: Cluster) -> None:
+    """kafka-consumer-groups --delete-offsets and kafka-python's delete_group_offsets
+    (OffsetDelete): an empty group's offsets of a partition go; while a member subscribes to
+    the topic, they stay (GROUP_SUBSCRIBED_TO_TOPIC, per partition)."""
+    bootstrap = cluster.kafka_bootstrap
+    topic = create(cluster, partitions=2)
+    group = unique_name("trim")
+    committer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    committer.commit(
+        offsets=[confluent_kafka.TopicPartition(topic, p, 5) for p in (0, 1)], asynchronous=False
+    )
+    committer.close()
+    base = ["--bootstrap-server", bootstrap, "--delete-offsets", "--group", group]
+    out = ok(tool(CONSUMER_GROUPS, *base, "--topic", f"{topic}:0"))
+    assert f"Request succeeded for deleting offsets from group {group}." in out
+    assert re.search(rf"^{topic}\s+0\s+Successful\s*$", out, re.M), out
+    admin = kafka.admin.KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def committed() -> dict[int, int]:
+        offsets = admin.list_group_offsets({group: None})[group]
+        return {tp.partition: o.offset for tp, o in offsets.items() if o.offset >= 0}
+
+    try:
+        assert committed() == {1: 5}
+        member = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        try:
+            member.subscribe([topic])
+            wait_until(
+                lambda: member.poll(0.2) is None and bool(member.assignment()),
+                timeout=60,
+                message="the member has its partitions",
+            )
+            held = tool(CONSUMER_GROUPS, *base, "--topic", topic)
+            assert "Encountered some partition-level error" in held.stdout
+            assert re.search(rf"^{topic}\s+1\s+Error: .*subscribed", held.stdout, re.M), held
+            tp1 = kafka.TopicPartition(topic, 1)
+            assert admin.delete_group_offsets(group, [tp1]) == {
+                tp1: kafka.errors.GroupSubscribedToTopicError
+            }
+        finally:
+            member.close()
+        # empty again: kafka-python deletes the last one
+        assert admin.delete_group_offsets(group, [tp1]) == {tp1: kafka.errors.NoError}
+        assert committed() == {}
+    finally:
+        admin.close()
+
+
 def test_kafka_configs_describes_and_alters_a_topic_config(cluster: Cluster) -> None:
     bootstrap = cluster.kafka_bootstrap
     topic = create(cluster)
@@ -245,13 +297,48 @@ def test_kafka_transactions_lists_transactions(cluster: Cluster) -> None:
     assert open_id in long_running
     assert done_id not in long_running
     assert open_id not in rows("list", "--duration-filter", "3600000")
+    # --transactional-id-pattern (ListTransactions v2, KIP-1152): the pattern matches whole ids
+    assert set(rows("list", "--transactional-id-pattern", f"{open_id}|{done_id}")) == {
+        open_id,
+        done_id,
+    }
+    assert rows("list", "--transactional-id-pattern", "txn-open") == {}
 
-    # DescribeTransactions is not on the Kafka listener yet: named, refused
-    described = tool(
-        TRANSACTIONS, "--bootstrap-server", bootstrap, "describe", "--transactional-id", open_id
-    )
-    assert described.returncode == 1
-    assert "The node does not support DESCRIBE_TRANSACTIONS" in described.stderr
+    # kafka-transactions describe (DescribeTransactions): an open transaction has a start
+    # time and its partition; a committed one names no partition; one never begun has no
+    # start time (-1 on the wire, as Kafka's coordinator answers): "None"
+    empty_id = unique_name("txn-empty")
+    idle = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": empty_id})
+    idle.init_transactions(60)
+
+    def describe(transactional_id: str) -> dict[str, str]:
+        out = ok(
+            tool(TRANSACTIONS, "--bootstrap-server", bootstrap, "describe",
+                 "--transactional-id", transactional_id)
+        )  # fmt: skip
+        header, row = out.strip().splitlines()
+        return dict(zip(header.split(), row.split(), strict=False))
+
+    ongoing = describe(open_id)
+    assert ongoing["TransactionState"] == "Ongoing"
+    assert ongoing["TopicPartitions"] == f"{topic}-1"
+    assert int(ongoing["CurrentTransactionStartTimeMs"]) > 0
+    assert int(ongoing["TransactionDurationMs"]) >= 0
+    assert ongoing["TransactionalId"] == open_id
+    assert describe(done_id)["TransactionState"] == "CompleteCommit"
+    empty = describe(empty_id)
+    assert empty["TransactionState"] == "Empty"
+    assert empty["CurrentTransactionStartTimeMs"] == "None"
+    assert empty["TransactionDurationMs"] == "None"
+    assert int(empty["ProducerId"]) >= 0
+    admin = kafka.admin.KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        described = admin.describe_transactions([open_id, empty_id])
+    finally:
+        admin.close()
+    assert described[open_id].transaction_start_time_ms > 0
+    assert described[open_id].topic_partitions == {kafka.TopicPartition(topic, 1)}
+    assert described[empty_id].transaction_start_time_ms == -1
     producers[0].abort_transaction(60)
 
 

@@ -25,9 +25,20 @@ from replication.broker.replica_manager import ReplicaManager
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
 from replication.controller.controller import Controller
-from replication.errors import DuplicateBrokerRegistrationError, OffsetNotAvailableError
-from replication.metadata.image import FORMAT_VERSION, BrokerInfo, MetadataImage, PartitionState
+from replication.errors import (
+    DuplicateBrokerRegistrationError,
+    IneligibleReplicaError,
+    OffsetNotAvailableError,
+)
+from replication.metadata.image import (
+    FORMAT_VERSION,
+    NO_LEADER,
+    BrokerInfo,
+    MetadataImage,
+    PartitionState,
+)
 from replication.metadata.store import MetadataStore
+from tests.helpers import register_live
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +70,7 @@ def cluster(clock: Clock) -> tuple[MetadataStore, Controller]:
     metadata = store()
     c = controller(metadata, clock)
     for b in range(3):
-        c.register_broker(b, "127.0.0.1", 9100 + b, None, f"a{b}")
+        register_live(c, b, "127.0.0.1", 9100 + b, None, f"a{b}")
     c.create_topic("t", 1, 3)
     return metadata, c
 
@@ -79,11 +90,11 @@ def test_registering_a_new_incarnation_fences_the_old_one_and_bumps_the_leader_e
     clock.now += SESSION_MS + 1  # the old incarnation's session has expired, not yet checked
     for b in range(3):
         if b != leader:
-            c.heartbeat(b, c.image.broker(b).epoch)  # type: ignore[union-attr]
+            c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
     info = c.register_broker(leader, "127.0.0.1", 9100 + leader, None, "restarted")
     after = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
     assert info.incarnation == "restarted"
-    assert not info.fenced
+    assert info.fenced  # until its heartbeat says it caught up
     assert after.leader != leader
     assert after.leader_epoch == before.leader_epoch + 1
     assert leader not in after.isr
@@ -103,15 +114,62 @@ def test_a_sole_replica_restarting_leads_again_at_a_new_epoch() -> None:
     clock = Clock()
     metadata = store()
     c = controller(metadata, clock)
-    c.register_broker(0, "127.0.0.1", 9100, None, "a0")
+    register_live(c, 0, "127.0.0.1", 9100, None, "a0")
     c.create_topic("solo", 1, 1)
     before = c.image.topic("solo").partitions[0]  # type: ignore[union-attr]
     clock.now += SESSION_MS + 1
-    c.register_broker(0, "127.0.0.1", 9100, None, "b0")
+    info = c.register_broker(0, "127.0.0.1", 9100, None, "b0")
+    offline = c.image.topic("solo").partitions[0]  # type: ignore[union-attr]
+    assert offline.leader == NO_LEADER  # fenced: not elected yet
+    c.heartbeat(0, info.epoch, c.image.version)
     after = c.image.topic("solo").partitions[0]  # type: ignore[union-attr]
     assert after.leader == 0
     assert after.isr == (0,)
     assert after.leader_epoch > before.leader_epoch
+
+
+def test_a_restarted_broker_stays_fenced_until_it_has_the_metadata_of_its_registration() -> None:
+    """As KRaft: a new registration is fenced; a heartbeat reporting an older metadata
+    version than the registration's keeps it fenced (not placed, not elected, not let into
+    an ISR); the one that reports it unfences it."""
+    clock = Clock()
+    _, c = cluster(clock)
+    state = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
+    restarted = state.leader
+    clock.now += SESSION_MS + 1
+    for b in range(3):
+        if b != restarted:
+            c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
+    info = c.register_broker(restarted, "127.0.0.1", 9100 + restarted, None, "restarted")
+    registration = c.image.version
+    c.create_topic("u", 4, 2)  # the metadata moves on
+    assert all(
+        restarted not in s.replicas
+        for s in c.image.topic("u").partitions  # type: ignore[union-attr]
+    )
+    behind = c.heartbeat(restarted, info.epoch, registration - 1)
+    assert behind.fenced
+    assert not c.caught_up(restarted, registration - 1)
+    assert c.image.broker(restarted).fenced  # type: ignore[union-attr]
+    state = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
+    assert state.leader != restarted
+    with pytest.raises(IneligibleReplicaError, match="fenced"):
+        c.alter_partition(
+            state.leader,
+            "t",
+            0,
+            state.leader_epoch,
+            state.partition_epoch,
+            (*state.isr, restarted),
+        )
+    caught_up = c.heartbeat(restarted, info.epoch, registration)
+    assert not caught_up.fenced
+    assert not c.image.broker(restarted).fenced  # type: ignore[union-attr]
+    state = c.image.topic("t").partitions[0]  # type: ignore[union-attr]
+    grown = c.alter_partition(
+        state.leader, "t", 0, state.leader_epoch, state.partition_epoch, (*state.isr, restarted)
+    )
+    assert restarted in grown.isr
 
 
 def test_a_controller_that_took_over_knows_the_incarnations() -> None:

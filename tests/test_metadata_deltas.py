@@ -36,6 +36,7 @@ from replication.metadata.store import (
     ControllerClaim,
     MetadataStore,
 )
+from tests.helpers import register_live
 
 pytestmark = pytest.mark.unit
 
@@ -96,7 +97,7 @@ def controller(store: MetadataStore, controller_id: int, activate: bool = True) 
 
 def with_brokers(c: Controller, n: int = 3) -> None:
     for broker in range(n):
-        c.register_broker(broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
+        register_live(c, broker, "127.0.0.1", 9100 + broker, None, f"b{broker}")
 
 
 def isr_change(c: Controller, topic: str, index: int) -> None:
@@ -282,8 +283,10 @@ def test_a_deposed_controllers_delta_in_the_middle_of_the_chain_is_never_applied
     version of the valid history: no reader applies it, from a snapshot or from V+1 itself."""
     store = new_store()
     old = controller(store, 100)
-    with_brokers(old)
-    old.create_topic("events", 10, 3)
+    # every version below stays within SNAPSHOT_MIN_INTERVAL_VERSIONS of the first snapshot
+    # (version 1), so that readers start below the stale version: two brokers, RF 2
+    with_brokers(old, 2)
+    old.create_topic("events", 10, 2)
     base = old.image
     seen_stale: list[MetadataImage] = []
 
@@ -311,7 +314,7 @@ def test_a_deposed_controllers_delta_in_the_middle_of_the_chain_is_never_applied
     # a fresh reader, from a snapshot older than the stale version, walks over it
     assert store.snapshot_versions()[-1] <= base.version
     assert new_store(store.storage.url).read_latest() == new.image
-    for change in range(3):
+    for change in range(2):
         isr_change(new, "events", change)
     assert store.snapshot_versions()[-1] <= base.version
     assert new_store(store.storage.url).read_latest() == new.image
@@ -469,7 +472,7 @@ def test_a_reader_catching_up_after_every_kind_of_controller_change_has_the_cont
     # brokers 0-2 heartbeat; broker 3's session expires: fenced, leaderships moved off it
     clock.now += 600
     for broker in range(3):
-        c.heartbeat(broker, c.image.broker(broker).epoch)  # type: ignore[union-attr]
+        c.heartbeat(broker, c.image.broker(broker).epoch, c.image.version)  # type: ignore[union-attr]
     clock.now += 600
     assert 3 in c.check_sessions()
     check()

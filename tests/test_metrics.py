@@ -40,7 +40,7 @@ from replication.metrics.storage import StorageMetrics
 from replication.protocol import ApiKey
 from replication.tools import local_cluster
 from tests.cluster import BrokerProcess, Cluster
-from tests.helpers import unique_name, wait_until
+from tests.helpers import register_live, unique_name, wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -164,8 +164,8 @@ def test_controller_collector_counts_only_on_the_active_controller() -> None:
     controller = service.controller
     controller.activate()
     for broker_id in range(3):
-        controller.register_broker(
-            broker_id, "127.0.0.1", 9092 + broker_id, None, f"inc-{broker_id}"
+        register_live(
+            controller, broker_id, "127.0.0.1", 9092 + broker_id, None, f"inc-{broker_id}"
         )
     controller.create_topic("orders", 4, 3)
     controller.create_topic("audit", 2, 1)

@@ -74,7 +74,7 @@ class World:
             for b in range(3)
         ]
         for b, epoch in enumerate(epochs):
-            self.controller.heartbeat(b, epoch)
+            self.controller.heartbeat(b, epoch, self.controller.image.version)
         self.storage = FaultyStorage(Storage.from_url(f"{root}/broker-0"))
         config = BrokerConfig(broker_id=0, log_wal_enable=wal)
         self.rm = ReplicaManager(config, self.storage)

@@ -28,6 +28,7 @@ from replication.errors import (
 )
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 from replication.metadata.store import MetadataStore
+from tests.helpers import register_live
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +48,7 @@ def cluster(brokers: int = 4) -> tuple[Controller, Clock]:
     c = Controller(metadata, 100, "127.0.0.1", 9000, session_timeout_ms=3_000, time_ms=clock)
     c.activate()
     for b in range(brokers):
-        c.register_broker(b, "127.0.0.1", 9100 + b, None, f"a{b}")
+        register_live(c, b, "127.0.0.1", 9100 + b, None, f"a{b}")
     c.create_topic("t", 1, 3)
     c.update_partition("t", 0, PartitionState((0, 1, 2), (0, 1, 2), 0, 0, 0))
     return c, clock
@@ -144,7 +145,7 @@ def test_cancel_after_a_new_replica_took_the_lead_hands_it_back() -> None:
     assert state(c).reassigning  # 2, a target replica, is not in sync
     clock.now += 10_000
     for b in (1, 2, 3):
-        c.heartbeat(b, c.image.broker(b).epoch)  # type: ignore[union-attr]
+        c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
     c.check_sessions()  # 0, the leader, is fenced: 3 (first in the replicas, in sync) leads
     moved = state(c)
     assert moved.leader == 3
@@ -198,7 +199,7 @@ def test_unclean_election_picks_a_live_replica_outside_the_isr() -> None:
     c.update_partition("t", 0, PartitionState((0, 1, 2), (0,), 0, 2, 2))
     clock.now += 10_000
     for b in (1, 2):
-        c.heartbeat(b, c.image.broker(b).epoch)  # type: ignore[union-attr]
+        c.heartbeat(b, c.image.broker(b).epoch, c.image.version)  # type: ignore[union-attr]
     c.check_sessions()  # 0 and 3 fenced: 0 was the ISR
     assert state(c).leader == -1
     assert c.elect_leaders(False, [("t", 0)]) == {("t", 0): None}

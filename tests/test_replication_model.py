@@ -556,9 +556,11 @@ class ModelCluster:
         if response.error_code:
             return False  # e.g. DUPLICATE_BROKER_REGISTRATION: retried in a later step
         proc.broker_epoch = response.broker_epoch
-        # As BrokerLifecycle._register: tell the replica manager, then apply the metadata.
+        # As BrokerLifecycle._register: tell the replica manager, apply the metadata, then at
+        # once the heartbeat that reports it (the controller unfences a broker caught up).
         proc.rm.registered(response.broker_epoch)
         self.propagate(broker_id)
+        self.heartbeat(broker_id)
         return True
 
     def tick(self, ms: int) -> list[int]:

@@ -132,7 +132,7 @@ class Node:
         )
         self.controller.activate()
         epoch = self.controller.register_broker(0, "127.0.0.1", 19092, None, "i0").epoch
-        self.controller.heartbeat(0, epoch)
+        self.controller.heartbeat(0, epoch, self.controller.image.version)
         self.controller.create_topic(TOPIC, 2, 1, [])
         self.controller_apis = ControllerApis(self.config, Active(self.controller))
         self.rm = ReplicaManager(self.config, Storage.from_url(self.config.log_dir))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+import uuid
 from typing import Any
 
 from logstore.batch import Record, iter_batches
@@ -78,6 +79,24 @@ def create_topic(
                     configs=[p.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
                 )
             ]
+        ),
+    )
+
+
+def register_broker(
+    conn: RawConnection,
+    broker_id: int,
+    listener: p.BrokerRegistrationListener,
+    cluster_id: str = "",
+) -> Any:
+    """BrokerRegistration of a new incarnation of ``broker_id`` (the test speaks for it)."""
+    return conn.request(
+        p.ApiKey.BROKER_REGISTRATION,
+        p.BrokerRegistrationRequest(
+            broker_id=broker_id,
+            cluster_id=cluster_id,
+            incarnation_id=uuid.uuid4(),
+            listeners=[listener],
         ),
     )
 

@@ -1,10 +1,11 @@
 """The broker's side of the controller relationship, as Kafka's BrokerLifecycleManager.
 
 Finds the active controller through the metadata store's newest claim, registers (getting a
-broker epoch), heartbeats every ``broker.heartbeat.interval.ms``, and applies each newer
-metadata version the heartbeat names, read straight from the metadata store (the deltas after
-the version it holds). Responses from a controller whose epoch is older than one already seen
-are ignored (a deposed controller).
+broker epoch; the controller holds a new registration fenced until a heartbeat reports the
+metadata version that holds it), heartbeats every ``broker.heartbeat.interval.ms``, and
+applies each newer metadata version the heartbeat names, read straight from the metadata store
+(the deltas after the version it holds). Responses from a controller whose epoch is older
+than one already seen are ignored (a deposed controller).
 
 A broker also reads the store between heartbeats when a peer shows it newer metadata
 (:meth:`BrokerLifecycle.catch_up`): a follower fetching a partition this broker has not learned
@@ -73,11 +74,15 @@ class BrokerLifecycle:
         self.host = host
         self.port = port
         self.broker_epoch = -1
+        #: whether the controller holds this broker fenced (registered, not caught up yet,
+        #: or its session expired): no leadership, no ISR membership
         self.fenced = True
         self.highest_controller_epoch = 0
         self._claim: ControllerClaim | None = None
         self._conn: AsyncConnection | None = None
         self._task: asyncio.Task[None] | None = None
+        #: set once registered and unfenced (the broker is started, as Kafka's broker waits
+        #: for its first unfencing), or with :attr:`fatal`
         self.registered = asyncio.Event()
         #: the cluster id of this broker's log.dir (its meta.properties; "" on a new log.dir),
         #: sent in its registration for the controller to check
@@ -245,13 +250,18 @@ class BrokerLifecycle:
         )
         _raise(response.error_code, "broker registration")
         self.broker_epoch = response.broker_epoch
-        self.fenced = False
+        self.fenced = True
         self.on_registered(self.broker_epoch)
-        await self.refresh_metadata()
-        self.registered.set()
         log.info(
-            "broker %d registered with broker epoch %d", self.config.broker_id, self.broker_epoch
+            "broker %d registered with broker epoch %d, fenced until it has caught up with "
+            "the metadata",
+            self.config.broker_id,
+            self.broker_epoch,
         )
+        # the metadata that holds the registration, then at once the heartbeat that reports
+        # it: the controller unfences a broker that caught up (KRaft's registration)
+        await self.refresh_metadata()
+        await self._heartbeat()
 
     async def _heartbeat(self) -> None:
         response = await self.controller_request(
@@ -270,6 +280,18 @@ class BrokerLifecycle:
         self.fenced = response.is_fenced
         if response.metadata_version > self.current_version():
             await self.refresh_metadata()
+        if self.fenced:
+            log.info(
+                "broker %d (epoch %d) is fenced: it has applied metadata version %d, the "
+                "controller is at %d",
+                self.config.broker_id,
+                self.broker_epoch,
+                self.current_version(),
+                response.metadata_version,
+            )
+        elif not self.registered.is_set():
+            log.info("broker %d is unfenced", self.config.broker_id)
+            self.registered.set()
 
 
 def _raise(code: int, what: str) -> None:

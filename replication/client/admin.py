@@ -24,6 +24,7 @@ from replication.client.admin_security import SecurityCalls, UserScramCredential
 from replication.client.admin_topics import TopicCalls
 from replication.client.admin_transactions import TRANSACTION_STATES, TransactionCalls
 from replication.client.types import ConsumerGroupDescription, TopicPartition
+from replication.errors import ReplogError
 
 __all__ = [
     "TRANSACTION_STATES",
@@ -95,6 +96,29 @@ class Admin(
         """Set the group's committed offsets (GroupNotEmptyError while it has members)."""
         self._check_open()
         self._groups.alter_offsets(group_id, offsets, timeout_ms)
+
+    def delete_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition | tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ReplogError | None]:
+        """Delete the group's committed offsets of some partitions, as Kafka's
+        deleteConsumerGroupOffsets: per partition None (deleted) or its error, e.g.
+        GroupSubscribedToTopicError while members subscribe to the topic. The group must be
+        empty or not subscribed to the topics; GroupIdNotFoundError, GroupNotEmptyError (a
+        group of another protocol with members) and authorization errors of the group raise.
+
+        Examples
+        --------
+        >>> admin.delete_consumer_group_offsets("billing", [("events", 0)])  # doctest: +SKIP
+        {TopicPartition(topic='events', partition=0): None}
+        """
+        self._check_open()
+        return self._groups.delete_offsets(
+            group_id, [TopicPartition(*tp) for tp in partitions], timeout_ms
+        )
 
     def delete_consumer_groups(
         self, group_ids: Iterable[str], *, timeout_ms: int | None = None

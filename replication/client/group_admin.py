@@ -1,12 +1,12 @@
 """The Admin client's consumer-group calls (as Kafka's Admin: listConsumerGroups,
 describeConsumerGroups, listConsumerGroupOffsets, alterConsumerGroupOffsets,
-deleteConsumerGroups). Each group is asked at its coordinator; listing asks every broker,
-as each coordinator knows only its own groups."""
+deleteConsumerGroupOffsets, deleteConsumerGroups). Each group is asked at its coordinator;
+listing asks every broker, as each coordinator knows only its own groups."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from replication.client.cluster import Cluster
 from replication.client.coordinator import COORDINATOR_SLOT, CoordinatorClient
@@ -26,6 +26,9 @@ from replication.protocol import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
     OffsetFetchRequest,
 )
 from replication.protocol.consumer import (
@@ -157,6 +160,43 @@ class GroupAdmin:
                 _raise(
                     part.error_code, f"setting {topic.name}-{part.partition_index} of {group_id!r}"
                 )
+
+    def delete_offsets(
+        self,
+        group_id: str,
+        partitions: Collection[TopicPartition],
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, ReplogError | None]:
+        """Delete the group's committed offsets of ``partitions`` (OffsetDelete): per
+        partition None (deleted, or there was none) or its error; an error of the whole
+        group (GroupIdNotFoundError, GroupNotEmptyError, GroupAuthorizationFailedError)
+        raises."""
+        topics = sorted({tp.topic for tp in partitions})
+        request = OffsetDeleteRequest(
+            group_id=group_id,
+            topics=[
+                OffsetDeleteRequestTopic(
+                    name=name,
+                    partitions=[
+                        OffsetDeleteRequestPartition(partition_index=index)
+                        for index in sorted({tp.partition for tp in partitions if tp.topic == name})
+                    ],
+                )
+                for name in topics
+            ],
+        )
+        what = f"deleting offsets of group {group_id!r}"
+        response = self._coordinator(group_id).request(
+            ApiKey.OFFSET_DELETE, request, what=what, deadline=self._deadline(timeout_ms)
+        )
+        _raise(response.error_code, what)
+        results: dict[TopicPartition, ReplogError | None] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                error = for_code(part.error_code)
+                results[tp] = None if error is None else error(f"{what} of {tp}: {error()}")
+        return results
 
     def delete(self, group_ids: Iterable[str], timeout_ms: int | None = None) -> None:
         for group_id in group_ids:

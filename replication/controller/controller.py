@@ -110,6 +110,11 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
         self.incarnation = incarnation or uuid.uuid4().hex
         #: broker id -> time of its last heartbeat (ms), for the brokers this controller saw
         self._last_heartbeat: dict[int, int] = {}
+        #: broker id -> the metadata version of its registration: a fenced broker is unfenced
+        #: once its heartbeat reports that it applied that version (Kafka's
+        #: registerBrokerRecordOffset). A controller that took over learns the bar at a
+        #: broker's first heartbeat to it: the version it holds then.
+        self._registered_at: dict[int, int] = {}
         self.active = False
         self.controller_id = controller_id
         self.host = host
@@ -277,7 +282,10 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
         incarnation: str = "",
         endpoints: tuple[tuple[str, str, int], ...] = (),
     ) -> BrokerInfo:
-        """(Re-)register a broker: a new broker epoch, unfenced, leaders elected where needed.
+        """(Re-)register a broker: a new broker epoch, fenced until its heartbeat reports that
+        it caught up with the metadata (:meth:`heartbeat`), as KRaft registers brokers: a
+        fenced broker is not elected leader, does not join an ISR and is not listed to clients.
+        A retried registration of the same incarnation keeps the fencing it had.
 
         A second live incarnation of a broker id is refused (DUPLICATE_BROKER_REGISTRATION) until
         the first one's session expires, as in Kafka. The incarnation is kept in the metadata
@@ -329,11 +337,13 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
                 port,
                 rack or None,
                 (old.epoch + 1) if old else 1,
+                fenced=old is None or successor or old.fenced,
                 incarnation=incarnation,
                 endpoints=endpoints,
             )
             self._last_heartbeat[broker_id] = now
-            self._commit(self._elect_offline_leaders(image.with_broker(info)))
+            committed = self._commit(self._elect_offline_leaders(image.with_broker(info)))
+            self._registered_at[broker_id] = committed.version
             events.event(
                 log,
                 events.BROKER_REGISTERED,
@@ -342,11 +352,16 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
                 host=host,
                 port=port,
                 incarnation=incarnation,
+                fenced=info.fenced,
+                metadata_version=committed.version,
             )
             return info
 
-    def heartbeat(self, broker_id: int, broker_epoch: int) -> BrokerInfo:
-        """A broker is alive. Unfences it if it had been fenced."""
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_version: int) -> BrokerInfo:
+        """A broker is alive, and has applied metadata up to ``metadata_version``. A fenced
+        broker is unfenced once that reaches the version of its registration (Kafka's
+        BrokerHeartbeatManager: currentMetadataOffset against the registration's offset);
+        until then it stays fenced and its heartbeat only renews its session."""
         with self._lock:
             info = self.image.broker(broker_id)
             if info is None or info.epoch != broker_epoch:
@@ -355,14 +370,26 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
                     f"(current: {info.epoch if info else 'none'}); register again"
                 )
             self._last_heartbeat[broker_id] = self._time_ms()
-            if info.fenced:
+            if info.fenced and self.caught_up(broker_id, metadata_version):
                 info = replace(info, fenced=False)
                 image = self.image.next().with_broker(info)
                 self._commit(self._elect_offline_leaders(image))
                 events.event(
-                    log, events.BROKER_UNFENCED, broker_id=broker_id, broker_epoch=info.epoch
+                    log,
+                    events.BROKER_UNFENCED,
+                    broker_id=broker_id,
+                    broker_epoch=info.epoch,
+                    metadata_version=metadata_version,
                 )
             return info
+
+    def caught_up(self, broker_id: int, metadata_version: int) -> bool:
+        """Whether a broker that applied ``metadata_version`` has caught up with the metadata
+        of its registration (BrokerHeartbeat's isCaughtUp). Without the lock, as
+        :meth:`heartbeat_in_memory`: the heartbeat handler asks on the event loop, and the
+        dict's setdefault and the image's version are each read atomically."""
+        required = self._registered_at.setdefault(broker_id, self.image.version)
+        return metadata_version >= required
 
     def heartbeat_in_memory(self, broker_id: int, broker_epoch: int) -> BrokerInfo | None:
         """heartbeat() for the steady case, callable on the event loop: a registered,
@@ -866,4 +893,5 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
                 )
             self._commit(self.image.next().without_broker(broker_id))
             self._last_heartbeat.pop(broker_id, None)
+            self._registered_at.pop(broker_id, None)
             log.info("broker %d unregistered", broker_id)

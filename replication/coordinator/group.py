@@ -57,6 +57,7 @@ from replication.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidFieldError,
@@ -70,7 +71,9 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.protocol.consumer import (
     ASSIGNMENT_VERSION,
+    SUBSCRIPTION_VERSION,
     ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
     ConsumerProtocolTopicPartitions,
     decode_embedded,
     encode_embedded,
@@ -693,8 +696,58 @@ class GroupCoordinator:
                 )
             await self.manager.remove_group(state, group, self._time_ms())
 
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, type[ReplogError] | None]:
+        """Kafka's OffsetDelete: tombstones of the group's offsets of ``partitions``, one
+        error class (or None) per partition. A group with members keeps the offsets of the
+        topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); one with members of another
+        protocol than Kafka's consumer protocol keeps all (NON_EMPTY_GROUP, for the whole
+        request), as Kafka's ClassicGroup.validateOffsetDelete."""
+        async with self._locked(group_id):
+            group = self.manager.group(group_id)
+            if group is None or group.is_(GroupState.DEAD):
+                raise GroupIdNotFoundError(f"no group {group_id!r}")
+            consumer = group.protocol_type == CONSUMER_PROTOCOL_TYPE
+            if not group.is_(GroupState.EMPTY) and not consumer:
+                raise GroupNotEmptyError(
+                    f"group {group_id!r} has {len(group.members)} members of protocol type "
+                    f"{group.protocol_type!r}; stop them first"
+                )
+            subscribed = _subscribed_topics(group)
+            results: dict[TopicPartition, type[ReplogError] | None] = {}
+            for tp in partitions:
+                held = tp.topic in subscribed if subscribed is not None else consumer
+                results[tp] = GroupSubscribedToTopicError if held else None
+            await self.manager.delete_offsets(group, [tp for tp, e in results.items() if not e])
+            return results
+
     async def stop(self) -> None:
         await self.manager.stop()
+
+
+def _subscribed_topics(group: GroupMetadata) -> set[str] | None:
+    """The topics a consumer group's members subscribe to (none while it has no members);
+    None when that is not known: another protocol type, or a subscription that does not
+    parse (Kafka's ClassicGroup.computeSubscribedTopics)."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return None
+    if not group.members:
+        return set()
+    if not group.protocol_name:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        try:
+            _, subscription = decode_embedded(
+                ConsumerProtocolSubscription,
+                SUBSCRIPTION_VERSION,
+                member.metadata_for(group.protocol_name),
+            )
+        except (CorruptFrameError, InvalidFieldError):
+            return None
+        topics.update(subscription.topics)
+    return topics
 
 
 # --- Kafka's ConsumerProtocol assignment ------------------------------------------------------

@@ -324,6 +324,23 @@ class GroupMetadataManager:
         group.transition(GroupState.DEAD, now)
         state.groups.pop(group.group_id, None)
 
+    async def delete_offsets(
+        self, group: GroupMetadata, partitions: Iterable[TopicPartition]
+    ) -> None:
+        """Write tombstones of the group's offsets of ``partitions`` that it has committed, or
+        has pending in an open transaction, then forget them (Kafka's OffsetDelete)."""
+        state = self.partition(group.group_id)
+        held = {tp for txn in state.pending.values() for tp in txn.get(group.group_id, {})}
+        gone = [tp for tp in partitions if tp in group.offsets or tp in held]
+        if not gone:
+            return
+        now = self._time_ms()
+        await self._write(
+            group.group_id, [Record(_offset_key(group.group_id, tp), None, now) for tp in gone]
+        )
+        for tp in gone:
+            _forget_offset(group.group_id, tp, group.offsets, state.pending)
+
     # --- the log -----------------------------------------------------------------------------
 
     async def _write(
@@ -431,6 +448,19 @@ def _tombstones(group: GroupMetadata) -> list[Record]:
     return [*records, Record(_group_key(group.group_id), None, now)]
 
 
+def _forget_offset(
+    group_id: str,
+    tp: TopicPartition,
+    offsets: dict[TopicPartition, OffsetAndMetadata],
+    pending: PendingOffsets,
+) -> None:
+    """An offset's tombstone: its committed offset goes, and what open transactions hold
+    of it (their commit must not bring it back), as Kafka's OffsetMetadataManager replays it."""
+    offsets.pop(tp, None)
+    for txn in pending.values():
+        txn.get(group_id, {}).pop(tp, None)
+
+
 def _value(record_value: bytes, where: str) -> dict[str, Any]:
     return versioned_json(record_value, where, "group", GROUP_RECORD_FORMAT_VERSION)
 
@@ -471,7 +501,7 @@ def _read_groups(
                     group = groups.setdefault(group_id, GroupMetadata(group_id, state_since_ms=now))
                     tp = TopicPartition(topic, int(index))
                     if record.value is None:
-                        group.offsets.pop(tp, None)
+                        _forget_offset(group_id, tp, group.offsets, pending)
                         continue
                     doc = _value(record.value, where)
                     into = group.offsets

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import struct
 import time
 import uuid
@@ -32,6 +33,7 @@ from replication.coordinator.transaction import TxnState
 from replication.errors import (
     CoordinatorNotAvailableError,
     IllegalSaslStateError,
+    InvalidRegularExpressionError,
     NotCoordinatorError,
     TopicAuthorizationFailedError,
     UnsupportedCompressionTypeError,
@@ -82,6 +84,7 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.END_TXN: p.EndTxnRequest,
     p.ApiKey.TXN_OFFSET_COMMIT: p.TxnOffsetCommitRequest,
     p.ApiKey.DELETE_GROUPS: p.DeleteGroupsRequest,
+    p.ApiKey.OFFSET_DELETE: p.OffsetDeleteRequest,
     p.ApiKey.DELETE_RECORDS: p.DeleteRecordsRequest,
     p.ApiKey.DESCRIBE_CONFIGS: p.DescribeConfigsRequest,
     p.ApiKey.ALTER_CONFIGS: p.AlterConfigsRequest,
@@ -92,6 +95,7 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.LIST_PARTITION_REASSIGNMENTS: p.ListPartitionReassignmentsRequest,
     p.ApiKey.UNREGISTER_BROKER: p.UnregisterBrokerRequest,
     p.ApiKey.DESCRIBE_PRODUCERS: p.DescribeProducersRequest,
+    p.ApiKey.DESCRIBE_TRANSACTIONS: p.DescribeTransactionsRequest,
     p.ApiKey.DESCRIBE_LOG_DIRS: p.DescribeLogDirsRequest,
     p.ApiKey.DESCRIBE_ACLS: acls.DescribeAclsRequest,
     p.ApiKey.CREATE_ACLS: acls.CreateAclsRequest,
@@ -443,8 +447,20 @@ class KafkaProtocolApis:
         ``__transaction_state``-0: any other broker coordinates none, and answers an empty
         list, as a Kafka broker that coordinates no transactional id does. The producer id
         and (v1) duration filters are applied here; a state filter Kafka does not know is
-        named in ``unknown_state_filters``, as Kafka's coordinator names it."""
+        named in ``unknown_state_filters``, as Kafka's coordinator names it. v2's transactional
+        id pattern (KIP-1152, a Java regular expression) must match a whole id, as Java's
+        ``Matcher.matches``; it is read by Python's ``re``, which reads the syntax the two
+        share (classes, quantifiers, groups, alternation); one that does not compile is
+        INVALID_REGULAR_EXPRESSION, as Kafka answers."""
         body: Any = request.body
+        pattern_text = getattr(body, "transactional_id_pattern", None)
+        pattern = None
+        if pattern_text:
+            try:
+                pattern = re.compile(pattern_text)
+            except re.error as err:
+                log.info("ListTransactions: pattern %r does not compile: %s", pattern_text, err)
+                return {"error_code": InvalidRegularExpressionError.code}
         states = list(body.state_filters)
         known = {state.value for state in TxnState}
         unknown = [state for state in states if state not in known]
@@ -457,6 +473,8 @@ class KafkaProtocolApis:
             listings: list[p.TransactionListing] = []  # only unknown states: none match
         else:
             listings = list(response.transactions)
+        if pattern is not None:
+            listings = [t for t in listings if pattern.fullmatch(t.transactional_id)]
         producer_ids = set(body.producer_id_filters)
         if producer_ids:
             listings = [t for t in listings if t.producer_id in producer_ids]

@@ -28,6 +28,7 @@ from kio.serial import entity_reader, entity_writer
 
 from replication.errors import CorruptFrameError, UnsupportedVersionError
 from replication.kafka.frame_check import check_request
+from replication.kafka.schemas import OWN_RESPONSE_SCHEMAS
 from replication.protocol.api import ApiKey
 from replication.protocol.codec import Parts
 
@@ -38,6 +39,7 @@ __all__ = [
     "decode_request",
     "encode_response",
     "peek_header",
+    "response_class",
 ]
 
 #: The APIs and versions the Kafka listener serves, as (lowest, highest). The lowest is the
@@ -48,10 +50,9 @@ __all__ = [
 #: no tiers for (v7's max-timestamp query, -3, is answered), FindCoordinator 4 batches keys
 #: (served), OffsetFetch 8 batches groups (not yet), JoinGroup
 #: starts at 4 because replog's coordinator always asks a new member to rejoin with the id it
-#: gives it (KIP-394), which older versions cannot carry. ListTransactions 2 adds a
-#: transactional id pattern (a Java regular expression), not answered yet. DescribeTransactions
-#: waits: its answer carries -1 as the start time of no transaction (as Kafka's), which kio's
-#: reader refuses ("negative timestamp"), and the frame fuzz reads every answer with kio.
+#: gives it (KIP-394), which older versions cannot carry. DescribeTransactions
+#: is encoded with the listener's own response class (kafka/schemas.py: -1 as the start time
+#: of no transaction, as Kafka sends it, which kio's class cannot hold).
 SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 12),
@@ -76,6 +77,7 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
@@ -86,7 +88,8 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.UNREGISTER_BROKER: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
-    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DESCRIBE_ACLS: (1, 3),
@@ -139,14 +142,17 @@ def _request_codec(api_key: int, api_version: int) -> tuple[Callable[..., Any], 
 
 @functools.cache
 def _response_codec(api_key: int, api_version: int) -> tuple[type, Callable[..., Any], Any]:
-    cls = load_response_schema(api_key, api_version)
+    cls: Any = response_class(api_key, api_version)
     header_cls = cls.__header_schema__
     return cls, entity_writer(cls), (header_cls, entity_writer(header_cls))
 
 
 def response_class(api_key: int, api_version: int) -> type:
-    """kio's response class of an API version."""
-    return _response_codec(api_key, api_version)[0]
+    """The response class of an API version: kio's, or where kio's cannot carry what Kafka
+    sends, the listener's own of the same bytes (:mod:`replication.kafka.schemas`). Whoever
+    reads the listener's answers reads them with this class."""
+    own = OWN_RESPONSE_SCHEMAS.get((api_key, api_version))
+    return own if own is not None else load_response_schema(api_key, api_version)
 
 
 def decode_request(frame: bytes) -> KafkaRequest:

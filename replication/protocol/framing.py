@@ -152,6 +152,7 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.DESCRIBE_GROUPS: _Api(groups.DescribeGroupsRequest, groups.DescribeGroupsResponse, 0, 0),
     ApiKey.LIST_GROUPS: _Api(groups.ListGroupsRequest, groups.ListGroupsResponse, 0, 0),
     ApiKey.DELETE_GROUPS: _Api(groups.DeleteGroupsRequest, groups.DeleteGroupsResponse, 0, 0),
+    ApiKey.OFFSET_DELETE: _Api(groups.OffsetDeleteRequest, groups.OffsetDeleteResponse, 0, 0),
     ApiKey.DELETE_RECORDS: _Api(admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 0),
     ApiKey.DESCRIBE_CONFIGS: _Api(
         admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 0

@@ -1,7 +1,8 @@
 """Messages of the consumer group APIs, as Kafka's classic group protocol: JoinGroup (11),
 SyncGroup (14), Heartbeat (12), LeaveGroup (13), OffsetCommit (8), OffsetFetch (9),
-ListGroups (16), DescribeGroups (15), DeleteGroups (42), and TxnOffsetCommit (28): offsets
-committed inside a transaction (``send_offsets_to_transaction``).
+ListGroups (16), DescribeGroups (15), DeleteGroups (42), OffsetDelete (47): a group's offsets of
+some partitions, and TxnOffsetCommit (28): offsets committed inside a transaction
+(``send_offsets_to_transaction``).
 
 Field names and order are Kafka's (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v3,
 OffsetCommit v7, OffsetFetch v7, ListGroups v3, DescribeGroups v4, DeleteGroups v1: the last
@@ -294,6 +295,46 @@ class DeletableGroupResult:
 class DeleteGroupsResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     results: list[DeletableGroupResult] = array_field(DeletableGroupResult)
+
+
+# --- OffsetDelete (47) -------------------------------------------------------------------------
+
+
+@message
+class OffsetDeleteRequestPartition:
+    partition_index: int = field(metadata=wire(INT32))
+
+
+@message
+class OffsetDeleteRequestTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[OffsetDeleteRequestPartition] = array_field(OffsetDeleteRequestPartition)
+
+
+@message
+class OffsetDeleteRequest:
+    group_id: str = field(metadata=wire(STRING))
+    topics: list[OffsetDeleteRequestTopic] = array_field(OffsetDeleteRequestTopic)
+
+
+@message
+class OffsetDeleteResponsePartition:
+    partition_index: int = field(metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+
+
+@message
+class OffsetDeleteResponseTopic:
+    name: str = field(metadata=wire(STRING))
+    partitions: list[OffsetDeleteResponsePartition] = array_field(OffsetDeleteResponsePartition)
+
+
+@message
+class OffsetDeleteResponse:
+    #: the group's error (not found, not empty, not authorized, not its coordinator)
+    error_code: int = field(default=0, metadata=wire(INT16))
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    topics: list[OffsetDeleteResponseTopic] = array_field(OffsetDeleteResponseTopic)
 
 
 # --- TxnOffsetCommit (28) -----------------------------------------------------------------------

@@ -197,6 +197,10 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.DELETE_GROUPS: (
         _c(_O.DELETE, _R.GROUP, "groups_names[]", f"{_GROUP_FAILED} per group"),
     ),
+    ApiKey.OFFSET_DELETE: (
+        _c(_O.DELETE, _R.GROUP, "group_id", f"{_GROUP_FAILED} (top level)"),
+        _c(_O.READ, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
+    ),
     # --- transactions -------------------------------------------------------------------------
     ApiKey.INIT_PRODUCER_ID: (
         _c(

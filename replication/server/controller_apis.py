@@ -424,14 +424,17 @@ class ControllerApis:
             info = controller.heartbeat_in_memory(body.broker_id, body.broker_epoch)
             if info is None:
                 info = await asyncio.to_thread(
-                    controller.heartbeat, body.broker_id, body.broker_epoch
+                    controller.heartbeat,
+                    body.broker_id,
+                    body.broker_epoch,
+                    body.current_metadata_offset,
                 )
         except ReplogError as err:
             return p.BrokerHeartbeatResponse(
                 error_code=error_code(err), controller_epoch=controller.epoch
             )
         return p.BrokerHeartbeatResponse(
-            is_caught_up=body.current_metadata_offset >= controller.image.version,
+            is_caught_up=controller.caught_up(body.broker_id, body.current_metadata_offset),
             is_fenced=info.fenced,
             metadata_version=controller.image.version,
             controller_epoch=controller.epoch,

@@ -1,5 +1,6 @@
 """The consumer group APIs of a broker: FindCoordinator for groups, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
+DeleteGroups.
 
 Each handler turns a request into a call of the :class:`GroupCoordinator` and its outcome into
 a response; errors travel as Kafka's codes, with a message where the response has a field for
@@ -7,8 +8,8 @@ it. KafkaApis serves these beside its own (as Kafka's KafkaApis hands them to it
 GroupCoordinator).
 
 Each handler checks the principal's rights first (security/api_acls.py: Read on the group to
-be a member or commit, Describe to look, Delete to delete; Read on a topic to commit its
-offsets); :attr:`GroupApis.auth` is KafkaApis's helper once it serves these.
+be a member or commit, Describe to look, Delete to delete; Read on a topic to commit or delete
+its offsets); :attr:`GroupApis.auth` is KafkaApis's helper once it serves these.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC, partit
 from replication.errors import (
     CoordinatorNotAvailableError,
     ReplogError,
+    UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
 from replication.metadata.image import MetadataImage
@@ -60,6 +62,7 @@ class GroupApis:
             p.ApiKey.LIST_GROUPS: self.handle_list_groups,
             p.ApiKey.DESCRIBE_GROUPS: self.handle_describe_groups,
             p.ApiKey.DELETE_GROUPS: self.handle_delete_groups,
+            p.ApiKey.OFFSET_DELETE: self.handle_offset_delete,
             p.ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
         }
 
@@ -368,6 +371,48 @@ class GroupApis:
                 code = error_code(err)
             results.append(p.DeletableGroupResult(group_id=group_id, error_code=code))
         return p.DeleteGroupsResponse(results=results)
+
+    async def handle_offset_delete(
+        self, header: p.RequestHeader, body: p.OffsetDeleteRequest
+    ) -> Any:
+        """Delete the group's offsets of some partitions (Kafka's KafkaApis
+        handleOffsetDeleteRequest): Delete on the group (else GROUP_AUTHORIZATION_FAILED at the
+        top), Read on each topic (else TOPIC_AUTHORIZATION_FAILED on its partitions), and
+        UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist; the group's own
+        errors (not found, not empty, not its coordinator) are the top-level error."""
+        api = "OffsetDelete"
+        if denied := self._group_denied(_OP.DELETE, body.group_id, api):
+            return p.OffsetDeleteResponse(error_code=denied)
+        may = self.auth.filter(_OP.READ, _RT.TOPIC, (t.name for t in body.topics), api=api)
+        image = self.image()
+        codes: dict[TopicPartition, int] = {}
+        wanted: list[TopicPartition] = []
+        for t in body.topics:
+            info = image.topic(t.name)
+            for part in t.partitions:
+                tp = TopicPartition(t.name, part.partition_index)
+                if t.name not in may:
+                    codes[tp] = self.auth.error(_OP.READ, _RT.TOPIC, t.name).code or -1
+                elif info is None or not 0 <= tp.partition < len(info.partitions):
+                    codes[tp] = UnknownTopicOrPartitionError.code
+                else:
+                    wanted.append(tp)
+        try:
+            results = await self.coordinator.delete_offsets(body.group_id, wanted)
+        except ReplogError as err:
+            return p.OffsetDeleteResponse(error_code=error_code(err))
+        codes.update({tp: (e.code or -1) if e is not None else 0 for tp, e in results.items()})
+        by_topic: dict[str, list[p.OffsetDeleteResponsePartition]] = {}
+        for tp, code in codes.items():
+            by_topic.setdefault(tp.topic, []).append(
+                p.OffsetDeleteResponsePartition(partition_index=tp.partition, error_code=code)
+            )
+        return p.OffsetDeleteResponse(
+            topics=[
+                p.OffsetDeleteResponseTopic(name=name, partitions=parts)
+                for name, parts in by_topic.items()
+            ]
+        )
 
 
 def _offsets_of(

@@ -5,6 +5,7 @@ Kafka's kafka-consumer-groups.sh.
     replog consumer-groups describe billing             # members, offsets, log end, lag
     replog consumer-groups reset-offsets billing --topic events --to-earliest            # plan
     replog consumer-groups reset-offsets billing --topic events --to-earliest --execute  # do it
+    replog consumer-groups delete-offsets --group billing --topic events:0,1
     replog consumer-groups delete billing
 
 The CLI registers :data:`groups_app` under ``consumer-groups``; errors are one line on stderr
@@ -360,6 +361,70 @@ def parse_datetime_ms(flag: str, text: str) -> int:
     if when.tzinfo is None:
         when = when.astimezone()  # local time, as Kafka's tool reads a time without a zone
     return int(when.timestamp() * 1000)
+
+
+def parse_topic_partitions(flag: str, text: str) -> tuple[str, list[int] | None]:
+    """``TOPIC`` or ``TOPIC:P[,P...]`` as kafka-consumer-groups takes --topic: the topic and
+    its partitions (None: every partition); ConfigError names the flag otherwise."""
+    topic, colon, rest = text.partition(":")
+    if not topic:
+        raise ConfigError(f"{flag} {text!r}: expected TOPIC or TOPIC:PARTITION[,PARTITION...]")
+    if not colon:
+        return topic, None
+    try:
+        partitions = [int(part) for part in rest.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"{flag} {text!r}: partitions are comma-separated integers (events:0,1)"
+        ) from None
+    if any(part < 0 for part in partitions):
+        raise ConfigError(f"{flag} {text!r}: a partition is 0 or more")
+    return topic, partitions
+
+
+@groups_app.command("delete-offsets")
+def delete_offsets(
+    group: Annotated[str, typer.Option("--group", help="the group id")],
+    topic: Annotated[
+        list[str],
+        typer.Option(
+            "--topic",
+            help="TOPIC (every partition) or TOPIC:P[,P...] whose offsets to delete (repeatable)",
+        ),
+    ],
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a group's committed offsets of some topics or partitions, as
+    kafka-consumer-groups --delete-offsets: the group must be empty, or not subscribed to
+    those topics (a partition of a subscribed topic answers GROUP_SUBSCRIBED_TO_TOPIC).
+    Prints each partition's status; exits 1 if any partition failed."""
+    from replication.client import TopicPartition
+
+    wanted = [parse_topic_partitions("--topic", t) for t in topic]
+    with admin_client(bootstrap, command_config) as admin:
+        tps = []
+        for name, partitions in wanted:
+            if partitions is None:
+                partitions = [p.partition for p in admin.describe_topic(name).partitions]
+            tps += [TopicPartition(name, index) for index in partitions]
+        results = admin.delete_consumer_group_offsets(group, tps)
+    rows: list[dict[str, Any]] = [
+        {"topic": tp.topic, "partition": tp.partition, "error": None if e is None else str(e)}
+        for tp, e in sorted(results.items())
+    ]
+    if as_json:
+        typer.echo(json.dumps({"group_id": group, "partitions": rows}))
+    else:
+        table = Table(title=f"group {group}: offsets deleted")
+        for column in ("topic", "partition", "status"):
+            table.add_column(column, justify="right" if column == "partition" else "left")
+        for r in rows:
+            table.add_row(r["topic"], str(r["partition"]), r["error"] or "Successful")
+        Console().print(table)
+    if any(r["error"] for r in rows):
+        raise typer.Exit(1)
 
 
 @groups_app.command("delete")
