@@ -712,7 +712,9 @@ public final class KafkaClientDriver {
             });
             attempt("delete_group_offsets", () -> {
                 admin.deleteConsumerGroupOffsets(group, Set.of(tp0)).all().get();
-                return true;
+                // the empty group's offset of tp0 is gone: listed again, the group has none
+                return admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get()
+                        .containsKey(tp0);
             });
             attempt("delete_consumer_groups", () -> {
                 admin.deleteConsumerGroups(List.of(group)).all().get();
