@@ -51,12 +51,15 @@ __all__ = [
 #: transactional id pattern (a Java regular expression), not answered yet. DescribeTransactions
 #: waits: its answer carries -1 as the start time of no transaction (as Kafka's), which kio's
 #: reader refuses ("negative timestamp"), and the frame fuzz reads every answer with kio.
+#: OffsetCommit 9 is 8 for members of consumer-protocol groups (KIP-848: the generation is the
+#: member epoch); ConsumerGroupHeartbeat 1 has the client make its member id (KIP-1082), v0
+#: lets the coordinator make it; ListGroups 5 filters by group type.
 SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 6),
     ApiKey.METADATA: (1, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (4, 9),
@@ -64,7 +67,7 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 5),
@@ -93,6 +96,8 @@ SERVED_VERSIONS: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 #: The SASL APIs, served on SASL listeners only (before authentication, by the socket server's

@@ -197,6 +197,13 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
     ApiKey.DELETE_GROUPS: (
         _c(_O.DELETE, _R.GROUP, "groups_names[]", f"{_GROUP_FAILED} per group"),
     ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (
+        _c(_O.READ, _R.GROUP, "group_id", _GROUP_FAILED),
+        _c(_O.DESCRIBE, _R.TOPIC, "subscribed_topic_names[]", f"{_TOPIC_FAILED} (top level)"),
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (
+        _c(_O.DESCRIBE, _R.GROUP, "group_ids[]", f"{_GROUP_FAILED} per group"),
+    ),
     # --- transactions -------------------------------------------------------------------------
     ApiKey.INIT_PRODUCER_ID: (
         _c(
