@@ -46,6 +46,7 @@ from replication.security.checks import NO_AUTH, AuthHelper
 from replication.server.responses import Handler, error_code, error_message
 
 _OP = AclOperation
+_ZERO_UUID = uuid.UUID(int=0)
 _RT = ResourceType
 
 
@@ -421,7 +422,11 @@ class GroupApis:
                 )
         owned = None
         if body.topic_partitions is not None:
-            owned = {t.topic_id.hex: frozenset(t.partitions) for t in body.topic_partitions}
+            # (Kafka's zero uuid, which kio reads as None, names no topic)
+            owned = {
+                (t.topic_id or _ZERO_UUID).hex: frozenset(t.partitions)
+                for t in body.topic_partitions
+            }
         request = ConsumerHeartbeat(
             group_id=body.group_id,
             member_id=body.member_id,
