@@ -43,6 +43,7 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.security.acl import AclOperation, ResourceType
 from replication.security.checks import NO_AUTH, AuthHelper
+from replication.security.principal import SESSION
 from replication.server.responses import Handler, error_code, error_message
 
 _OP = AclOperation
@@ -128,7 +129,7 @@ class GroupApis:
                 member_id=body.member_id,
                 group_instance_id=body.group_instance_id,
                 client_id=header.client_id or "",
-                client_host="",
+                client_host=_client_host(),
                 session_timeout_ms=body.session_timeout_ms,
                 rebalance_timeout_ms=body.rebalance_timeout_ms,
                 protocol_type=body.protocol_type,
@@ -443,6 +444,7 @@ class GroupApis:
             server_assignor=body.server_assignor,
             owned=owned,
             client_id=header.client_id or "",
+            client_host=_client_host(),
         )
         try:
             result = await self.coordinator.consumer_group_heartbeat(request)
@@ -538,6 +540,12 @@ class GroupApis:
                 code = error_code(err)
             results.append(p.DeletableGroupResult(group_id=group_id, error_code=code))
         return p.DeleteGroupsResponse(results=results)
+
+
+def _client_host() -> str:
+    """The address of the connection being served, as Kafka shows a member's (``/1.2.3.4``)."""
+    session = SESSION.get()
+    return f"/{session.host}" if session is not None and session.host else ""
 
 
 def _listed(group: GroupMetadata) -> p.ListedGroup:
