@@ -19,6 +19,7 @@ from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 from tests.kafka_jvm import CONSUMER_GROUPS, driver, tool
 from tests.test_kafka_clients import create_topic
+from tests.test_kafka_java_client import judge_group
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -216,19 +217,4 @@ def test_the_java_consumer_shares_moves_and_commits(cluster: Cluster) -> None:
     topic = create_topic(cluster, partitions=4)
     group = unique_name("java-kip848")
     facts = driver("consumer-group", cluster.kafka_bootstrap, topic, group)
-
-    split = facts["split"]
-    assert sorted(split["a"] + split["b"]) == [0, 1, 2, 3]
-    assert split["a"]
-    assert split["b"]
-    described = facts["described"]
-    assert described["protocol"] == "Consumer"
-    assert described["assignor"] == "uniform"
-    assert [m["client_id"] for m in described["members"]] == ["member-a", "member-b"]
-    assert [m["partitions"] for m in described["members"]] == [split["a"], split["b"]]
-    assert facts["both_read"]["b"] > 0
-    assert facts["rejoined"]["a"] == [0, 1, 2, 3]
-    assert facts["consumed"] == {"count": 2000, "duplicates": 0, "failed": None}
-    committed = facts["committed"]
-    assert committed["offsets"] == committed["ends"] == {str(p): 500 for p in range(4)}
-    assert committed["state"] == "Empty"
+    judge_group(facts, protocol="Consumer", assignor="uniform")
