@@ -109,11 +109,27 @@ class Members:
             self.close(name)
 
 
+#: a commit refused with these is given up: the member is no longer the partition's owner as
+#: far as the coordinator knows (it failed over), and the record may be read again
+LOST_COMMIT = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError._TRANSPORT,
+    KafkaError.REQUEST_TIMED_OUT,
+}
+
+
 def _committed(consumer: Consumer, message: Message) -> bool:
+    """Commit the message: True when done (or given up, see LOST_COMMIT), False to retry."""
     try:
         consumer.commit(message=message, asynchronous=False)
     except KafkaException as err:
-        if err.args[0].code() != KafkaError.STALE_MEMBER_EPOCH:
+        code = err.args[0].code()
+        if code in LOST_COMMIT:
+            return True
+        if code != KafkaError.STALE_MEMBER_EPOCH:
             raise
         return False
     return True
@@ -218,3 +234,31 @@ def test_the_java_consumer_shares_moves_and_commits(cluster: Cluster) -> None:
     group = unique_name("java-kip848")
     facts = driver("consumer-group", cluster.kafka_bootstrap, topic, group)
     judge_group(facts, protocol="Consumer", assignor="uniform")
+
+
+def test_members_rejoin_after_a_coordinator_failover_and_resume_from_their_commits(
+    cluster: Cluster,
+) -> None:
+    """The coordinator keeps membership in memory only: after its broker is SIGKILLed the new
+    coordinator answers the members UNKNOWN_MEMBER_ID, they join again, and read on from the
+    offsets committed before the kill (which are on __consumer_offsets)."""
+    topic = create_topic(cluster, partitions=4)
+    produce(cluster, topic, 4, 0, 400)
+    with Members(cluster, topic, unique_name("kip848-failover"), "consumer") as members:
+        members.add("f0")
+        members.add("f1")
+        members.until(lambda: len(members.read) == 400, "the first 400 records")
+        admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+        described = admin.describe_consumer_groups([members.group])[members.group]
+        victim = cluster.brokers[described.result(timeout=30).coordinator.id]
+        victim.kill()
+        try:
+            produce(cluster, topic, 4, 400, 400)
+            members.until(
+                lambda: len(members.read) == 800 and balanced(members.assignments(), 4),
+                "the members to rejoin and read the rest",
+            )
+        finally:
+            victim.start()
+    first = {key: n for key, n in members.read.items() if key[1] < 100}
+    assert set(first.values()) == {1}  # committed before the kill: never read again
