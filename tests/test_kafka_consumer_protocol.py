@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
@@ -234,6 +234,31 @@ def test_the_java_consumer_shares_moves_and_commits(cluster: Cluster) -> None:
     group = unique_name("java-kip848")
     facts = driver("consumer-group", cluster.kafka_bootstrap, topic, group)
     judge_group(facts, protocol="Consumer", assignor="uniform")
+
+
+def test_a_regex_subscription_follows_new_topics_and_partitions(cluster: Cluster) -> None:
+    """librdkafka sends a ``^`` subscription as KIP-848's SubscribedTopicRegex: a topic created
+    later that matches it, and partitions added to one, bump the group epoch and are
+    assigned."""
+    prefix = unique_name("kip848-rx")
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+
+    def create(name: str, partitions: int) -> None:
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=60)
+
+    create(f"{prefix}-a", 2)
+    with Members(cluster, f"^{prefix}-.*", unique_name("kip848-rx"), "consumer") as members:
+        member = members.add("rx")
+
+        def held() -> set[tuple[str, int]]:
+            members.poll()
+            return {(tp.topic, tp.partition) for tp in member.assignment()}
+
+        wait_until(lambda: len(held()) == 2, timeout=60, interval=0, message="the first topic")
+        create(f"{prefix}-b", 1)
+        admin.create_partitions([NewPartitions(f"{prefix}-a", 3)])[f"{prefix}-a"].result(timeout=60)
+        want = {(f"{prefix}-a", 0), (f"{prefix}-a", 1), (f"{prefix}-a", 2), (f"{prefix}-b", 0)}
+        wait_until(lambda: held() == want, timeout=60, interval=0, message="the new partitions")
 
 
 def test_members_rejoin_after_a_coordinator_failover_and_resume_from_their_commits(
