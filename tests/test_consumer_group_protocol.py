@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from replication import protocol as p
 from replication.common import TopicPartition
+from replication.config import BrokerConfig
 from replication.coordinator.consumer_group import ConsumerGroupMember, MemberState
 from replication.coordinator.consumer_group_coordinator import ConsumerHeartbeat, HeartbeatResult
 from replication.coordinator.current_assignment import next_member_state
-from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group import GroupCoordinator, decode_consumer_assignment
 from replication.coordinator.group_metadata import GroupConfig, JoinRequest, OffsetAndMetadata
 from replication.coordinator.group_metadata_manager import OffsetsPartition
 from replication.coordinator.server_assignors import MemberSpec, RangeAssignor, UniformAssignor
@@ -32,6 +34,7 @@ from replication.errors import (
     UnsupportedAssignorError,
 )
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
+from replication.server.group_apis import GroupApis
 
 pytestmark = pytest.mark.unit
 
@@ -356,5 +359,51 @@ def test_a_group_id_serves_one_protocol_at_a_time() -> None:
         with pytest.raises(GroupIdNotFoundError):
             await h.beat("m2")
         classic.cancel()
+
+    run(test)
+
+
+# --- the group APIs' answers ----------------------------------------------------------------------
+
+
+def test_listings_and_descriptions_name_a_consumer_group_as_kafka_does() -> None:
+    async def test(h: Harness) -> None:
+        async def no_topic(name: str, partitions: int, replication: int) -> None:
+            raise AssertionError("no topic is created here")
+
+        apis = GroupApis(BrokerConfig(), h.coordinator, lambda: h.image, no_topic)
+        header = p.RequestHeader(api_key=0, api_version=0, correlation_id=1, client_id="t")
+        await h.beat("m1", instance_id="one")
+        await h.beat("m2")
+        await settle(h, "m1", "m2")
+
+        listed = await apis.handle_list_groups(header, p.ListGroupsRequest())
+        assert [
+            (g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+        ] == [("g", "consumer", "Stable", "consumer")]
+        only_classic = p.ListGroupsRequest(types_filter=["classic"])
+        assert (await apis.handle_list_groups(header, only_classic)).groups == []
+        stable = p.ListGroupsRequest(states_filter=["stable"], types_filter=["Consumer"])
+        assert len((await apis.handle_list_groups(header, stable)).groups) == 1
+
+        request = p.ConsumerGroupDescribeRequest(group_ids=["g", "nope"])
+        described, missing = (await apis.handle_consumer_group_describe(header, request)).groups
+        assert missing.error_code == GroupIdNotFoundError.code
+        assert (described.group_state, described.assignor_name) == ("Stable", "uniform")
+        assert described.group_epoch == described.assignment_epoch == 2
+        members = {m.member_id: m for m in described.members}
+        assert members["m1"].instance_id == "one"
+        for m in members.values():
+            (topic_partitions,) = m.assignment.topic_partitions
+            assert topic_partitions.topic_name == "events"
+            assert set(topic_partitions.partitions) == h.partitions(m.member_id)
+            assert m.target_assignment == m.assignment
+
+        classic = await apis.handle_describe_groups(header, p.DescribeGroupsRequest(groups=["g"]))
+        (group,) = classic.groups
+        assert (group.protocol_type, group.group_state) == ("consumer", "Stable")
+        assert {
+            m.member_id: decode_consumer_assignment(m.member_assignment) for m in group.members
+        } == {m: {TopicPartition("events", i) for i in h.partitions(m)} for m in ("m1", "m2")}
 
     run(test)
