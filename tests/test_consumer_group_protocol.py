@@ -268,6 +268,25 @@ def test_a_silent_member_is_removed_after_its_session() -> None:
     run(test)
 
 
+def test_a_member_that_does_not_revoke_in_time_is_removed() -> None:
+    async def test(h: Harness) -> None:
+        with pytest.raises(UnknownMemberIdError):
+            await h.beat("m1", 3)  # no such group yet (or a coordinator that failed over)
+        await h.beat("m1", rebalance_timeout_ms=5_000)
+        await h.beat("m2")
+        everything = {T: frozenset({0, 1, 2, 3})}
+        for _ in range(3):  # m1 is asked to revoke two partitions, and keeps reporting them
+            assert (await h.beat("m1", owned=everything)).member_epoch == 1
+        assert h.group().consumer.members["m1"].state is MemberState.UNREVOKED_PARTITIONS
+        h.clock.now += 5_001
+        await h.coordinator.tick()
+        assert set(h.group().consumer.members) == {"m2"}
+        await settle(h, "m2")
+        assert h.partitions("m2") == {0, 1, 2, 3}
+
+    run(test)
+
+
 def test_a_static_member_leaves_for_now_and_comes_back_to_its_partitions() -> None:
     async def test(h: Harness) -> None:
         await h.beat("s1", instance_id="one")
