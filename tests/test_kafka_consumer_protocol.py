@@ -51,8 +51,12 @@ class Members:
     closes the members that are left (a consumer never closed holds up the interpreter's
     exit)."""
 
-    def __init__(self, cluster: Cluster, topic: str, group: str, protocol: str) -> None:
+    def __init__(
+        self, cluster: Cluster, topic: str, group: str, protocol: str, **config: str
+    ) -> None:
         self.cluster, self.topic, self.group, self.protocol = cluster, topic, group, protocol
+        #: more consumer settings (dots as underscores: group_remote_assignor="range")
+        self.config = {k.replace("_", "."): v for k, v in config.items()}
         self.consumers: dict[str, Consumer] = {}
         #: (partition, offset) -> how many times it was read
         self.read: dict[tuple[int, int], int] = {}
@@ -66,6 +70,7 @@ class Members:
                 "client.id": name,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                **self.config,
             }
         )
         consumer.subscribe([self.topic])
@@ -206,9 +211,11 @@ def share_move_and_read_once(
 
 
 def test_kafka_consumer_groups_describes_a_live_consumer_group(cluster: Cluster) -> None:
+    """Two members that ask for the ``range`` server assignor (group.remote.assignor)."""
     topic = create_topic(cluster, partitions=4)
     group = unique_name("kip848-tool")
-    with Members(cluster, topic, group, "consumer") as members:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    with Members(cluster, topic, group, "consumer", group_remote_assignor="range") as members:
         members.add("tool-a")
         members.add("tool-b")
         members.until(
@@ -219,6 +226,10 @@ def test_kafka_consumer_groups_describes_a_live_consumer_group(cluster: Cluster)
             CONSUMER_GROUPS, "--bootstrap-server", cluster.kafka_bootstrap,
             "--describe", "--members", "--group", group,
         )  # fmt: skip
+        described = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    assert described.partition_assignor == "range"
+    assert sorted(sorted(tp.partition for tp in m.assignment.topic_partitions)
+                  for m in described.members) == [[0, 1], [2, 3]]  # fmt: skip
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if group in line]
     # GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
