@@ -15,8 +15,8 @@ offsets); :attr:`GroupApis.auth` is KafkaApis's helper once it serves these.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from replication import protocol as p
 from replication.common import TopicPartition
@@ -47,6 +47,8 @@ from replication.security.principal import SESSION
 from replication.server.responses import Handler, error_code, error_message
 
 _OP = AclOperation
+#: a described group, of DescribeGroups or ConsumerGroupDescribe
+_D = TypeVar("_D")
 _ZERO_UUID = uuid.UUID(int=0)
 _RT = ResourceType
 
@@ -338,45 +340,57 @@ class GroupApis:
             ]
         )
 
+    def _describe_each(
+        self,
+        group_ids: Iterable[str],
+        api: str,
+        describe: Callable[[str, GroupMetadata | None], _D],
+        failed: Callable[[str, int, str | None], _D],
+    ) -> list[_D]:
+        """``describe(group id, group or None)`` of each group the principal may Describe;
+        ``failed(group id, code, message)`` for the others and where describing raised."""
+        out = []
+        for group_id in group_ids:
+            if denied := self._group_denied(_OP.DESCRIBE, group_id, api):
+                out.append(failed(group_id, denied, None))
+                continue
+            try:
+                out.append(describe(group_id, self.coordinator.describe_group(group_id)))
+            except ReplogError as err:
+                out.append(failed(group_id, error_code(err), error_message(err)))
+        return out
+
     async def handle_describe_groups(
         self, header: p.RequestHeader, body: p.DescribeGroupsRequest
     ) -> Any:
-        out = []
-        for group_id in body.groups:
-            if denied := self._group_denied(_OP.DESCRIBE, group_id, "DescribeGroups"):
-                out.append(p.DescribedGroup(error_code=denied, group_id=group_id))
-                continue
-            try:
-                group = self.coordinator.describe_group(group_id)
-            except ReplogError as err:
-                out.append(p.DescribedGroup(error_code=error_code(err), group_id=group_id))
-                continue
-            if group is None:
-                out.append(p.DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value))
-                continue
-            if group.consumer is not None:
-                out.append(self._describe_as_classic(group, group.consumer))
-                continue
-            out.append(
-                p.DescribedGroup(
-                    group_id=group_id,
-                    group_state=group.state.value,
-                    protocol_type=group.protocol_type or "",
-                    protocol_data=group.protocol_name or "",
-                    members=[
-                        p.DescribedGroupMember(
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            member_metadata=m.metadata_for(group.protocol_name or ""),
-                            member_assignment=m.assignment,
-                        )
-                        for m in group.members.values()
-                    ],
+        def failed(group_id: str, code: int, message: str | None) -> p.DescribedGroup:
+            return p.DescribedGroup(error_code=code, group_id=group_id)
+
+        groups = self._describe_each(body.groups, "DescribeGroups", self._describe, failed)
+        return p.DescribeGroupsResponse(groups=groups)
+
+    def _describe(self, group_id: str, group: GroupMetadata | None) -> p.DescribedGroup:
+        if group is None:
+            return p.DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)
+        if group.consumer is not None:
+            return self._describe_as_classic(group, group.consumer)
+        return p.DescribedGroup(
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=group.protocol_name or "",
+            members=[
+                p.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata_for(group.protocol_name or ""),
+                    member_assignment=m.assignment,
                 )
-            )
-        return p.DescribeGroupsResponse(groups=out)
+                for m in group.members.values()
+            ],
+        )
 
     def _describe_as_classic(self, group: GroupMetadata, cg: ConsumerGroup) -> p.DescribedGroup:
         """A consumer group in DescribeGroups' terms (for tools that only know those): its
@@ -462,31 +476,23 @@ class GroupApis:
     async def handle_consumer_group_describe(
         self, header: p.RequestHeader, body: p.ConsumerGroupDescribeRequest
     ) -> Any:
-        out = []
-        for group_id in body.group_ids:
-            if denied := self._group_denied(_OP.DESCRIBE, group_id, "ConsumerGroupDescribe"):
-                out.append(p.ConsumerGroupDescribedGroup(error_code=denied, group_id=group_id))
-                continue
-            try:
-                group = self.coordinator.describe_group(group_id)
-                if group is None or group.consumer is None:
-                    kind = "does not exist" if group is None else "is not a consumer group"
-                    raise GroupIdNotFoundError(f"group {group_id} {kind}")
-            except ReplogError as err:
-                out.append(
-                    p.ConsumerGroupDescribedGroup(
-                        error_code=error_code(err),
-                        error_message=error_message(err),
-                        group_id=group_id,
-                    )
-                )
-                continue
-            out.append(self._describe_consumer_group(group_id, group.consumer))
-        return p.ConsumerGroupDescribeResponse(groups=out)
+        def failed(group_id: str, code: int, message: str | None) -> p.ConsumerGroupDescribedGroup:
+            return p.ConsumerGroupDescribedGroup(
+                error_code=code, error_message=message, group_id=group_id
+            )
+
+        groups = self._describe_each(
+            body.group_ids, "ConsumerGroupDescribe", self._describe_consumer_group, failed
+        )
+        return p.ConsumerGroupDescribeResponse(groups=groups)
 
     def _describe_consumer_group(
-        self, group_id: str, cg: ConsumerGroup
+        self, group_id: str, group: GroupMetadata | None
     ) -> p.ConsumerGroupDescribedGroup:
+        if group is None or group.consumer is None:
+            kind = "does not exist" if group is None else "is not a consumer group"
+            raise GroupIdNotFoundError(f"group {group_id} {kind}")
+        cg = group.consumer
         names = {t.topic_id: t.name for t in self.image().topics}
         names.update({topic_id: n for n, (topic_id, _) in cg.subscription_metadata.items()})
 
