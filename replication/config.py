@@ -382,6 +382,23 @@ class BrokerConfig:
         default=1_000_000,
         metadata=k("group.max.size", "most members a consumer group may have", minimum=1),
     )
+    group_consumer_session_timeout_ms: int = field(
+        default=45_000,
+        metadata=k(
+            "group.consumer.session.timeout.ms",
+            "a member of a consumer-protocol group (KIP-848) that sends no heartbeat for this "
+            "long leaves it",
+            minimum=1,
+        ),
+    )
+    group_consumer_heartbeat_interval_ms: int = field(
+        default=5_000,
+        metadata=k(
+            "group.consumer.heartbeat.interval.ms",
+            "how often a member of a consumer-protocol group (KIP-848) heartbeats",
+            minimum=1,
+        ),
+    )
     metrics_port: int = field(
         default=-1,
         metadata=k(

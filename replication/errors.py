@@ -49,6 +49,7 @@ __all__ = [
     "EligibleLeadersNotAvailableError",
     "FencedInstanceIdError",
     "FencedLeaderEpochError",
+    "FencedMemberEpochError",
     "FetchSessionIdNotFoundError",
     "FrameTooLargeError",
     "GroupAuthorizationFailedError",
@@ -107,6 +108,7 @@ __all__ = [
     "SslAuthenticationError",
     "StaleBrokerEpochError",
     "StaleControllerEpochError",
+    "StaleMemberEpochError",
     "TopicAlreadyExistsError",
     "TopicAuthorizationFailedError",
     "TransactionCoordinatorFencedError",
@@ -118,7 +120,9 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
+    "UnreleasedInstanceIdError",
     "UnstableOffsetCommitError",
+    "UnsupportedAssignorError",
     "UnsupportedCompressionTypeError",
     "UnsupportedSaslMechanismError",
     "UnsupportedVersionError",
@@ -410,6 +414,42 @@ class FencedInstanceIdError(WireError):
     """
 
     code = 82
+
+
+class FencedMemberEpochError(WireError):
+    """The member epoch of a ConsumerGroupHeartbeat is not the one the coordinator knows.
+
+    The member gives up its partitions and joins again with epoch 0 (clients do this).
+    """
+
+    code = 110
+
+
+class UnreleasedInstanceIdError(WireError):
+    """A static member joined with a ``group.instance.id`` its previous member still holds.
+
+    Stop the other consumer with that ``group.instance.id``, or wait for it to leave.
+    """
+
+    code = 111
+
+
+class UnsupportedAssignorError(WireError):
+    """The ConsumerGroupHeartbeat names a server assignor the broker does not have.
+
+    Use ``uniform`` or ``range`` (``group.remote.assignor``).
+    """
+
+    code = 112
+
+
+class StaleMemberEpochError(WireError):
+    """An offset commit carries a member epoch older than the member's current one.
+
+    The consumer retries with its current epoch (clients do this).
+    """
+
+    code = 113
 
 
 class UnstableOffsetCommitError(WireError):

@@ -89,15 +89,21 @@ def test_a_classic_consumer_group_rebalances_between_two_members(cluster: Cluste
     topic = create_topic(cluster, partitions=4)
     group = unique_name("java-group")
     facts = driver("group", cluster.kafka_bootstrap, topic, group)
+    judge_group(facts, protocol="Classic", assignor="range")
 
+
+def judge_group(facts: dict[str, dict[str, Any]], *, protocol: str, assignor: str) -> None:
+    """The driver's group scenario (``group``, or ``consumer-group`` for KIP-848's protocol):
+    two members split four partitions, the second leaves and the first takes them back, each
+    record read once, the commits at the log end."""
     split = facts["split"]
     assert sorted(split["a"] + split["b"]) == [0, 1, 2, 3]
     assert split["a"]
     assert split["b"]
     described = facts["described"]
     assert described["state"] == "Stable"
-    assert described["protocol"] == "Classic"
-    assert described["assignor"] == "range"
+    assert described["protocol"] == protocol
+    assert described["assignor"] == assignor
     assert [m["client_id"] for m in described["members"]] == ["member-a", "member-b"]
     assert [m["partitions"] for m in described["members"]] == [split["a"], split["b"]]
     assert facts["both_read"]["b"] > 0  # the second member read its share

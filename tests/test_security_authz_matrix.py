@@ -102,6 +102,7 @@ NEW = "matrix-new"  # CreateTopics
 G = "matrix-group"  # committed offsets
 DOOMED_GROUP = "matrix-doomed-group"
 TRIMMED_GROUP = "matrix-trimmed-group"  # OffsetDelete
+KIP848_GROUP = "matrix-kip848-group"  # the consumer group protocol's
 TX = "matrix-tx"
 SINK = "matrix-sink"
 FAKE_BROKER = 42
@@ -556,6 +557,28 @@ def broker_cases() -> list[Case]:
             ),
             group_coordinator(TRIMMED_GROUP),
             [(Op.DELETE, RT.GROUP, TRIMMED_GROUP), (Op.READ, RT.TOPIC, T)],
+        ),
+        c(
+            "ConsumerGroupHeartbeat",
+            p.ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            lambda _: p.ConsumerGroupHeartbeatRequest(
+                group_id=KIP848_GROUP,
+                member_id=uuid.uuid4().hex,
+                member_epoch=0,
+                rebalance_timeout_ms=10_000,
+                subscribed_topic_names=[T],
+                topic_partitions=[],
+            ),
+            group_coordinator(KIP848_GROUP),
+            [(Op.READ, RT.GROUP, KIP848_GROUP), (Op.DESCRIBE, RT.TOPIC, T)],
+            allowed=lambda r: r.member_epoch > 0,
+        ),
+        c(
+            "ConsumerGroupDescribe",
+            p.ApiKey.CONSUMER_GROUP_DESCRIBE,
+            lambda _: p.ConsumerGroupDescribeRequest(group_ids=[G]),
+            group_coordinator(G),
+            [(Op.DESCRIBE, RT.GROUP, G)],
         ),
         c(
             "CreateTopics",
@@ -1303,6 +1326,8 @@ class KafkaConnection:
                 ],
             )
         response = self.request(to_kafka(body, load_request_schema(api, version)))
+        if api == p.ApiKey.CONSUMER_GROUP_HEARTBEAT:  # Kafka's assignment is a struct
+            response = dataclasses.replace(response, assignment=None)
         if api == p.ApiKey.LIST_TRANSACTIONS:  # Kafka names the listings transaction_states
             return p.ListTransactionsResponse(
                 error_code=response.error_code,

@@ -19,6 +19,13 @@ A rebalance ends when every known member has rejoined, or at the longest rebalan
 computes the assignment and sends it in its SyncGroup. A commit must name the current generation
 and a member of it, so a zombie (a member that lost its session) cannot commit. A static member
 (``group.instance.id``) that restarts takes its old place without a rebalance.
+
+Groups of the consumer group protocol (KIP-848, ``group.protocol=consumer``) are
+:attr:`GroupCoordinator.consumer`'s (:mod:`replication.coordinator.consumer_group_coordinator`);
+they share the offsets, the locks and the ticker. A group id is one protocol's at a time: a
+JoinGroup to a consumer group with members is refused (INCONSISTENT_GROUP_PROTOCOL), and a
+ConsumerGroupHeartbeat to a classic group with members (GROUP_ID_NOT_FOUND), as in Kafka; an
+empty group (offsets only) goes to whichever protocol joins it first.
 """
 
 from __future__ import annotations
@@ -34,6 +41,11 @@ from typing import Any
 from logstore.errors import CorruptRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
+from replication.coordinator.consumer_group_coordinator import (
+    ConsumerGroupCoordinator,
+    ConsumerHeartbeat,
+    HeartbeatResult,
+)
 from replication.coordinator.group_metadata import (
     GroupConfig,
     GroupMetadata,
@@ -120,6 +132,8 @@ class GroupCoordinator:
             broker_id, config, image, append, time_ms, hold_groups=self._locked
         )
         self._locks: dict[str, _GroupLock] = {}
+        #: the consumer group protocol's side (KIP-848)
+        self.consumer = ConsumerGroupCoordinator(config, self.manager, image, self._locked, time_ms)
         # Set whenever a group's state may have moved a deadline earlier (a join, a sync, a
         # leave, a load): the ticker (server/node.py) sleeps until the next deadline or this,
         # instead of polling every 100 ms (Kafka arms a timer per member deadline the same way).
@@ -203,6 +217,14 @@ class GroupCoordinator:
                 raise UnknownMemberIdError(f"group {r.group_id!r} has no member {r.member_id!r}")
             if group.is_(GroupState.DEAD):
                 raise CoordinatorNotAvailableError()
+            if group.consumer is not None:
+                if group.consumer.members:
+                    raise InconsistentGroupProtocolError(
+                        f"group {r.group_id!r} is a consumer group (group.protocol=consumer) "
+                        "with members; a classic member cannot join it"
+                    )
+                group.consumer = None  # empty: the classic protocol takes it
+                group.protocol_type = None
             if not group.supports(r.protocol_type, r.protocols):
                 raise InconsistentGroupProtocolError(
                     f"group {r.group_id!r} uses protocol type {group.protocol_type!r} with "
@@ -447,6 +469,8 @@ class GroupCoordinator:
                     earliest(group.rebalance_deadline_ms)
                 elif group.is_(GroupState.EMPTY):
                     earliest(group.state_since_ms + self.config.offsets_retention_ms)
+                if (at := self.consumer.deadline_ms(group)) is not None:
+                    earliest(at)
         return deadline
 
     def now_ms(self) -> int:
@@ -457,7 +481,7 @@ class GroupCoordinator:
         """Whether any group has members (the ticker then also wakes at a backstop interval,
         in case a waiter ended without a lock being taken, e.g. a dropped connection)."""
         return any(
-            group.members
+            group.members or (group.consumer is not None and group.consumer.members)
             for state in self.partitions.values()
             if state.loaded
             for group in state.groups.values()
@@ -480,8 +504,15 @@ class GroupCoordinator:
                                 group, member, now, "session timed out", rebalance=True
                             )
                     self._maybe_complete_join(group, now)
+                    self.consumer.expire(group, now)
                     await self.manager.expire_offsets(state, group, now)
         return now
+
+    # --- ConsumerGroupHeartbeat (KIP-848) ---------------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> HeartbeatResult:
+        """A consumer-protocol member's heartbeat (raises the error of its answer)."""
+        return await self.consumer.heartbeat(request)
 
     # --- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------
 
@@ -600,6 +631,9 @@ class GroupCoordinator:
             group = self.manager.group(group_id, create=generation_id < 0)
             if group is None:
                 raise IllegalGenerationError(f"group {group_id!r} does not exist; rejoin")
+            if group.consumer is not None:
+                self.consumer.check_commit(group, member_id, generation_id)
+                return await self.manager.store_offsets(group, offsets, None)
             self._check_commit(group, generation_id, member_id, group_instance_id)
             return await self.manager.store_offsets(group, offsets, self._owned(group, member_id))
 
@@ -626,7 +660,9 @@ class GroupCoordinator:
         async with self._locked(group_id):
             group = self.manager.group(group_id, create=True)
             assert group is not None
-            if generation_id >= 0 or member_id:
+            if group.consumer is not None and (generation_id >= 0 or member_id):
+                self.consumer.check_commit(group, member_id, generation_id)
+            elif generation_id >= 0 or member_id:
                 self._check_commit(group, generation_id, member_id, group_instance_id)
             return await self.manager.store_offsets(
                 group, offsets, None, producer_id=producer_id, producer_epoch=producer_epoch
@@ -691,8 +727,9 @@ class GroupCoordinator:
             if group is None or group.is_(GroupState.DEAD):
                 raise GroupIdNotFoundError(f"no group {group_id!r}")
             if not group.is_(GroupState.EMPTY):
+                members = len(group.consumer.members) if group.consumer else len(group.members)
                 raise GroupNotEmptyError(
-                    f"group {group_id!r} has {len(group.members)} members; stop them first"
+                    f"group {group_id!r} has {members} members; stop them first"
                 )
             await self.manager.remove_group(state, group, self._time_ms())
 

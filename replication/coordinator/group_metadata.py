@@ -19,6 +19,7 @@ from typing import Any
 
 from logstore.errors import ReplogError
 from replication.common import TopicPartition
+from replication.coordinator.consumer_group import ConsumerGroup
 
 #: the format of the JSON values on __consumer_offsets; 0 reads as 1
 GROUP_RECORD_FORMAT_VERSION = 1
@@ -42,6 +43,10 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3_000
     max_size: int = 1_000_000
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: the consumer group protocol (KIP-848): group.consumer.session.timeout.ms and
+    #: group.consumer.heartbeat.interval.ms
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +155,8 @@ class GroupMetadata:
     rebalance_deadline_ms: int = 0
     #: a new group waits this long for more members (group.initial.rebalance.delay.ms)
     rebalance_not_before_ms: int = 0
+    #: the group's consumer-protocol state (KIP-848) if it is a consumer group, else None
+    consumer: ConsumerGroup | None = None
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states

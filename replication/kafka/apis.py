@@ -104,7 +104,13 @@ _REQUESTS: Final[dict[p.ApiKey, type]] = {
     p.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: acls.AlterUserScramCredentialsRequest,
     p.ApiKey.DESCRIBE_CLIENT_QUOTAS: quotas.DescribeClientQuotasRequest,
     p.ApiKey.ALTER_CLIENT_QUOTAS: quotas.AlterClientQuotasRequest,
+    p.ApiKey.CONSUMER_GROUP_DESCRIBE: p.ConsumerGroupDescribeRequest,
 }
+
+#: The features ApiVersions v3+ names, as (name, lowest, highest level); every one is
+#: finalized at its highest level. ``group.version`` 1 is the consumer group protocol (KIP-848):
+#: Kafka's clients look for it before they use ``group.protocol=consumer``.
+FEATURES: Final = (("group.version", 0, 1),)
 
 #: zstd batches are refused below this Produce version, as Kafka refuses them (KIP-110)
 _ZSTD_SINCE: Final = 7
@@ -162,6 +168,7 @@ class KafkaProtocolApis:
             p.ApiKey.LEAVE_GROUP: self._leave_group,
             p.ApiKey.DESCRIBE_CLUSTER: self._describe_cluster,
             p.ApiKey.LIST_TRANSACTIONS: self._list_transactions,
+            p.ApiKey.CONSUMER_GROUP_HEARTBEAT: self._consumer_group_heartbeat,
         }
 
     # --- RequestChannel ---------------------------------------------------------------------
@@ -259,7 +266,33 @@ class KafkaProtocolApis:
     # --- handlers that are more than a translation ------------------------------------------
 
     async def _api_versions(self, request: KafkaRequest, header: p.RequestHeader) -> Any:
-        return {"api_keys": self._api_keys()}
+        features: list[tuple[str, int, int]] = []
+        if self._serves(p.ApiKey.CONSUMER_GROUP_HEARTBEAT):
+            features = [f for f in FEATURES if f[0] == "group.version"]
+        return {
+            "api_keys": self._api_keys(),
+            "supported_features": [
+                {"name": name, "min_version": lo, "max_version": hi} for name, lo, hi in features
+            ],
+            "finalized_features_epoch": self.image.version if features else -1,
+            "finalized_features": [
+                {"name": name, "min_version_level": hi, "max_version_level": hi}
+                for name, _, hi in features
+            ],
+        }
+
+    async def _consumer_group_heartbeat(
+        self, request: KafkaRequest, header: p.RequestHeader
+    ) -> Any:
+        """Translated as any, but for the assignment: Kafka's is a nullable struct (replog's
+        a nullable array of its topics)."""
+        heartbeat = to_replog(request.body, p.ConsumerGroupHeartbeatRequest)
+        response: p.ConsumerGroupHeartbeatResponse = await self.apis.handle(header, heartbeat)
+        assignment = response.assignment
+        return {
+            **vars_of(response),
+            "assignment": None if assignment is None else {"topic_partitions": assignment},
+        }
 
     def _compacted(self, key: TopicPartition) -> bool:
         """Whether this broker's replica of ``key`` is compacted (cleanup.policy); a partition

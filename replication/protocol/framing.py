@@ -153,6 +153,12 @@ _APIS: Final[Mapping[ApiKey, _Api]] = {
     ApiKey.LIST_GROUPS: _Api(groups.ListGroupsRequest, groups.ListGroupsResponse, 0, 0),
     ApiKey.DELETE_GROUPS: _Api(groups.DeleteGroupsRequest, groups.DeleteGroupsResponse, 0, 0),
     ApiKey.OFFSET_DELETE: _Api(groups.OffsetDeleteRequest, groups.OffsetDeleteResponse, 0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _Api(
+        groups.ConsumerGroupHeartbeatRequest, groups.ConsumerGroupHeartbeatResponse, 0, 0
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _Api(
+        groups.ConsumerGroupDescribeRequest, groups.ConsumerGroupDescribeResponse, 0, 0
+    ),
     ApiKey.DELETE_RECORDS: _Api(admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 0),
     ApiKey.DESCRIBE_CONFIGS: _Api(
         admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 0

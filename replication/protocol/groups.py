@@ -2,7 +2,8 @@
 SyncGroup (14), Heartbeat (12), LeaveGroup (13), OffsetCommit (8), OffsetFetch (9),
 ListGroups (16), DescribeGroups (15), DeleteGroups (42), OffsetDelete (47): a group's offsets of
 some partitions, and TxnOffsetCommit (28): offsets committed inside a transaction
-(``send_offsets_to_transaction``).
+(``send_offsets_to_transaction``); and the consumer group protocol's (KIP-848)
+ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69), at v1.
 
 Field names and order are Kafka's (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v3,
 OffsetCommit v7, OffsetFetch v7, ListGroups v3, DescribeGroups v4, DeleteGroups v1: the last
@@ -12,16 +13,19 @@ coordinator.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import field
 
 from replication.protocol.codec import (
     BOOL,
     BYTES,
+    INT8,
     INT16,
     INT32,
     INT64,
     NULLABLE_STRING,
     STRING,
+    UUID,
     Array,
     array_field,
     message,
@@ -231,13 +235,18 @@ class OffsetFetchResponse:
 
 @message
 class ListGroupsRequest:
-    pass
+    #: only groups in these states (empty: all), ListGroups v4
+    states_filter: list[str] = array_field(STRING)
+    #: only groups of these types, "classic" or "consumer" (empty: all), ListGroups v5
+    types_filter: list[str] = array_field(STRING)
 
 
 @message
 class ListedGroup:
     group_id: str = field(metadata=wire(STRING))
     protocol_type: str = field(default="", metadata=wire(STRING))
+    group_state: str = field(default="", metadata=wire(STRING))
+    group_type: str = field(default="", metadata=wire(STRING))
 
 
 @message
@@ -359,3 +368,104 @@ class TxnOffsetCommitRequest:
 class TxnOffsetCommitResponse:
     throttle_time_ms: int = field(default=0, metadata=wire(INT32))
     topics: list[OffsetCommitResponseTopic] = array_field(OffsetCommitResponseTopic)
+
+
+# --- ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69): KIP-848 ------------------------
+
+
+@message
+class ConsumerGroupTopicPartitions:
+    topic_id: uuid.UUID = field(metadata=wire(UUID))
+    partitions: list[int] = array_field(INT32)
+
+
+@message
+class ConsumerGroupHeartbeatRequest:
+    group_id: str = field(metadata=wire(STRING))
+    member_id: str = field(default="", metadata=wire(STRING))
+    #: 0 to join, -1 to leave, -2 for a static member that will come back
+    member_epoch: int = field(default=0, metadata=wire(INT32))
+    instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    rack_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    #: -1: unchanged since the last heartbeat (as every null field below)
+    rebalance_timeout_ms: int = field(default=-1, metadata=wire(INT32))
+    subscribed_topic_names: list[str] | None = field(
+        default=None, metadata=wire(Array(STRING, nullable=True))
+    )
+    subscribed_topic_regex: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    server_assignor: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    #: the partitions the member owns
+    topic_partitions: list[ConsumerGroupTopicPartitions] | None = field(
+        default=None, metadata=wire(Array(ConsumerGroupTopicPartitions, nullable=True))
+    )
+
+
+@message
+class ConsumerGroupHeartbeatResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    member_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    member_epoch: int = field(default=0, metadata=wire(INT32))
+    heartbeat_interval_ms: int = field(default=0, metadata=wire(INT32))
+    #: the member's partitions (Kafka's nullable Assignment struct: null when unchanged)
+    assignment: list[ConsumerGroupTopicPartitions] | None = field(
+        default=None, metadata=wire(Array(ConsumerGroupTopicPartitions, nullable=True))
+    )
+
+
+@message
+class ConsumerGroupDescribeRequest:
+    group_ids: list[str] = array_field(STRING)
+    include_authorized_operations: bool = field(default=False, metadata=wire(BOOL))
+
+
+@message
+class DescribedTopicPartitions:
+    topic_id: uuid.UUID = field(metadata=wire(UUID))
+    topic_name: str = field(default="", metadata=wire(STRING))
+    partitions: list[int] = array_field(INT32)
+
+
+@message
+class DescribedAssignment:
+    topic_partitions: list[DescribedTopicPartitions] = array_field(DescribedTopicPartitions)
+
+
+@message
+class ConsumerGroupDescribedMember:
+    member_id: str = field(metadata=wire(STRING))
+    instance_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    rack_id: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    member_epoch: int = field(default=0, metadata=wire(INT32))
+    client_id: str = field(default="", metadata=wire(STRING))
+    client_host: str = field(default="", metadata=wire(STRING))
+    subscribed_topic_names: list[str] = array_field(STRING)
+    subscribed_topic_regex: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    assignment: DescribedAssignment = field(
+        default_factory=DescribedAssignment, metadata=wire(DescribedAssignment)
+    )
+    target_assignment: DescribedAssignment = field(
+        default_factory=DescribedAssignment, metadata=wire(DescribedAssignment)
+    )
+    #: 1: a member of the consumer protocol (0: classic), ConsumerGroupDescribe v1
+    member_type: int = field(default=1, metadata=wire(INT8))
+
+
+@message
+class ConsumerGroupDescribedGroup:
+    error_code: int = field(default=0, metadata=wire(INT16))
+    error_message: str | None = field(default=None, metadata=wire(NULLABLE_STRING))
+    group_id: str = field(default="", metadata=wire(STRING))
+    group_state: str = field(default="", metadata=wire(STRING))
+    group_epoch: int = field(default=0, metadata=wire(INT32))
+    assignment_epoch: int = field(default=0, metadata=wire(INT32))
+    assignor_name: str = field(default="", metadata=wire(STRING))
+    members: list[ConsumerGroupDescribedMember] = array_field(ConsumerGroupDescribedMember)
+    authorized_operations: int = field(default=-2147483648, metadata=wire(INT32))
+
+
+@message
+class ConsumerGroupDescribeResponse:
+    throttle_time_ms: int = field(default=0, metadata=wire(INT32))
+    groups: list[ConsumerGroupDescribedGroup] = array_field(ConsumerGroupDescribedGroup)

@@ -201,6 +201,13 @@ REQUIRED: Final[dict[ApiKey, tuple[Check, ...]]] = {
         _c(_O.DELETE, _R.GROUP, "group_id", f"{_GROUP_FAILED} (top level)"),
         _c(_O.READ, _R.TOPIC, "topics[].name", f"{_TOPIC_FAILED} per partition"),
     ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (
+        _c(_O.READ, _R.GROUP, "group_id", _GROUP_FAILED),
+        _c(_O.DESCRIBE, _R.TOPIC, "subscribed_topic_names[]", f"{_TOPIC_FAILED} (top level)"),
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (
+        _c(_O.DESCRIBE, _R.GROUP, "group_ids[]", f"{_GROUP_FAILED} per group"),
+    ),
     # --- transactions -------------------------------------------------------------------------
     ApiKey.INIT_PRODUCER_ID: (
         _c(

@@ -1,6 +1,7 @@
 """The consumer group APIs of a broker: FindCoordinator for groups, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups,
-DeleteGroups.
+DeleteGroups, and the consumer group protocol's (KIP-848) ConsumerGroupHeartbeat and
+ConsumerGroupDescribe.
 
 Each handler turns a request into a call of the :class:`GroupCoordinator` and its outcome into
 a response; errors travel as Kafka's codes, with a message where the response has a field for
@@ -14,17 +15,29 @@ its offsets); :attr:`GroupApis.auth` is KafkaApis's helper once it serves these.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from replication import protocol as p
 from replication.common import TopicPartition
 from replication.config import BrokerConfig
-from replication.coordinator.group import GroupCoordinator
-from replication.coordinator.group_metadata import GroupState, JoinRequest, OffsetAndMetadata
+from replication.coordinator.consumer_group import ConsumerGroup, TopicAssignment
+from replication.coordinator.consumer_group_coordinator import (
+    CONSUMER_GROUP_TYPE,
+    ConsumerHeartbeat,
+)
+from replication.coordinator.group import GroupCoordinator, encode_consumer_assignment
+from replication.coordinator.group_metadata import (
+    GroupMetadata,
+    GroupState,
+    JoinRequest,
+    OffsetAndMetadata,
+)
 from replication.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from replication.errors import (
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     ReplogError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
@@ -32,9 +45,13 @@ from replication.errors import (
 from replication.metadata.image import MetadataImage
 from replication.security.acl import AclOperation, ResourceType
 from replication.security.checks import NO_AUTH, AuthHelper
-from replication.server.responses import Handler, error_code
+from replication.security.principal import SESSION
+from replication.server.responses import Handler, error_code, error_message
 
 _OP = AclOperation
+#: a described group, of DescribeGroups or ConsumerGroupDescribe
+_D = TypeVar("_D")
+_ZERO_UUID = uuid.UUID(int=0)
 _RT = ResourceType
 
 
@@ -64,6 +81,8 @@ class GroupApis:
             p.ApiKey.DELETE_GROUPS: self.handle_delete_groups,
             p.ApiKey.OFFSET_DELETE: self.handle_offset_delete,
             p.ApiKey.TXN_OFFSET_COMMIT: self.handle_txn_offset_commit,
+            p.ApiKey.CONSUMER_GROUP_HEARTBEAT: self.handle_consumer_group_heartbeat,
+            p.ApiKey.CONSUMER_GROUP_DESCRIBE: self.handle_consumer_group_describe,
         }
 
     async def offsets_partition(self, group_id: str) -> TopicPartition:
@@ -115,7 +134,7 @@ class GroupApis:
                 member_id=body.member_id,
                 group_instance_id=body.group_instance_id,
                 client_id=header.client_id or "",
-                client_host="",
+                client_host=_client_host(),
                 session_timeout_ms=body.session_timeout_ms,
                 rebalance_timeout_ms=body.rebalance_timeout_ms,
                 protocol_type=body.protocol_type,
@@ -312,49 +331,208 @@ class GroupApis:
                 _OP.DESCRIBE, _RT.GROUP, (g.group_id for g in groups), api=api, log_denied=False
             )
             groups = [g for g in groups if g.group_id in visible]
+        listed = [_listed(g) for g in groups]
+        states = {s.lower() for s in body.states_filter}
+        types = {t.lower() for t in body.types_filter}
         return p.ListGroupsResponse(
             groups=[
-                p.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "")
-                for g in groups
+                g
+                for g in listed
+                if (not states or g.group_state.lower() in states)
+                and (not types or g.group_type in types)
             ]
         )
+
+    def _describe_each(
+        self,
+        group_ids: Iterable[str],
+        api: str,
+        describe: Callable[[str, GroupMetadata | None], _D],
+        failed: Callable[[str, int, str | None], _D],
+    ) -> list[_D]:
+        """``describe(group id, group or None)`` of each group the principal may Describe;
+        ``failed(group id, code, message)`` for the others and where describing raised."""
+        out = []
+        for group_id in group_ids:
+            if denied := self._group_denied(_OP.DESCRIBE, group_id, api):
+                out.append(failed(group_id, denied, None))
+                continue
+            try:
+                out.append(describe(group_id, self.coordinator.describe_group(group_id)))
+            except ReplogError as err:
+                out.append(failed(group_id, error_code(err), error_message(err)))
+        return out
 
     async def handle_describe_groups(
         self, header: p.RequestHeader, body: p.DescribeGroupsRequest
     ) -> Any:
-        out = []
-        for group_id in body.groups:
-            if denied := self._group_denied(_OP.DESCRIBE, group_id, "DescribeGroups"):
-                out.append(p.DescribedGroup(error_code=denied, group_id=group_id))
-                continue
-            try:
-                group = self.coordinator.describe_group(group_id)
-            except ReplogError as err:
-                out.append(p.DescribedGroup(error_code=error_code(err), group_id=group_id))
-                continue
-            if group is None:
-                out.append(p.DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value))
-                continue
-            out.append(
-                p.DescribedGroup(
-                    group_id=group_id,
-                    group_state=group.state.value,
-                    protocol_type=group.protocol_type or "",
-                    protocol_data=group.protocol_name or "",
-                    members=[
-                        p.DescribedGroupMember(
-                            member_id=m.member_id,
-                            group_instance_id=m.group_instance_id,
-                            client_id=m.client_id,
-                            client_host=m.client_host,
-                            member_metadata=m.metadata_for(group.protocol_name or ""),
-                            member_assignment=m.assignment,
-                        )
-                        for m in group.members.values()
-                    ],
+        def failed(group_id: str, code: int, message: str | None) -> p.DescribedGroup:
+            return p.DescribedGroup(error_code=code, group_id=group_id)
+
+        groups = self._describe_each(body.groups, "DescribeGroups", self._describe, failed)
+        return p.DescribeGroupsResponse(groups=groups)
+
+    def _describe(self, group_id: str, group: GroupMetadata | None) -> p.DescribedGroup:
+        if group is None:
+            return p.DescribedGroup(group_id=group_id, group_state=GroupState.DEAD.value)
+        if group.consumer is not None:
+            return self._describe_as_classic(group, group.consumer)
+        return p.DescribedGroup(
+            group_id=group_id,
+            group_state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol_data=group.protocol_name or "",
+            members=[
+                p.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata_for(group.protocol_name or ""),
+                    member_assignment=m.assignment,
                 )
+                for m in group.members.values()
+            ],
+        )
+
+    def _describe_as_classic(self, group: GroupMetadata, cg: ConsumerGroup) -> p.DescribedGroup:
+        """A consumer group in DescribeGroups' terms (for tools that only know those): its
+        members with their partitions as a ConsumerProtocol assignment."""
+        image = self.image()
+        return p.DescribedGroup(
+            group_id=group.group_id,
+            group_state=cg.state.value,
+            protocol_type=CONSUMER_GROUP_TYPE,
+            protocol_data=cg.assignor_name,
+            members=[
+                p.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_assignment=encode_consumer_assignment(
+                        cg.assignment_names(m.assigned, image)
+                    ),
+                )
+                for m in cg.members.values()
+            ],
+        )
+
+    # --- the consumer group protocol (KIP-848) -----------------------------------------------
+
+    async def handle_consumer_group_heartbeat(
+        self, header: p.RequestHeader, body: p.ConsumerGroupHeartbeatRequest
+    ) -> Any:
+        """Read on the group, and Describe on each subscribed topic named (Kafka's checks;
+        topics a regex matches are not filtered by ACLs)."""
+        api = "ConsumerGroupHeartbeat"
+        if denied := self._group_denied(_OP.READ, body.group_id, api):
+            return p.ConsumerGroupHeartbeatResponse(error_code=denied)
+        names = body.subscribed_topic_names or []
+        if self.auth.enabled and names:
+            may = self.auth.filter(_OP.DESCRIBE, _RT.TOPIC, names, api=api)
+            refused = sorted(set(names) - set(may))
+            if refused:
+                err = self.auth.error(_OP.DESCRIBE, _RT.TOPIC, refused[0])
+                return p.ConsumerGroupHeartbeatResponse(
+                    error_code=err.code or -1,
+                    error_message=f"not authorized to describe topics {refused}",
+                )
+        owned = None
+        if body.topic_partitions is not None:
+            # (Kafka's zero uuid, which kio reads as None, names no topic)
+            owned = {
+                (t.topic_id or _ZERO_UUID).hex: frozenset(t.partitions)
+                for t in body.topic_partitions
+            }
+        request = ConsumerHeartbeat(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            instance_id=body.instance_id,
+            rack_id=body.rack_id,
+            rebalance_timeout_ms=body.rebalance_timeout_ms,
+            subscribed_topic_names=(
+                tuple(body.subscribed_topic_names)
+                if body.subscribed_topic_names is not None
+                else None
+            ),
+            subscribed_topic_regex=body.subscribed_topic_regex,
+            server_assignor=body.server_assignor,
+            owned=owned,
+            client_id=header.client_id or "",
+            client_host=_client_host(),
+        )
+        try:
+            result = await self.coordinator.consumer_group_heartbeat(request)
+        except ReplogError as err:
+            return p.ConsumerGroupHeartbeatResponse(
+                error_code=error_code(err), error_message=error_message(err)
             )
-        return p.DescribeGroupsResponse(groups=out)
+        return p.ConsumerGroupHeartbeatResponse(
+            member_id=result.member_id,
+            member_epoch=result.member_epoch,
+            heartbeat_interval_ms=result.heartbeat_interval_ms,
+            assignment=None if result.assignment is None else _by_topic_id(result.assignment),
+        )
+
+    async def handle_consumer_group_describe(
+        self, header: p.RequestHeader, body: p.ConsumerGroupDescribeRequest
+    ) -> Any:
+        def failed(group_id: str, code: int, message: str | None) -> p.ConsumerGroupDescribedGroup:
+            return p.ConsumerGroupDescribedGroup(
+                error_code=code, error_message=message, group_id=group_id
+            )
+
+        groups = self._describe_each(
+            body.group_ids, "ConsumerGroupDescribe", self._describe_consumer_group, failed
+        )
+        return p.ConsumerGroupDescribeResponse(groups=groups)
+
+    def _describe_consumer_group(
+        self, group_id: str, group: GroupMetadata | None
+    ) -> p.ConsumerGroupDescribedGroup:
+        if group is None or group.consumer is None:
+            kind = "does not exist" if group is None else "is not a consumer group"
+            raise GroupIdNotFoundError(f"group {group_id} {kind}")
+        cg = group.consumer
+        names = {t.topic_id: t.name for t in self.image().topics}
+        names.update({topic_id: n for n, (topic_id, _) in cg.subscription_metadata.items()})
+
+        def described(assignment: TopicAssignment) -> p.DescribedAssignment:
+            return p.DescribedAssignment(
+                topic_partitions=[
+                    p.DescribedTopicPartitions(
+                        topic_id=uuid.UUID(topic_id),
+                        topic_name=names.get(topic_id, ""),
+                        partitions=sorted(numbers),
+                    )
+                    for topic_id, numbers in sorted(assignment.items())
+                ]
+            )
+
+        return p.ConsumerGroupDescribedGroup(
+            group_id=group_id,
+            group_state=cg.state.value,
+            group_epoch=cg.group_epoch,
+            assignment_epoch=cg.assignment_epoch,
+            assignor_name=cg.assignor_name,
+            members=[
+                p.ConsumerGroupDescribedMember(
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    rack_id=m.rack_id,
+                    member_epoch=m.member_epoch,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=list(m.subscribed_topic_names),
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=described(m.assigned),
+                    target_assignment=described(cg.target.get(m.member_id, {})),
+                )
+                for m in cg.members.values()
+            ],
+        )
 
     async def handle_delete_groups(
         self, header: p.RequestHeader, body: p.DeleteGroupsRequest
@@ -413,6 +591,38 @@ class GroupApis:
                 for name, parts in by_topic.items()
             ]
         )
+
+
+def _client_host() -> str:
+    """The address of the connection being served, as Kafka shows a member's (``/1.2.3.4``)."""
+    session = SESSION.get()
+    return f"/{session.host}" if session is not None and session.host else ""
+
+
+def _listed(group: GroupMetadata) -> p.ListedGroup:
+    """A group as ListGroups names it: its protocol type, state and type (classic or
+    consumer)."""
+    if group.consumer is not None:
+        return p.ListedGroup(
+            group_id=group.group_id,
+            protocol_type=CONSUMER_GROUP_TYPE,
+            group_state=group.consumer.state.value,
+            group_type=CONSUMER_GROUP_TYPE,
+        )
+    return p.ListedGroup(
+        group_id=group.group_id,
+        protocol_type=group.protocol_type or "",
+        group_state=group.state.value,
+        group_type="classic",
+    )
+
+
+def _by_topic_id(assignment: Mapping[str, frozenset[int]]) -> list[p.ConsumerGroupTopicPartitions]:
+    return [
+        p.ConsumerGroupTopicPartitions(topic_id=uuid.UUID(topic_id), partitions=sorted(numbers))
+        for topic_id, numbers in sorted(assignment.items())
+        if numbers
+    ]
 
 
 def _offsets_of(

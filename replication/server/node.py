@@ -407,6 +407,8 @@ class Node:
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 max_size=config.group_max_size,
                 offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+                consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+                consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             ),
             lambda: rm.image,
             append,

@@ -65,7 +65,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *   java -cp CLASSES:KAFKA_JARS KafkaClientDriver SCENARIO BOOTSTRAP TOPIC [GROUP]
  * </pre>
  *
- * Scenarios: idempotent, transactional, group, admin. Each prints one JSON object per line
+ * Scenarios: idempotent, transactional, group, consumer-group (the same with
+ * group.protocol=consumer, KIP-848), admin. Each prints one JSON object per line
  * ({"check": name, ...facts}) for the Python test to judge, and a last line {"done": true};
  * the driver itself judges nothing, so a failure shows what the client saw. An exception a
  * check expects (an API the listener does not serve) is reported as {"error": class,
@@ -81,7 +82,7 @@ public final class KafkaClientDriver {
     public static void main(String[] args) throws Exception {
         if (args.length < 3) {
             System.err.println(
-                    "usage: KafkaClientDriver idempotent|transactional|group|admin BOOTSTRAP TOPIC [GROUP]");
+                    "usage: KafkaClientDriver idempotent|transactional|group|consumer-group|admin BOOTSTRAP TOPIC [GROUP]");
             System.exit(2);
         }
         String scenario = args[0];
@@ -90,7 +91,8 @@ public final class KafkaClientDriver {
         switch (scenario) {
             case "idempotent" -> idempotent(bootstrap, topic);
             case "transactional" -> transactional(bootstrap, topic, args[3]);
-            case "group" -> group(bootstrap, topic, args[3]);
+            case "group" -> group(bootstrap, topic, args[3], "classic");
+            case "consumer-group" -> group(bootstrap, topic, args[3], "consumer");
             case "admin" -> admin(bootstrap, topic, args[3]);
             default -> {
                 System.err.println("unknown scenario " + scenario);
@@ -373,7 +375,7 @@ public final class KafkaClientDriver {
 
     // --- consumer group, classic protocol ----------------------------------------------------
 
-    /** One member of a classic-protocol group, polling in its own thread. */
+    /** One member of a group (classic or consumer protocol), polling in its own thread. */
     private static final class Member implements Runnable {
         final String name;
         final KafkaConsumer<byte[], byte[]> consumer;
@@ -386,15 +388,17 @@ public final class KafkaClientDriver {
         volatile Throwable failed;
         final Thread thread;
 
-        Member(String name, String bootstrap, String topic, String group,
+        Member(String name, String bootstrap, String topic, String group, String protocol,
                 Map<String, String> consumed, AtomicInteger duplicates) {
             Properties p = consumerProps(bootstrap, "read_committed");
             p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+            p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
             p.put(ConsumerConfig.CLIENT_ID_CONFIG, name);
             p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
-            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
-            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+            if (protocol.equals("classic")) { // the broker sets these for the consumer protocol
+                p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+                p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+            }
             this.name = name;
             this.topic = topic;
             this.consumed = consumed;
@@ -451,10 +455,11 @@ public final class KafkaClientDriver {
         return out;
     }
 
-    /** Two members of a classic group: the first takes every partition, the second joins and
+    /** Two members of a group (``protocol``: classic or consumer): the first takes every partition, the second joins and
      * they split them, the second leaves and the first takes them all back; every record
      * consumed once, and the group's committed offsets at the log end. */
-    private static void group(String bootstrap, String topic, String group) throws Exception {
+    private static void group(String bootstrap, String topic, String group, String protocol)
+            throws Exception {
         int partitions;
         int count = 2000;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(producerProps(bootstrap))) {
@@ -465,12 +470,12 @@ public final class KafkaClientDriver {
             producer.flush();
             Map<String, String> consumed = new ConcurrentHashMap<>();
             AtomicInteger duplicates = new AtomicInteger();
-            Member a = new Member("member-a", bootstrap, topic, group, consumed, duplicates);
+            Member a = new Member("member-a", bootstrap, topic, group, protocol, consumed, duplicates);
             a.thread.start();
             waitFor("member-a to get every partition", () -> a.assignment.size() == partitions);
             waitFor("member-a to read what was sent", () -> consumed.size() >= count / 2);
 
-            Member b = new Member("member-b", bootstrap, topic, group, consumed, duplicates);
+            Member b = new Member("member-b", bootstrap, topic, group, protocol, consumed, duplicates);
             b.thread.start();
             waitFor("the two members to split the partitions", () -> !b.assignment.isEmpty()
                     && a.assignment.size() + b.assignment.size() == partitions);
