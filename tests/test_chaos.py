@@ -244,6 +244,17 @@ def test_not_recovered_and_logs_unread() -> None:
 
 
 @pytest.mark.unit
+def test_a_wiped_broker_not_back_in_every_isr_is_not_recovered() -> None:
+    history, final = clean()
+    history.faults.append(Fault("wipe_restart", 2.0, 8.0, {"broker": 1, "in_every_isr_after_s": 1}))
+    assert counts(history, final) == only("none", 0)
+    history.faults.append(Fault("wipe_restart", 9.0, 70.0, {"broker": 2, "not_in_isr": "events-0"}))
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("not_recovered")
+    assert "broker 2 wiped at 9.0 was not back in the ISR of events-0" in found["not_recovered"][0]
+
+
+@pytest.mark.unit
 def test_longest_time_without_an_ack_per_fault_class() -> None:
     acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
     acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
@@ -323,6 +334,8 @@ SCHEDULES = [
     pytest.param(
         103, ["controller_kill", "coordinator_kill"], True, id="controller_and_coordinator"
     ),
+    # a broker loses its whole store (a new disk) and rebuilds its replicas from its peers
+    pytest.param(105, ["wipe_restart"], True, id="wipe_restart"),
     # the per-partition layout (log.wal.enable=false), which stays available: crashes
     # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(

@@ -22,7 +22,8 @@ replicas_differ    the replicas of a partition store different batches below the
 slow_sigterm       a process took longer than the limit to exit after SIGTERM, or exited with a
                    failure (its graceful shutdown overran shutdown.timeout.ms)
 not_recovered      after the heal, a process would not start or the cluster did not get back to
-                   a full, caught-up ISR within the deadline
+                   a full, caught-up ISR within the deadline, or a wiped broker did not rebuild
+                   its replicas and rejoin every ISR within the fault's deadline
 =================  ============================================================================
 """
 
@@ -239,6 +240,18 @@ def check_shutdowns(final: FinalState, limit_s: float = SIGTERM_LIMIT_S) -> Foun
     }
 
 
+def check_faults(faults: Iterable[Fault]) -> Found:
+    """not_recovered: what a fault's own observations show did not come back."""
+    return {
+        "not_recovered": [
+            f"broker {fault.detail.get('broker')} wiped at {fault.start:.1f} was not back in the "
+            f"ISR of {fault.detail['not_in_isr']} by the deadline"
+            for fault in faults
+            if fault.fault_class == "wipe_restart" and fault.detail.get("not_in_isr")
+        ]
+    }
+
+
 def check(history: History, final: FinalState) -> Found:
     """Every check; ``{kind: examples}`` with every kind of :data:`ANOMALY_KINDS` present.
     The checks against the final logs run only if they were read in full."""
@@ -248,6 +261,7 @@ def check(history: History, final: FinalState) -> Found:
         check_replicas(final),
         check_shutdowns(final),
         {"not_recovered": list(final.not_recovered)},
+        check_faults(history.faults),
     ]
     if final.logs_read:
         parts += [

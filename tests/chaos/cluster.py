@@ -18,12 +18,15 @@ Every wait has a deadline; nothing here decides what is an anomaly (see
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from logstore.batch import iter_batches
 from logstore.errors import ReplogError
@@ -158,6 +161,16 @@ class ChaosCluster:
         control = Path(proc.env[CONTROL_ENV]) if proc.env else None
         assert control is not None
         write_control(control, proc.log_dir, self.storage_seq, faults)
+
+    def wipe_store(self, broker: int) -> int:
+        """Empty a (stopped) broker's log storage root, as a replaced disk would be: every
+        replica, checkpoint and meta.properties goes. Returns how many files were removed."""
+        assert not self.brokers[broker].alive, "wipe the store of a stopped broker only"
+        root = Path(url2pathname(urlparse(self.brokers[broker].log_dir).path))
+        files = sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        return files
 
     def heal(self) -> list[str]:
         """Resume every paused process, reopen every proxy, heal every storage and start every

@@ -29,6 +29,8 @@ storage_stall               every write of the broker's log storage waits 0.3..1
 storage_tear                the broker's log storage tears every write (stores a prefix, then
                             raises) for 0.3..1.5 s; often the broker is SIGKILLed while its
                             writes tear, and restarted on what they left
+wipe_restart                SIGKILL a broker (often a leader), empty its log storage (a new
+                            disk), restart it; the fault lasts until it is back in every ISR
 ==========================  =================================================================
 """
 
@@ -68,7 +70,11 @@ FAULT_CLASSES = (
     "two_faults",
     "controller_kill",
     "coordinator_kill",
+    # not in two_faults: two empty stores at once can hold the only copies of an acked batch
+    "wipe_restart",
 )
+#: How long a wiped broker may take to rebuild its replicas from its peers and rejoin every ISR.
+REJOIN_TIMEOUT_S = 60.0
 #: Random numbers drawn per planned fault (each in [0, 1)).
 DRAWS = 8
 
@@ -148,6 +154,8 @@ class Nemesis:
             return self._controller_kill(draws)
         if fault_class == "coordinator_kill":
             return self._coordinator_kill(draws)
+        if fault_class == "wipe_restart":
+            return self._wipe_restart(self._target(draws[0], draws[1]))
         return self._broker_fault(fault_class, self._target(draws[0], draws[1]), draws[2:])
 
     # --- targets --------------------------------------------------------------------------
@@ -300,3 +308,35 @@ class Nemesis:
         )
         delay = 0.0 if draws[1] < 0.5 else _between(draws[2], S + 0.5, S + 2.0)
         return {"broker": leader, **self._kill_restart(f"broker-{leader}", delay)}
+
+    def _wipe_restart(self, broker: int) -> dict[str, Any]:
+        name = f"broker-{broker}"
+        self.cluster.brokers[broker].kill()
+        detail: dict[str, Any] = {"broker": broker, "files_wiped": self.cluster.wipe_store(broker)}
+        detail.update(self._restart(name))
+        began = time.monotonic()
+        behind = self._wait_in_every_isr(broker, began + REJOIN_TIMEOUT_S)
+        if behind:
+            detail["not_in_isr"] = ", ".join(behind)
+        else:
+            detail["in_every_isr_after_s"] = round(time.monotonic() - began, 2)
+        return detail
+
+    def _wait_in_every_isr(self, broker: int, deadline: float) -> list[str]:
+        """Until ``broker`` is in the ISR of every partition it has a replica of; the
+        partitions where it is not yet at the deadline."""
+        behind = ["not checked yet"]
+        while time.monotonic() < deadline:
+            try:
+                behind = [
+                    f"{topic}-{p.partition}"
+                    for topic in self.admin.list_topics(include_internal=True)
+                    for p in self.admin.describe_topic(topic).partitions
+                    if broker in p.replicas and broker not in p.isr
+                ]
+            except ReplogError as err:
+                behind = [f"{type(err).__name__}: {err}"]
+            if not behind:
+                return []
+            time.sleep(0.2)
+        return behind
