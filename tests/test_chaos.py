@@ -7,6 +7,7 @@ The long run (100 schedules over every fault class) is ``python -m tests.chaos -
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import time
@@ -21,8 +22,10 @@ from replication.client import Admin
 from tests import faulty_fs
 from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
+from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import (
     Ack,
+    CorruptRead,
     Fault,
     FinalState,
     HighWatermark,
@@ -255,6 +258,54 @@ def test_a_wiped_broker_not_back_in_every_isr_is_not_recovered() -> None:
 
 
 @pytest.mark.unit
+def test_a_broker_that_exits_or_stays_out_when_its_disk_fills() -> None:
+    history, final = clean()
+    killed: dict[str, object] = {
+        "broker": 0,
+        "killed_while_full": True,
+        "exited": False,
+        "in_every_isr_after_s": 2,
+    }
+    history.faults.append(Fault("disk_full", 1.0, 4.0, killed))
+    assert counts(history, final) == only("none", 0), "a kill by the nemesis is no crash"
+    history.faults.append(Fault("disk_full", 5.0, 9.0, {"broker": 1, "exited": True}))
+    history.faults.append(Fault("disk_full", 9.0, 70.0, {"broker": 2, "not_in_isr": "events-1"}))
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == {
+        **only("crashed_on_enospc"),
+        "not_recovered": 1,
+    }
+    assert "broker 1 exited while its disk was full" in found["crashed_on_enospc"][0]
+    assert (
+        "broker 2 out of disk space at 9.0 was not back in the ISR of events-1"
+        in found["not_recovered"][0]
+    )
+
+
+@pytest.mark.unit
+def test_a_batch_failing_its_crc_given_to_a_reader() -> None:
+    history, final = clean()
+    history.corrupt_reads.append(CorruptRead("read_committed", "events-1: crc mismatch", 3.0))
+    assert counts(history, final) == only("corrupt_served")
+
+
+@pytest.mark.unit
+def test_a_tmpfs_disk_fills_up_and_is_freed(tmp_path: Path) -> None:
+    disk = TmpfsDisk(tmp_path / "disk", size_mb=1).mount()
+    try:
+        assert disk.fill(leave_bytes=0) > 0
+        with pytest.raises(OSError, match="No space left") as err:
+            (disk.log_root / "object").write_bytes(b"x" * 10_000)
+        assert err.value.errno == errno.ENOSPC
+        disk.free()
+        (disk.log_root / "object").write_bytes(b"x" * 10_000)
+    finally:
+        disk.unmount()
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
+    disk.unmount()  # twice is fine
+
+
+@pytest.mark.unit
 def test_longest_time_without_an_ack_per_fault_class() -> None:
     acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
     acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
@@ -336,6 +387,8 @@ SCHEDULES = [
     ),
     # a broker loses its whole store (a new disk) and rebuilds its replicas from its peers
     pytest.param(105, ["wipe_restart"], True, id="wipe_restart"),
+    # each broker on a small tmpfs that fills up mid-flush (ENOSPC), then has space again
+    pytest.param(106, ["disk_full"], True, id="disk_full"),
     # the per-partition layout (log.wal.enable=false), which stays available: crashes
     # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(

@@ -19,11 +19,16 @@ committed_missing  a committed transaction is not wholly visible to read_committ
                    outcome is unknown is partly visible (it must be all or nothing)
 replicas_differ    the replicas of a partition store different batches below the HW (base
                    offset, last offset, leader epoch, CRC), or one cannot be read there
+corrupt_served     a reader was given a batch that failed its CRC check (only whole, CRC-valid
+                   batches are served, also by a broker whose disk is full)
+crashed_on_enospc  a broker whose disk filled up (disk_full) exited by itself
 slow_sigterm       a process took longer than the limit to exit after SIGTERM, or exited with a
                    failure (its graceful shutdown overran shutdown.timeout.ms)
 not_recovered      after the heal, a process would not start or the cluster did not get back to
                    a full, caught-up ISR within the deadline, or a wiped broker did not rebuild
-                   its replicas and rejoin every ISR within the fault's deadline
+                   its replicas and rejoin every ISR within the fault's deadline, or a broker
+                   whose disk filled up did not take writes again (rejoin every ISR) once it
+                   had space
 =================  ============================================================================
 """
 
@@ -53,6 +58,8 @@ ANOMALY_KINDS = (
     "aborted_visible",
     "committed_missing",
     "replicas_differ",
+    "corrupt_served",
+    "crashed_on_enospc",
     "slow_sigterm",
     "not_recovered",
 )
@@ -241,13 +248,30 @@ def check_shutdowns(final: FinalState, limit_s: float = SIGTERM_LIMIT_S) -> Foun
 
 
 def check_faults(faults: Iterable[Fault]) -> Found:
-    """not_recovered: what a fault's own observations show did not come back."""
+    """not_recovered and crashed_on_enospc: what a fault's own observations show did not come
+    back."""
+    found: Found = {"not_recovered": [], "crashed_on_enospc": []}
+    for fault in faults:
+        broker = fault.detail.get("broker")
+        if fault.fault_class == "disk_full" and fault.detail.get("exited"):
+            found["crashed_on_enospc"].append(
+                f"broker {broker} exited while its disk was full (from {fault.start:.1f})"
+            )
+        if fault.fault_class in ("wipe_restart", "disk_full") and fault.detail.get("not_in_isr"):
+            what = "wiped" if fault.fault_class == "wipe_restart" else "out of disk space"
+            found["not_recovered"].append(
+                f"broker {broker} {what} at {fault.start:.1f} was not back in the ISR of "
+                f"{fault.detail['not_in_isr']} by the deadline"
+            )
+    return found
+
+
+def check_corrupt_reads(history: History) -> Found:
+    """corrupt_served: no reader is ever given a batch that fails its CRC check."""
     return {
-        "not_recovered": [
-            f"broker {fault.detail.get('broker')} wiped at {fault.start:.1f} was not back in the "
-            f"ISR of {fault.detail['not_in_isr']} by the deadline"
-            for fault in faults
-            if fault.fault_class == "wipe_restart" and fault.detail.get("not_in_isr")
+        "corrupt_served": [
+            f"{c.reader} was given a corrupt batch at {c.time:.1f}: {c.error}"
+            for c in history.corrupt_reads
         ]
     }
 
@@ -262,6 +286,7 @@ def check(history: History, final: FinalState) -> Found:
         check_shutdowns(final),
         {"not_recovered": list(final.not_recovered)},
         check_faults(history.faults),
+        check_corrupt_reads(history),
     ]
     if final.logs_read:
         parts += [

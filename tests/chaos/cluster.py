@@ -10,6 +10,8 @@ its own proxy and on a log storage the harness can break.
   Brokers are ``process.roles=broker``: never controllers.
 - Brokers run through :mod:`tests.chaos.launcher`, so :meth:`ChaosCluster.set_storage_faults`
   makes a broker's own log storage fail, stall or tear writes.
+- With ``disk_mb``, each broker's log storage is on a tmpfs of its own
+  (:class:`~tests.chaos.disks.TmpfsDisk`), which ``disk_full`` fills.
 
 Every wait has a deadline; nothing here decides what is an anomaly (see
 :mod:`tests.chaos.checker`), it only reports what it could not do.
@@ -36,6 +38,7 @@ from logstore.storage import Storage
 from replication.client import Admin, TopicPartition
 from replication.client.describe import describe_topic_status
 from replication.metadata.store import MetadataStore
+from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
 from tests.cluster import FAST_FAILOVER, BrokerProcess
@@ -83,7 +86,9 @@ class LaunchedBroker(BrokerProcess):
 class ChaosCluster:
     """Processes, proxies and storage controls of one schedule's cluster."""
 
-    def __init__(self, data_dir: Path, brokers: int = 3, *, wal: bool = True) -> None:
+    def __init__(
+        self, data_dir: Path, brokers: int = 3, *, wal: bool = True, disk_mb: int | None = None
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
         #: brokers write through the broker WAL (log.wal.enable, the default); False: the
@@ -93,6 +98,9 @@ class ChaosCluster:
             **BROKER_SETTINGS,
             "metadata.log.dir": self.metadata_root,
             "log.wal.enable": str(wal).lower(),
+            # On a disk of its own, each WAL flush is a new file, which a full disk refuses
+            # (ENOSPC mid-flush); the journal writes flushes into space it took beforehand.
+            **({"log.wal.journal.enable": "false"} if disk_mb is not None else {}),
         }
         self.controllers = {
             i: BrokerProcess(
@@ -102,6 +110,9 @@ class ChaosCluster:
         }
         self.proxies: dict[int, TcpProxy] = {}
         self.brokers: dict[int, LaunchedBroker] = {}
+        #: with ``disk_mb``: each broker's log storage is on its own tmpfs of that size,
+        #: mounted by :meth:`start` and unmounted by :meth:`close` (``disk_full`` fills it)
+        self.disks: dict[int, TmpfsDisk] = {}
         self.storage_seq = 0
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         for i in range(brokers):
@@ -110,9 +121,12 @@ class ChaosCluster:
             self.proxies[i] = proxy.start()
             broker_dir = self.data_dir / f"broker-{i}"
             control = broker_dir / "storage-control.json"
+            if disk_mb is not None:
+                self.disks[i] = TmpfsDisk(broker_dir / "disk", disk_mb)
             broker = LaunchedBroker(
                 broker_dir,
                 broker_id=i,
+                log_dir=self.disks[i].log_root.as_uri() if i in self.disks else None,
                 overrides={
                     **common,
                     "process.roles": "broker",
@@ -139,6 +153,8 @@ class ChaosCluster:
         }
 
     def start(self) -> ChaosCluster:
+        for disk in self.disks.values():
+            disk.mount()
         for controller in self.controllers.values():  # in order: the first one is active
             controller.start()
         with ThreadPoolExecutor(len(self.brokers)) as pool:
@@ -182,6 +198,8 @@ class ChaosCluster:
             proxy.resume()
         for broker in self.brokers:
             self.set_storage_faults(broker, [])
+        for disk in self.disks.values():
+            disk.free()
         failed: list[str] = []
         for name, proc in self.processes().items():
             if proc.alive:
@@ -226,7 +244,8 @@ class ChaosCluster:
         return out
 
     def close(self) -> None:
-        """Kill whatever still runs and stop the proxies (always safe to call)."""
+        """Kill whatever still runs, stop the proxies and unmount the disks (always safe to
+        call)."""
         for name in sorted(self.paused):
             self.resume(name)
         for proc in self.processes().values():
@@ -234,6 +253,8 @@ class ChaosCluster:
                 proc.kill()
         for proxy in self.proxies.values():
             proxy.stop()
+        for disk in self.disks.values():
+            disk.unmount()
 
     # --- state ----------------------------------------------------------------------------
 

@@ -126,6 +126,15 @@ class OutOfRange:
     time: float
 
 
+@dataclass(frozen=True)
+class CorruptRead:
+    """A reader was given a batch that failed its CRC check (the client refused it)."""
+
+    reader: Isolation
+    error: str
+    time: float
+
+
 @dataclass
 class History:
     """Everything the workloads observed during one schedule."""
@@ -137,6 +146,7 @@ class History:
     reads: list[Read] = field(default_factory=list)
     high_watermarks: list[HighWatermark] = field(default_factory=list)
     out_of_range: list[OutOfRange] = field(default_factory=list)
+    corrupt_reads: list[CorruptRead] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

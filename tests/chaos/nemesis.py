@@ -29,6 +29,10 @@ storage_stall               every write of the broker's log storage waits 0.3..1
 storage_tear                the broker's log storage tears every write (stores a prefix, then
                             raises) for 0.3..1.5 s; often the broker is SIGKILLed while its
                             writes tear, and restarted on what they left
+disk_full                   the broker's disk (a tmpfs) fills up to 0..8 KiB of free space for
+                            1..4 s (sometimes it is SIGKILLed then, and restarted), then the space
+                            is freed; the fault lasts until the broker is back in every ISR
+                            (needs ``disk_mb`` set on the cluster)
 wipe_restart                SIGKILL a broker (often a leader), empty its log storage (a new
                             disk), restart it; the fault lasts until it is back in every ISR
 ==========================  =================================================================
@@ -72,6 +76,8 @@ FAULT_CLASSES = (
     "coordinator_kill",
     # not in two_faults: two empty stores at once can hold the only copies of an acked batch
     "wipe_restart",
+    # needs the brokers on disks of their own (ChaosCluster's disk_mb)
+    "disk_full",
 )
 #: How long a wiped broker may take to rebuild its replicas from its peers and rejoin every ISR.
 REJOIN_TIMEOUT_S = 60.0
@@ -156,6 +162,8 @@ class Nemesis:
             return self._coordinator_kill(draws)
         if fault_class == "wipe_restart":
             return self._wipe_restart(self._target(draws[0], draws[1]))
+        if fault_class == "disk_full":
+            return self._disk_full(self._target(draws[0], draws[1]), draws[2:])
         return self._broker_fault(fault_class, self._target(draws[0], draws[1]), draws[2:])
 
     # --- targets --------------------------------------------------------------------------
@@ -314,13 +322,41 @@ class Nemesis:
         self.cluster.brokers[broker].kill()
         detail: dict[str, Any] = {"broker": broker, "files_wiped": self.cluster.wipe_store(broker)}
         detail.update(self._restart(name))
+        return {**detail, **self._until_in_every_isr(broker)}
+
+    def _disk_full(self, broker: int, draws: Sequence[float]) -> dict[str, Any]:
+        disk = self.cluster.disks.get(broker)
+        if disk is None:
+            raise ValueError("disk_full needs a cluster whose brokers have disks (disk_mb)")
+        proc = self.cluster.brokers[broker]
+        stderr_before = proc.stderr_path.stat().st_size
+        detail: dict[str, Any] = {
+            "broker": broker,
+            "seconds": _between(draws[0], 1.0, 4.0),
+            "left_bytes": int(draws[1] * 8 * 1024),
+            "killed_while_full": draws[2] < 0.3,
+        }
+        detail["filled_bytes"] = disk.fill(detail["left_bytes"])
+        time.sleep(detail["seconds"])
+        detail["exited"] = not proc.alive
+        if detail["killed_while_full"]:  # what it acked must be on its disk, or on its peers'
+            proc.kill()
+        disk.free()
+        with proc.stderr_path.open("rb") as stderr:
+            stderr.seek(stderr_before)
+            detail["enospc_logged"] = stderr.read().count(b"No space left on device")
+        if detail["killed_while_full"]:
+            detail.update(self._restart(f"broker-{broker}"))
+        return {**detail, **self._until_in_every_isr(broker)}
+
+    def _until_in_every_isr(self, broker: int) -> dict[str, Any]:
+        """Wait for ``broker`` to be in every ISR it belongs in; how long it took, or where
+        it was still missing at the deadline."""
         began = time.monotonic()
         behind = self._wait_in_every_isr(broker, began + REJOIN_TIMEOUT_S)
         if behind:
-            detail["not_in_isr"] = ", ".join(behind)
-        else:
-            detail["in_every_isr_after_s"] = round(time.monotonic() - began, 2)
-        return detail
+            return {"not_in_isr": ", ".join(behind)}
+        return {"in_every_isr_after_s": round(time.monotonic() - began, 2)}
 
     def _wait_in_every_isr(self, broker: int, deadline: float) -> list[str]:
         """Until ``broker`` is in the ISR of every partition it has a replica of; the

@@ -37,6 +37,9 @@ PRODUCERS = 3
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 #: How long the cluster may take to get back to a full, caught-up ISR after the faults.
 RECOVERY_TIMEOUT_S = 60.0
+#: The size of each broker's disk when disk_full is among the classes: what a schedule writes
+#: fits many times over.
+DISK_MB = 64
 #: Examples of each anomaly kind put in the JSON line (all of them go to anomalies.json).
 EXAMPLES_PER_KIND = 3
 
@@ -59,7 +62,7 @@ def run_schedule(
         shutil.rmtree(data_dir)
     history = History()
     final = FinalState()
-    cluster = ChaosCluster(data_dir, wal=wal)
+    cluster = ChaosCluster(data_dir, wal=wal, disk_mb=DISK_MB if "disk_full" in classes else None)
     workers: list[Worker] = []
     try:
         cluster.start()
