@@ -1,0 +1,74 @@
+"""A step of the wall clock (NTP correcting a node's clock by minutes, forward or back) moves
+no timeout: sessions, ISR lag, transaction and group timeouts run on a monotonic clock, as
+Kafka's do. The wall clock is what record timestamps, retention by timestamp and offset
+expiry use; retention never deletes what the monotonic clock says is younger than its limit.
+
+Each test steps ``time.time``/``time.time_ns`` (what every wall-clock reading in replog goes
+through) by minutes under the code, as libfaketime steps a whole process in the chaos harness
+(``clock_jump``, tests/chaos).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from logstore.storage import Storage
+from replication.controller.controller import Controller
+from replication.metadata.store import MetadataStore
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.unit
+
+MINUTES = 60.0
+
+
+class WallClock:
+    """The real wall clock plus an offset that :meth:`step` changes."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+        self.real_time = time.time
+        self.real_time_ns = time.time_ns
+
+    def step(self, seconds: float) -> None:
+        self.offset_s += seconds
+
+    def time(self) -> float:
+        return self.real_time() + self.offset_s
+
+    def time_ns(self) -> int:
+        return self.real_time_ns() + int(self.offset_s * 1e9)
+
+
+@pytest.fixture
+def wall(monkeypatch: pytest.MonkeyPatch) -> WallClock:
+    clock = WallClock()
+    monkeypatch.setattr(time, "time", clock.time)
+    monkeypatch.setattr(time, "time_ns", clock.time_ns)
+    return clock
+
+
+def test_controller_sessions_hold_across_wall_clock_steps(tmp_path: Path, wall: WallClock) -> None:
+    store = MetadataStore(Storage.from_url(tmp_path.as_uri()))
+    controller = Controller(store, 100, "127.0.0.1", 9100, session_timeout_ms=500)
+    controller.activate()
+    broker = controller.register_broker(0, "127.0.0.1", 9000, None, incarnation="a")
+    controller.heartbeat(0, broker.epoch)
+    wall.step(+10 * MINUTES)
+    assert not controller.sessions_expired(), "a step forward is no silence"
+    assert controller.check_sessions() == []
+    controller.heartbeat(0, broker.epoch)
+    wall.step(-20 * MINUTES)
+    assert controller.check_sessions() == []
+    # the broker goes silent while the clock is 10 minutes behind: its session still ends
+    wait_until(
+        lambda: controller.check_sessions() == [0],
+        timeout=10,
+        message="the silent broker fenced",
+    )
+    info = controller.image.broker(0)
+    assert info is not None
+    assert info.fenced
