@@ -11,12 +11,17 @@ through) by minutes under the code, as libfaketime steps a whole process in the 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from logstore.config import LogConfig
+from logstore.log import Log
 from logstore.storage import Storage
+from replication.broker.partition import Partition, TopicPolicy
 from replication.controller.controller import Controller
+from replication.metadata.image import PartitionState
 from replication.metadata.store import MetadataStore
 from tests.helpers import wait_until
 
@@ -72,3 +77,19 @@ def test_controller_sessions_hold_across_wall_clock_steps(tmp_path: Path, wall: 
     info = controller.image.broker(0)
     assert info is not None
     assert info.fenced
+
+
+def test_isr_lag_holds_across_wall_clock_steps(wall: WallClock) -> None:
+    storage = Storage.from_url(f"memory://clock-steps-{uuid.uuid4().hex}/t/0")
+    state = PartitionState((0, 1), (0, 1), 0, 1, 0)
+    partition = Partition("t", 0, Log.open(storage, LogConfig()), 0, TopicPolicy(), state)
+    partition.update_follower_fetch(1, partition.log.log_end_offset)  # caught up
+    wall.step(+10 * MINUTES)
+    assert partition.isr_to_shrink(lag_time_max_ms=1000) is None, "a step forward is no lag"
+    wall.step(-20 * MINUTES)
+    # the follower stops fetching while the clock is 10 minutes behind: it still leaves
+    wait_until(
+        lambda: partition.isr_to_shrink(lag_time_max_ms=200) == (0,),
+        timeout=10,
+        message="the stuck follower out of the ISR",
+    )
