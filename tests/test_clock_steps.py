@@ -10,6 +10,7 @@ through) by minutes under the code, as libfaketime steps a whole process in the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -21,9 +22,11 @@ from logstore.log import Log
 from logstore.storage import Storage
 from replication.broker.partition import Partition, TopicPolicy
 from replication.controller.controller import Controller
+from replication.coordinator.transaction import TxnState
 from replication.metadata.image import PartitionState
 from replication.metadata.store import MetadataStore
 from tests.helpers import wait_until
+from tests.test_bounded_state import DATA, TxnHarness, run
 
 pytestmark = pytest.mark.unit
 
@@ -93,3 +96,24 @@ def test_isr_lag_holds_across_wall_clock_steps(wall: WallClock) -> None:
         timeout=10,
         message="the stuck follower out of the ISR",
     )
+
+
+def test_transaction_timeouts_hold_across_wall_clock_steps(tmp_path: Path, wall: WallClock) -> None:
+    async def test(h: TxnHarness) -> None:
+        c = h.coordinator
+        pid, epoch = await c.init_producer_id("open", 300)
+        await c.add_partitions("open", pid, epoch, [DATA])
+        wall.step(+10 * MINUTES)
+        assert await c.abort_timed_out() == 0, "a step forward ends no transaction"
+        # a new coordinator loads it with a start time 10 minutes before its clock's now
+        c = await h.failover()
+        assert await c.abort_timed_out() == 0, "its timeout counts from the takeover"
+        wall.step(-20 * MINUTES)
+        # abandoned while the clock is 10 minutes behind: it still times out
+        deadline = time.monotonic() + 10
+        while await c.abort_timed_out() == 0:
+            assert time.monotonic() < deadline, "the abandoned transaction never timed out"
+            await asyncio.sleep(0.05)
+        assert c.txns["open"].state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+
+    run(tmp_path, test)
