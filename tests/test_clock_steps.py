@@ -20,6 +20,7 @@ import pytest
 from logstore.config import LogConfig
 from logstore.log import Log
 from logstore.storage import Storage
+from logstore.wall_clock import CATCH_UP_RATE, SteadyWallClock
 from replication.broker.partition import Partition, TopicPolicy
 from replication.controller.controller import Controller
 from replication.coordinator.transaction import TxnState
@@ -27,6 +28,7 @@ from replication.metadata.image import PartitionState
 from replication.metadata.store import MetadataStore
 from tests.helpers import wait_until
 from tests.test_bounded_state import DATA, TxnHarness, run
+from tests.test_log import batch_of
 
 pytestmark = pytest.mark.unit
 
@@ -117,3 +119,31 @@ def test_transaction_timeouts_hold_across_wall_clock_steps(tmp_path: Path, wall:
         assert c.txns["open"].state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
 
     run(tmp_path, test)
+
+
+def test_retention_ignores_a_step_forward_of_the_wall_clock(wall: WallClock) -> None:
+    storage = Storage.from_url(f"memory://clock-steps-{uuid.uuid4().hex}/t/0")
+    cfg = LogConfig(segment_bytes=1, retention_bytes=-1, retention_ms=60_000)
+    log = Log.open(storage, cfg)  # the process's clock: logstore.wall_clock.steady_wall_ms
+    for i in range(3):
+        log.append(batch_of(f"v{i}".encode(), ts=time.time_ns() // 1_000_000), leader_epoch=0)
+        log.flush()  # segment.bytes=1: every object opens a segment
+    log.update_high_watermark(3)
+    wall.step(+10 * MINUTES)
+    assert log.delete_retained_segments() == 0, "records seconds old are not 10 minutes old"
+    assert log.log_start_offset == 0
+
+
+def test_the_steady_wall_clock_follows_a_step_back_at_once_and_forward_slowly(
+    wall: WallClock,
+) -> None:
+    clock = SteadyWallClock()
+    before = clock()
+    wall.step(-10 * MINUTES)
+    assert before - clock() >= (10 * MINUTES - 1) * 1000, "a step back: at once"
+    wall.step(+20 * MINUTES)  # 10 minutes ahead of the true time
+    start, real_start = clock(), time.monotonic()
+    assert start - wall.real_time_ns() // 1_000_000 < -9 * MINUTES * 1000, "forward: slowly"
+    wait_until(lambda: clock() - start >= 100, timeout=10, message="the clock moving on")
+    elapsed_ms = (time.monotonic() - real_start) * 1000
+    assert clock() - start <= (elapsed_ms + 50) * CATCH_UP_RATE, "no faster than its rate"
