@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
+from subprocess import PIPE
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +25,7 @@ from logstore.storage import Storage
 from replication.client import Admin
 from tests import faulty_fs
 from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
+from tests.chaos.clocks import FakeClock
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import (
@@ -32,13 +37,16 @@ from tests.chaos.history import (
     History,
     OutOfRange,
     Read,
+    Retention,
     StoredBatch,
+    TimestampLookup,
     Transaction,
 )
 from tests.chaos.launcher import UNTIL_CHANGED, apply_faults
 from tests.chaos.nemesis import FAULT_CLASSES, plan
 from tests.chaos.runner import run_schedule
 from tests.faulty_fs import FaultyStorage, InjectedStorageError
+from tests.helpers import wait_until
 from tests.proxy import TcpProxy
 
 pytestmark = pytest.mark.chaos
@@ -306,6 +314,68 @@ def test_a_tmpfs_disk_fills_up_and_is_freed(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_retention_before_its_limit_by_the_true_clock() -> None:
+    history, final = clean()
+    final.retention[(E, 0)] = Retention(0, 300_000, 50.0)
+    final.retention[(E, 1)] = Retention(40, 30_000, 50.0)  # older than its limit: fine
+    assert counts(history, final) == only("none", 0)
+    final.retention[(E, 2)] = Retention(142, 300_000, 50.0)
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("retention_early")
+    assert (
+        "events-2: log start offset 142, though the partition is 50 s old"
+        in (found["retention_early"][0])
+    )
+
+
+@pytest.mark.unit
+def test_a_timestamp_lookup_past_the_record_it_names() -> None:
+    history, final = clean()
+    final.timestamp_lookups += [
+        TimestampLookup(E, 0, 5, 1_000, 5),
+        TimestampLookup(E, 0, 6, 1_000, 5),  # an earlier record has that timestamp too
+    ]
+    assert counts(history, final) == only("none", 0)
+    final.timestamp_lookups += [TimestampLookup(E, 0, 7, 990, 9), TimestampLookup(E, 1, 0, 5, -1)]
+    assert counts(history, final) == only("timestamp_lookup", 2)
+
+
+@pytest.mark.unit
+def test_a_fake_clock_steps_a_running_process(tmp_path: Path) -> None:
+    clock = FakeClock(tmp_path / "faketime")
+    script = (
+        "import sys, time\n"
+        "from tests.chaos.clocks import sleep_on_a_condition\n"
+        "time.sleep = sleep_on_a_condition\n"  # as the launcher: libfaketime's sleep fails
+        "for line in sys.stdin:\n"
+        "    time.sleep(0.01)\n"
+        "    print(round(time.time() - float(line)), flush=True)\n"
+    )
+    env = {**os.environ, **clock.env(), "PYTHONPATH": str(Path(__file__).parents[1])}
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=PIPE, stdout=PIPE, text=True, env=env
+    ) as proc:
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None
+        assert stdout is not None
+
+        def offset() -> int:
+            stdin.write(f"{time.time()}\n")
+            stdin.flush()
+            return int(stdout.readline())
+
+        assert abs(offset()) <= 1
+        clock.step_to(-600)
+        wait_until(lambda: abs(offset() + 600) <= 1, timeout=10, message="the step reached it")
+        clock.step_to(0)
+        wait_until(lambda: abs(offset()) <= 1, timeout=10, message="the step back reached it")
+        stdin.close()
+    assert proc.returncode == 0
+    clock.remove()
+    assert not clock.path.exists()
+
+
+@pytest.mark.unit
 def test_longest_time_without_an_ack_per_fault_class() -> None:
     acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
     acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
@@ -389,6 +459,8 @@ SCHEDULES = [
     pytest.param(105, ["wipe_restart"], True, id="wipe_restart"),
     # each broker on a small tmpfs that fills up mid-flush (ENOSPC), then has space again
     pytest.param(106, ["disk_full"], True, id="disk_full"),
+    # the wall clock of a leader, the coordinator and the active controller steps by minutes
+    pytest.param(108, ["clock_jump"], True, id="clock_jump"),
     # the per-partition layout (log.wal.enable=false), which stays available: crashes
     # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(

@@ -22,6 +22,9 @@ replicas_differ    the replicas of a partition store different batches below the
 corrupt_served     a reader was given a batch that failed its CRC check (only whole, CRC-valid
                    batches are served, also by a broker whose disk is full)
 crashed_on_enospc  a broker whose disk filled up (disk_full) exited by itself
+retention_early    retention deleted records younger than retention.ms by the true clock (a
+                   partition younger than its retention.ms has a log start offset above 0)
+timestamp_lookup   ListOffsets by a record's timestamp returned an offset past that record
 slow_sigterm       a process took longer than the limit to exit after SIGTERM, or exited with a
                    failure (its graceful shutdown overran shutdown.timeout.ms)
 not_recovered      after the heal, a process would not start or the cluster did not get back to
@@ -60,6 +63,8 @@ ANOMALY_KINDS = (
     "replicas_differ",
     "corrupt_served",
     "crashed_on_enospc",
+    "retention_early",
+    "timestamp_lookup",
     "slow_sigterm",
     "not_recovered",
 )
@@ -276,6 +281,24 @@ def check_corrupt_reads(history: History) -> Found:
     }
 
 
+def check_clocks(final: FinalState) -> Found:
+    """retention_early and timestamp_lookup: what a node's wall clock must not decide."""
+    return {
+        "retention_early": [
+            f"{tp[0]}-{tp[1]}: log start offset {r.log_start_offset}, though the partition is "
+            f"{r.age_s:.0f} s old and its retention.ms is {r.retention_ms}"
+            for tp, r in sorted(final.retention.items())
+            if r.log_start_offset > 0 and r.age_s * 1000 < r.retention_ms
+        ],
+        "timestamp_lookup": [
+            f"{t.topic}-{t.partition}: ListOffsets({t.timestamp}) returned {t.found}, past "
+            f"offset {t.offset}, which has that timestamp"
+            for t in final.timestamp_lookups
+            if t.found < 0 or t.found > t.offset
+        ],
+    }
+
+
 def check(history: History, final: FinalState) -> Found:
     """Every check; ``{kind: examples}`` with every kind of :data:`ANOMALY_KINDS` present.
     The checks against the final logs run only if they were read in full."""
@@ -287,6 +310,7 @@ def check(history: History, final: FinalState) -> Found:
         {"not_recovered": list(final.not_recovered)},
         check_faults(history.faults),
         check_corrupt_reads(history),
+        check_clocks(final),
     ]
     if final.logs_read:
         parts += [

@@ -12,6 +12,9 @@ its own proxy and on a log storage the harness can break.
   makes a broker's own log storage fail, stall or tear writes.
 - With ``disk_mb``, each broker's log storage is on a tmpfs of its own
   (:class:`~tests.chaos.disks.TmpfsDisk`), which ``disk_full`` fills.
+- With ``fake_clocks``, every node runs under libfaketime (:class:`~tests.chaos.clocks.FakeClock`),
+  whose wall clock ``clock_jump`` steps.
+- Controllers run through the launcher too (no storage faults there).
 
 Every wait has a deadline; nothing here decides what is an anomaly (see
 :mod:`tests.chaos.checker`), it only reports what it could not do.
@@ -38,6 +41,7 @@ from logstore.storage import Storage
 from replication.client import Admin, TopicPartition
 from replication.client.describe import describe_topic_status
 from replication.metadata.store import MetadataStore
+from tests.chaos.clocks import FakeClock
 from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
@@ -87,7 +91,13 @@ class ChaosCluster:
     """Processes, proxies and storage controls of one schedule's cluster."""
 
     def __init__(
-        self, data_dir: Path, brokers: int = 3, *, wal: bool = True, disk_mb: int | None = None
+        self,
+        data_dir: Path,
+        brokers: int = 3,
+        *,
+        wal: bool = True,
+        disk_mb: int | None = None,
+        fake_clocks: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.metadata_root = (self.data_dir / "metadata").as_uri()
@@ -101,10 +111,25 @@ class ChaosCluster:
             # On a disk of its own, each WAL flush is a new file, which a full disk refuses
             # (ENOSPC mid-flush); the journal writes flushes into space it took beforehand.
             **({"log.wal.journal.enable": "false"} if disk_mb is not None else {}),
+            # Under a stepped clock, retention runs often enough to act within a step.
+            **({"log.retention.check.interval.ms": "500"} if fake_clocks else {}),
         }
+        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        #: with ``fake_clocks``: every node's wall clock, which ``clock_jump`` steps
+        self.clocks: dict[str, FakeClock] = {}
+        if fake_clocks:
+            self.clocks = {
+                name: FakeClock(self.data_dir / name / "faketime")
+                for name in [f"controller-{i}" for i in CONTROLLER_IDS]
+                + [f"broker-{i}" for i in range(brokers)]
+            }
         self.controllers = {
-            i: BrokerProcess(
-                self.data_dir / f"controller-{i}", broker_id=i, role="controller", overrides=common
+            i: LaunchedBroker(
+                self.data_dir / f"controller-{i}",
+                broker_id=i,
+                role="controller",
+                overrides=common,
+                env={"PYTHONPATH": python_path, **self._clock_env(f"controller-{i}")},
             )
             for i in CONTROLLER_IDS
         }
@@ -114,7 +139,6 @@ class ChaosCluster:
         #: mounted by :meth:`start` and unmounted by :meth:`close` (``disk_full`` fills it)
         self.disks: dict[int, TmpfsDisk] = {}
         self.storage_seq = 0
-        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         for i in range(brokers):
             # The target is set by each start of the broker (LaunchedBroker.start).
             proxy = TcpProxy("127.0.0.1", 0, record=False)
@@ -132,12 +156,20 @@ class ChaosCluster:
                     "process.roles": "broker",
                     "advertised.listeners": proxy.address,
                 },
-                env={CONTROL_ENV: str(control), "PYTHONPATH": python_path},
+                env={
+                    CONTROL_ENV: str(control),
+                    "PYTHONPATH": python_path,
+                    **self._clock_env(f"broker-{i}"),
+                },
                 proxy=proxy,
             )
             write_control(control, broker.log_dir, 0, [])
             self.brokers[i] = broker
         self.paused: set[str] = set()
+
+    def _clock_env(self, name: str) -> dict[str, str]:
+        clock = self.clocks.get(name)
+        return clock.env() if clock is not None else {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -200,6 +232,9 @@ class ChaosCluster:
             self.set_storage_faults(broker, [])
         for disk in self.disks.values():
             disk.free()
+        for clock in self.clocks.values():
+            if clock.offset_s:
+                clock.step_to(0)
         failed: list[str] = []
         for name, proc in self.processes().items():
             if proc.alive:
@@ -244,8 +279,8 @@ class ChaosCluster:
         return out
 
     def close(self) -> None:
-        """Kill whatever still runs, stop the proxies and unmount the disks (always safe to
-        call)."""
+        """Kill whatever still runs, stop the proxies, unmount the disks and remove the clock
+        files (always safe to call)."""
         for name in sorted(self.paused):
             self.resume(name)
         for proc in self.processes().values():
@@ -255,6 +290,8 @@ class ChaosCluster:
             proxy.stop()
         for disk in self.disks.values():
             disk.unmount()
+        for clock in self.clocks.values():
+            clock.remove()
 
     # --- state ----------------------------------------------------------------------------
 

@@ -159,6 +159,28 @@ class StoredBatch:
     crc: int
 
 
+@dataclass(frozen=True)
+class TimestampLookup:
+    """ListOffsets by the timestamp of the record at ``offset``, and the offset it returned
+    (the first offset whose timestamp is at least that: never past ``offset``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    found: int
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A partition with a retention.ms, at the end: its log start offset, and how long ago
+    (by the harness's clock, the true one) the partition was created."""
+
+    log_start_offset: int
+    retention_ms: int
+    age_s: float
+
+
 @dataclass
 class FinalState:
     """The cluster after the faults: healed, caught up, read in full, then stopped."""
@@ -176,6 +198,10 @@ class FinalState:
     #: False if the logs could not be read in full through the leaders: the checks that need
     #: them are skipped (and ``not_recovered`` says why)
     logs_read: bool = True
+    #: ListOffsets by record timestamps (with clock_jump)
+    timestamp_lookups: list[TimestampLookup] = field(default_factory=list)
+    #: the partitions with a retention.ms (with clock_jump)
+    retention: dict[TP, Retention] = field(default_factory=dict)
     #: what did not come back after the faults (a process that would not start, a partition
     #: without a full ISR by the deadline), one line each
     not_recovered: list[str] = field(default_factory=list)

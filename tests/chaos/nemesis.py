@@ -33,6 +33,10 @@ disk_full                   the broker's disk (a tmpfs) fills up to 0..8 KiB of 
                             1..4 s (sometimes it is SIGKILLed then, and restarted), then the space
                             is freed; the fault lasts until the broker is back in every ISR
                             (needs ``disk_mb`` set on the cluster)
+clock_jump                  the wall clock of one node (a partition's leader, the active
+                            controller or the transaction coordinator) steps 6..10 minutes
+                            forward or back, for 2..5 s, then steps back to the true time
+                            (needs ``fake_clocks`` set on the cluster)
 wipe_restart                SIGKILL a broker (often a leader), empty its log storage (a new
                             disk), restart it; the fault lasts until it is back in every ISR
 ==========================  =================================================================
@@ -78,7 +82,11 @@ FAULT_CLASSES = (
     "wipe_restart",
     # needs the brokers on disks of their own (ChaosCluster's disk_mb)
     "disk_full",
+    # needs the nodes under libfaketime (ChaosCluster's fake_clocks)
+    "clock_jump",
 )
+#: The roles whose node's clock clock_jump steps.
+CLOCK_ROLES = ("broker", "controller", "coordinator")
 #: How long a wiped broker may take to rebuild its replicas from its peers and rejoin every ISR.
 REJOIN_TIMEOUT_S = 60.0
 #: Random numbers drawn per planned fault (each in [0, 1)).
@@ -162,6 +170,8 @@ class Nemesis:
             return self._coordinator_kill(draws)
         if fault_class == "wipe_restart":
             return self._wipe_restart(self._target(draws[0], draws[1]))
+        if fault_class == "clock_jump":
+            return self._clock_jump(draws)
         if fault_class == "disk_full":
             return self._disk_full(self._target(draws[0], draws[1]), draws[2:])
         return self._broker_fault(fault_class, self._target(draws[0], draws[1]), draws[2:])
@@ -308,12 +318,15 @@ class Nemesis:
         delay = _between(draws[1], S + 0.5, S + 3.0)
         return {"controller": active, **self._kill_restart(f"controller-{active}", delay)}
 
-    def _coordinator_kill(self, draws: Sequence[float]) -> dict[str, Any]:
+    def _coordinator(self, draw: float) -> int:
+        """The transaction coordinator's broker (the leader of __transaction_state-0), or a
+        broker picked with ``draw`` if it has none now."""
         info = self._partition(TRANSACTION_TOPIC, 0)
         brokers = sorted(self.cluster.brokers)
-        leader = (
-            info.leader if info is not None and info.leader in brokers else _pick(draws[0], brokers)
-        )
+        return info.leader if info is not None and info.leader in brokers else _pick(draw, brokers)
+
+    def _coordinator_kill(self, draws: Sequence[float]) -> dict[str, Any]:
+        leader = self._coordinator(draws[0])
         delay = 0.0 if draws[1] < 0.5 else _between(draws[2], S + 0.5, S + 2.0)
         return {"broker": leader, **self._kill_restart(f"broker-{leader}", delay)}
 
@@ -348,6 +361,30 @@ class Nemesis:
         if detail["killed_while_full"]:
             detail.update(self._restart(f"broker-{broker}"))
         return {**detail, **self._until_in_every_isr(broker)}
+
+    def _clock_jump(self, draws: Sequence[float]) -> dict[str, Any]:
+        role = _pick(draws[0], CLOCK_ROLES)
+        if role == "controller":
+            active = self.cluster.active_controller()
+            node = f"controller-{active if active in self.cluster.controllers else 100}"
+        elif role == "coordinator":
+            node = f"broker-{self._coordinator(draws[1])}"
+        else:
+            node = f"broker-{self._target(0.0, draws[1])}"
+        clock = self.cluster.clocks.get(node)
+        if clock is None:
+            raise ValueError("clock_jump needs a cluster whose nodes have fake clocks")
+        minutes = _between(draws[2], 6.0, 10.0)
+        detail = {
+            "role": role,
+            "node": node,
+            "offset_s": int(minutes * 60) * (1 if draws[3] < 0.5 else -1),
+            "seconds": _between(draws[4], 2.0, 5.0),
+        }
+        clock.step_to(detail["offset_s"])
+        time.sleep(detail["seconds"])
+        clock.step_to(0)
+        return detail
 
     def _until_in_every_isr(self, broker: int) -> dict[str, Any]:
         """Wait for ``broker`` to be in every ISR it belongs in; how long it took, or where
