@@ -1,4 +1,8 @@
-"""The wall clock a log's retention, segment rolls and delayed deletes read.
+"""Wall clocks that a step of the node's clock does not move at once.
+
+:class:`SteadyWallClock` is what a log's retention, segment rolls and delayed deletes read;
+:class:`MonotonicWallClock` is the group coordinator's, whose deadlines (sessions, rebalances)
+and wall-clock times (commit timestamps, offset expiry) share one clock.
 
 Retention by time is a wall-clock rule (``retention.ms`` against record timestamps, as in
 Kafka), so a step of the node's wall clock is a step of every log's "now". A step back only
@@ -40,6 +44,20 @@ class SteadyWallClock:
             self._mono_ms = mono
             self._now_ms = min(wall, ahead)
             return self._now_ms
+
+
+class MonotonicWallClock:
+    """Milliseconds since the epoch: the wall clock when it was made, advanced by the
+    monotonic clock. No step of the wall clock moves it (nor does a correction of a wrong
+    clock: it keeps the offset it was made with until the process restarts), so a deadline in
+    it is a deadline in the monotonic clock, and its times compare with other nodes' wall
+    clocks as the wall clock did when it was made."""
+
+    def __init__(self) -> None:
+        self._origin_ms = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+
+    def __call__(self) -> int:
+        return self._origin_ms + time.monotonic_ns() // 1_000_000
 
 
 #: The clock of every log in this process (its start is the process's start, so a log opened

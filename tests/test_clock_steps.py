@@ -23,8 +23,11 @@ from logstore.storage import Storage
 from logstore.wall_clock import CATCH_UP_RATE, SteadyWallClock
 from replication.broker.partition import Partition, TopicPolicy
 from replication.controller.controller import Controller
+from replication.coordinator.group import GroupCoordinator
+from replication.coordinator.group_metadata import GroupConfig, JoinRequest
+from replication.coordinator.group_metadata_manager import OffsetsPartition
 from replication.coordinator.transaction import TxnState
-from replication.metadata.image import PartitionState
+from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 from replication.metadata.store import MetadataStore
 from tests.helpers import wait_until
 from tests.test_bounded_state import DATA, TxnHarness, run
@@ -147,3 +150,39 @@ def test_the_steady_wall_clock_follows_a_step_back_at_once_and_forward_slowly(
     wait_until(lambda: clock() - start >= 100, timeout=10, message="the clock moving on")
     elapsed_ms = (time.monotonic() - real_start) * 1000
     assert clock() - start <= (elapsed_ms + 50) * CATCH_UP_RATE, "no faster than its rate"
+
+
+def test_group_sessions_hold_across_wall_clock_steps(wall: WallClock) -> None:
+    image = MetadataImage(topics=(TopicInfo("events", "id", (PartitionState((0,), (0,), 0),)),))
+    appended: list[bytes] = []
+
+    async def append(index: int, records: bytes) -> int:
+        appended.append(records)
+        return len(appended) - 1
+
+    def join(member_id: str) -> JoinRequest:
+        return JoinRequest("g", member_id, None, "c", "", 500, 500, "consumer", (("r", b""),))
+
+    async def test() -> None:
+        config = GroupConfig(
+            num_partitions=1, initial_rebalance_delay_ms=0, min_session_timeout_ms=1
+        )
+        coordinator = GroupCoordinator(0, config, lambda: image, append)  # its own clock
+        coordinator.partitions[0] = OffsetsPartition(0, 0, loaded=True)
+        first = await coordinator.join_group(join(""))
+        joined = await coordinator.join_group(join(first.member_id))
+        await coordinator.sync_group("g", joined.generation_id, joined.member_id, None, {})
+        wall.step(+10 * MINUTES)
+        await coordinator.tick()
+        group = coordinator.describe_group("g")
+        assert group is not None
+        assert list(group.members) == [joined.member_id], "a step forward is no silence"
+        wall.step(-20 * MINUTES)
+        # the member goes silent while the clock is 10 minutes behind: its session still ends
+        deadline = time.monotonic() + 15
+        while group.members:
+            assert time.monotonic() < deadline, "the silent member's session never ended"
+            await coordinator.tick()
+            await asyncio.sleep(0.1)
+
+    asyncio.run(test())
