@@ -13,9 +13,14 @@ call twice, and detaches lazily if a process still holds a file open there.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from pathlib import Path
+
+#: How often :meth:`TmpfsDisk.fill` measures the free space again when the broker took some of
+#: it meanwhile.
+FILL_ATTEMPTS = 10
 
 
 class TmpfsDisk:
@@ -53,15 +58,20 @@ class TmpfsDisk:
     def fill(self, leave_bytes: int) -> int:
         """Take all the free space but ``leave_bytes`` (rounded to pages); returns the bytes
         taken. A write that needs more fails with ENOSPC, after storing what fitted."""
-        taken = max(self.free_bytes() - leave_bytes, 0)
         fd = os.open(self.filler, os.O_CREAT | os.O_WRONLY, 0o600)
         try:
-            size = os.fstat(fd).st_size
-            if taken:
-                os.posix_fallocate(fd, size, taken)
+            for _ in range(FILL_ATTEMPTS):
+                taken = max(self.free_bytes() - leave_bytes, 0)
+                try:
+                    if taken:
+                        os.posix_fallocate(fd, os.fstat(fd).st_size, taken)
+                    return taken
+                except OSError as err:  # the broker wrote since free_bytes(): measure again
+                    if err.errno != errno.ENOSPC:
+                        raise
+            return 0
         finally:
             os.close(fd)
-        return taken
 
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
