@@ -44,6 +44,7 @@ from tests.chaos.history import (
 )
 from tests.chaos.launcher import UNTIL_CHANGED, apply_faults
 from tests.chaos.nemesis import FAULT_CLASSES, plan
+from tests.chaos.netns import NetworkLab
 from tests.chaos.runner import run_schedule
 from tests.faulty_fs import FaultyStorage, InjectedStorageError
 from tests.helpers import wait_until
@@ -376,6 +377,56 @@ def test_a_fake_clock_steps_a_running_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_a_network_lab_drops_one_way_heals_and_leaves_nothing_behind() -> None:
+    lab = NetworkLab(f"rt{uuid.uuid4().hex[:4]}", ["a", "b"], 199)
+    serve = "import socket\ns = socket.create_server(('', 7000))\nprint('up', flush=True)\n"
+    # the proxy forwards whole frames: an empty one (length 0)
+    serve += "while True:\n    c, _ = s.accept(); c.sendall(bytes(4)); c.close()\n"
+    try:
+        lab.create()
+        server = subprocess.Popen(
+            [*lab.exec_prefix("a"), sys.executable, "-c", serve], stdout=PIPE, text=True
+        )
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline() == "up\n"
+            with TcpProxy(lab.ip("a"), 7000, record=False, listen_host=lab.bridge_ip) as proxy:
+                lab.proxy_ports["a"].add(proxy.port)
+                probe = (
+                    "import socket\ntry:\n"
+                    f"    print(socket.create_connection(('{lab.bridge_ip}', {proxy.port}), 1)"
+                    ".recv(4).hex())\n"
+                    "except OSError:\n    print('dropped')\n"
+                )
+
+                def from_b() -> str:
+                    cmd = [*lab.exec_prefix("b"), sys.executable, "-c", probe]
+                    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+
+                assert from_b() == "00000000", "b reaches a through a's proxy"
+                lab.drop("b", "a")
+                assert from_b() == "dropped"
+                with socket.create_connection((lab.bridge_ip, proxy.port), timeout=5) as c:
+                    assert c.recv(4) == bytes(4), "one way, between nodes: the harness still does"
+                lab.heal()
+                assert from_b() == "00000000"
+        finally:
+            server.kill()
+            server.wait()
+            assert server.stdout is not None
+            server.stdout.close()
+    finally:
+        lab.remove()
+    lab.remove()  # twice is fine
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.prefix not in namespaces
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert lab.bridge not in links
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert lab.table not in tables
+
+
+@pytest.mark.unit
 def test_longest_time_without_an_ack_per_fault_class() -> None:
     acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
     acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
@@ -461,6 +512,9 @@ SCHEDULES = [
     pytest.param(106, ["disk_full"], True, id="disk_full"),
     # the wall clock of a leader, the coordinator and the active controller steps by minutes
     pytest.param(108, ["clock_jump"], True, id="clock_jump"),
+    # packets dropped between nodes in network namespaces: a broker cut off, one way, two
+    # brokers cut from each other; the active controller cut off from everyone
+    pytest.param(109, ["net_partition", "controller_isolated"], True, id="network_partitions"),
     # the per-partition layout (log.wal.enable=false), which stays available: crashes
     # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(

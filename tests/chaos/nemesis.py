@@ -37,6 +37,13 @@ clock_jump                  the wall clock of one node (a partition's leader, th
                             controller or the transaction coordinator) steps 6..10 minutes
                             forward or back, for 2..5 s, then steps back to the true time
                             (needs ``fake_clocks`` set on the cluster)
+net_partition               packets between nodes are dropped (nftables, each node in a network
+                            namespace of its own) for 1..6 s: a broker cut off from every other
+                            node, or one broker's packets to another dropped one way, or two
+                            brokers cut from each other while both reach the third and the
+                            controllers (needs ``netns`` set on the cluster)
+controller_isolated         the active controller's packets to and from every other node are
+                            dropped for 2..6 s (the standby takes over; needs ``netns``)
 wipe_restart                SIGKILL a broker (often a leader), empty its log storage (a new
                             disk), restart it; the fault lasts until it is back in every ISR
 ==========================  =================================================================
@@ -56,6 +63,7 @@ from logstore.errors import ReplogError
 from replication.client import Admin, PartitionInfo
 from tests.chaos.cluster import SESSION_TIMEOUT_S, ChaosCluster
 from tests.chaos.history import Fault, History
+from tests.chaos.netns import NetworkLab
 
 S = SESSION_TIMEOUT_S
 TRANSACTION_TOPIC = "__transaction_state"
@@ -84,7 +92,12 @@ FAULT_CLASSES = (
     "disk_full",
     # needs the nodes under libfaketime (ChaosCluster's fake_clocks)
     "clock_jump",
+    # need every node in a network namespace of its own (ChaosCluster's netns)
+    "net_partition",
+    "controller_isolated",
 )
+#: The shapes of net_partition.
+PARTITION_SHAPES = ("isolated", "one_way", "bridge")
 #: The roles whose node's clock clock_jump steps.
 CLOCK_ROLES = ("broker", "controller", "coordinator")
 #: How long a wiped broker may take to rebuild its replicas from its peers and rejoin every ISR.
@@ -170,6 +183,10 @@ class Nemesis:
             return self._coordinator_kill(draws)
         if fault_class == "wipe_restart":
             return self._wipe_restart(self._target(draws[0], draws[1]))
+        if fault_class == "net_partition":
+            return self._net_partition(draws)
+        if fault_class == "controller_isolated":
+            return self._controller_isolated(draws)
         if fault_class == "clock_jump":
             return self._clock_jump(draws)
         if fault_class == "disk_full":
@@ -384,6 +401,43 @@ class Nemesis:
         clock.step_to(detail["offset_s"])
         time.sleep(detail["seconds"])
         clock.step_to(0)
+        return detail
+
+    def _lab(self) -> NetworkLab:
+        if self.cluster.lab is None:
+            raise ValueError("network partitions need a cluster whose nodes have namespaces")
+        return self.cluster.lab
+
+    def _net_partition(self, draws: Sequence[float]) -> dict[str, Any]:
+        lab = self._lab()
+        shape = _pick(draws[0], PARTITION_SHAPES)
+        first = self._target(draws[1], draws[2])
+        others = [b for b in sorted(self.cluster.brokers) if b != first]
+        second = _pick(draws[3], others)
+        detail: dict[str, Any] = {"shape": shape, "seconds": _between(draws[4], 1.0, 6.0)}
+        if shape == "isolated":
+            detail["broker"] = first
+            lab.cut([f"broker-{first}"], [n for n in lab.nodes if n != f"broker-{first}"])
+        elif shape == "one_way":
+            detail.update({"from": first, "to": second})
+            lab.drop(f"broker-{first}", f"broker-{second}")
+        else:
+            detail.update({"cut": [first, second]})
+            lab.cut([f"broker-{first}"], [f"broker-{second}"])
+        time.sleep(detail["seconds"])
+        lab.heal()
+        return detail
+
+    def _controller_isolated(self, draws: Sequence[float]) -> dict[str, Any]:
+        lab = self._lab()
+        active = self.cluster.active_controller()
+        if active not in self.cluster.controllers:
+            active = _pick(draws[0], sorted(self.cluster.controllers))
+        name = f"controller-{active}"
+        detail = {"controller": active, "seconds": _between(draws[1], 2.0, 6.0)}
+        lab.cut([name], [n for n in lab.nodes if n != name])
+        time.sleep(detail["seconds"])
+        lab.heal()
         return detail
 
     def _until_in_every_isr(self, broker: int) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def run_schedule(
         wal=wal,
         disk_mb=DISK_MB if "disk_full" in classes else None,
         fake_clocks=clock_jumps,
+        netns=bool({"net_partition", "controller_isolated"} & set(classes)),
     )
     configs = {**TOPIC_CONFIGS, **(CLOCK_TOPIC_CONFIGS if clock_jumps else {})}
     workers: list[Worker] = []
