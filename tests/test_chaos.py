@@ -1,5 +1,6 @@
 """The chaos harness (tests/chaos): its checker on hand-made histories, its fault plumbing
-(faulty storage through the launcher's control file, a blocked proxy), and three seeded
+(faulty storage through the launcher's control file, a blocked proxy, a tmpfs disk that fills
+up, a faked clock that steps a running process, a network lab that drops packets), and seeded
 schedules against real clusters that must find nothing wrong.
 
 The long run (100 schedules over every fault class) is ``python -m tests.chaos --schedules 100``.
