@@ -214,6 +214,10 @@ class Compactor:
         self.broker_epoch = broker_epoch
         self._delay_s = delete_delay_ms / 1000
         self._clock = clock
+        #: L0 object path -> ``clock()`` when :meth:`next_round` first saw it live: its age by
+        #: the monotonic clock, so a step back of the wall clock (which its created_ms is in)
+        #: does not hold a round back for as long as the step
+        self._first_seen: dict[str, float] = {}
         self._lock = threading.Lock()  # one round or collection at a time
         self._due: dict[str, float] = {}  # unreferenced object -> when it may go
         #: a newer broker epoch wrote to the root: this compactor no longer deletes
@@ -270,17 +274,24 @@ class Compactor:
     ) -> tuple[list[str], float | None]:
         """:meth:`due_sources`, and when the next round falls due if none is now: the seconds
         until the oldest live L0 object is ``max_age_ms`` old (None: no live L0 object; 0: a
-        round is due). Unless more is written meanwhile (the bytes trigger), nothing changes
-        before then, so a broker idle after traffic can sleep that long instead of
-        checking."""
+        round is due). An object's age is the older of its created_ms's (the wall clock) and
+        how long this compactor has seen it live (the monotonic clock). Unless more is
+        written meanwhile (the bytes trigger), nothing changes before then, so a broker idle
+        after traffic can sleep that long instead of checking."""
         candidates = self._l0_live()
         if not candidates:
             return [], None
         total = sum(obj.index.object_size for obj in candidates)
         now = time.time() * 1000 if now_ms is None else now_ms
-        oldest = min(obj.index.created_ms for obj in candidates)
-        if now - oldest < max_age_ms and total < window_bytes * (1 + self._phase):
-            return [], (oldest + max_age_ms - now) / 1000
+        seen_now = self._clock()
+        first_seen = {o.path: self._first_seen.get(o.path, seen_now) for o in candidates}
+        self._first_seen = first_seen
+        age = max(
+            max(now - o.index.created_ms, (seen_now - first_seen[o.path]) * 1000)
+            for o in candidates
+        )
+        if age < max_age_ms and total < window_bytes * (1 + self._phase):
+            return [], (max_age_ms - age) / 1000
         chosen: list[str] = []
         size = 0
         for obj in candidates:  # the oldest, up to window_bytes (at least one)

@@ -49,7 +49,6 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -65,12 +64,9 @@ from logstore.segment import BatchIndex, ChunkSegment, Extent, LogSegment, objec
 from logstore.storage import Storage
 from logstore.wal import PendingChunk, WalClosedError, WalWriter, durable_count, still_taken
 from logstore.wal_index import ChunkExtent, WalIndex
+from logstore.wall_clock import steady_wall_ms
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +154,7 @@ class Log(LogRetention):
         storage: Storage,
         config: LogConfig | None = None,
         *,
-        time_ms: Callable[[], int] = _now_ms,
+        time_ms: Callable[[], int] = steady_wall_ms,
         topic_id: str | None = None,
         topic: str = "",
         partition: int | None = None,

@@ -125,14 +125,22 @@ class _Connection:
 
 
 class TcpProxy:
-    """Forward 127.0.0.1:``port`` to ``target_host``:``target_port``, frame by frame."""
+    """Forward ``listen_host``:``port`` (127.0.0.1 unless told) to ``target_host``:``target_port``,
+    frame by frame."""
 
     def __init__(
-        self, target_host: str, target_port: int, listen_port: int = 0, *, record: bool = True
+        self,
+        target_host: str,
+        target_port: int,
+        listen_port: int = 0,
+        *,
+        record: bool = True,
+        listen_host: str = "127.0.0.1",
     ) -> None:
         """``record=False`` keeps no frames (:attr:`requests` and :attr:`responses` stay
         empty; armed drops still work): for long runs where only the faults matter."""
         self.target = (target_host, target_port)
+        self.listen_host = listen_host
         self._record = record
         self._listen_port = listen_port
         self._listener: socket.socket | None = None
@@ -159,7 +167,7 @@ class TcpProxy:
         assert self._listener is None, "already started"
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self._listen_port))
+        listener.bind((self.listen_host, self._listen_port))
         listener.listen(64)
         listener.settimeout(POLL_S)
         self._listener = listener
@@ -176,7 +184,7 @@ class TcpProxy:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.listen_host}:{self.port}"
 
     def stop(self, timeout: float = 10) -> None:
         """Stop accepting, close every connection, join every thread."""

@@ -1,5 +1,6 @@
 """The chaos harness (tests/chaos): its checker on hand-made histories, its fault plumbing
-(faulty storage through the launcher's control file, a blocked proxy), and three seeded
+(faulty storage through the launcher's control file, a blocked proxy, a tmpfs disk that fills
+up, a faked clock that steps a running process, a network lab that drops packets), and seeded
 schedules against real clusters that must find nothing wrong.
 
 The long run (100 schedules over every fault class) is ``python -m tests.chaos --schedules 100``.
@@ -7,11 +8,16 @@ The long run (100 schedules over every fault class) is ``python -m tests.chaos -
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
+from subprocess import PIPE
 from types import SimpleNamespace
 
 import pytest
@@ -20,22 +26,29 @@ from logstore.storage import Storage
 from replication.client import Admin
 from tests import faulty_fs
 from tests.chaos.checker import ANOMALY_KINDS, check, longest_without_ack
+from tests.chaos.clocks import FakeClock
 from tests.chaos.cluster import ChaosCluster
+from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import (
     Ack,
+    CorruptRead,
     Fault,
     FinalState,
     HighWatermark,
     History,
     OutOfRange,
     Read,
+    Retention,
     StoredBatch,
+    TimestampLookup,
     Transaction,
 )
 from tests.chaos.launcher import UNTIL_CHANGED, apply_faults
 from tests.chaos.nemesis import FAULT_CLASSES, plan
+from tests.chaos.netns import NetworkLab
 from tests.chaos.runner import run_schedule
 from tests.faulty_fs import FaultyStorage, InjectedStorageError
+from tests.helpers import wait_until
 from tests.proxy import TcpProxy
 
 pytestmark = pytest.mark.chaos
@@ -244,6 +257,177 @@ def test_not_recovered_and_logs_unread() -> None:
 
 
 @pytest.mark.unit
+def test_a_wiped_broker_not_back_in_every_isr_is_not_recovered() -> None:
+    history, final = clean()
+    history.faults.append(Fault("wipe_restart", 2.0, 8.0, {"broker": 1, "in_every_isr_after_s": 1}))
+    assert counts(history, final) == only("none", 0)
+    history.faults.append(Fault("wipe_restart", 9.0, 70.0, {"broker": 2, "not_in_isr": "events-0"}))
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("not_recovered")
+    assert "broker 2 wiped at 9.0 was not back in the ISR of events-0" in found["not_recovered"][0]
+
+
+@pytest.mark.unit
+def test_a_broker_that_exits_or_stays_out_when_its_disk_fills() -> None:
+    history, final = clean()
+    killed: dict[str, object] = {
+        "broker": 0,
+        "killed_while_full": True,
+        "exited": False,
+        "in_every_isr_after_s": 2,
+    }
+    history.faults.append(Fault("disk_full", 1.0, 4.0, killed))
+    assert counts(history, final) == only("none", 0), "a kill by the nemesis is no crash"
+    history.faults.append(Fault("disk_full", 5.0, 9.0, {"broker": 1, "exited": True}))
+    history.faults.append(Fault("disk_full", 9.0, 70.0, {"broker": 2, "not_in_isr": "events-1"}))
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == {
+        **only("crashed_on_enospc"),
+        "not_recovered": 1,
+    }
+    assert "broker 1 exited while its disk was full" in found["crashed_on_enospc"][0]
+    assert (
+        "broker 2 out of disk space at 9.0 was not back in the ISR of events-1"
+        in found["not_recovered"][0]
+    )
+
+
+@pytest.mark.unit
+def test_a_batch_failing_its_crc_given_to_a_reader() -> None:
+    history, final = clean()
+    history.corrupt_reads.append(CorruptRead("read_committed", "events-1: crc mismatch", 3.0))
+    assert counts(history, final) == only("corrupt_served")
+
+
+@pytest.mark.unit
+def test_a_tmpfs_disk_fills_up_and_is_freed(tmp_path: Path) -> None:
+    disk = TmpfsDisk(tmp_path / "disk", size_mb=1).mount()
+    try:
+        assert disk.fill(leave_bytes=0) > 0
+        with pytest.raises(OSError, match="No space left") as err:
+            (disk.log_root / "object").write_bytes(b"x" * 10_000)
+        assert err.value.errno == errno.ENOSPC
+        disk.free()
+        (disk.log_root / "object").write_bytes(b"x" * 10_000)
+    finally:
+        disk.unmount()
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
+    disk.unmount()  # twice is fine
+
+
+@pytest.mark.unit
+def test_retention_before_its_limit_by_the_true_clock() -> None:
+    history, final = clean()
+    final.retention[(E, 0)] = Retention(0, 300_000, 50.0)
+    final.retention[(E, 1)] = Retention(40, 30_000, 50.0)  # older than its limit: fine
+    assert counts(history, final) == only("none", 0)
+    final.retention[(E, 2)] = Retention(142, 300_000, 50.0)
+    found = check(history, final)
+    assert {k: len(v) for k, v in found.items()} == only("retention_early")
+    assert (
+        "events-2: log start offset 142, though the partition is 50 s old"
+        in (found["retention_early"][0])
+    )
+
+
+@pytest.mark.unit
+def test_a_timestamp_lookup_past_the_record_it_names() -> None:
+    history, final = clean()
+    final.timestamp_lookups += [
+        TimestampLookup(E, 0, 5, 1_000, 5),
+        TimestampLookup(E, 0, 6, 1_000, 5),  # an earlier record has that timestamp too
+    ]
+    assert counts(history, final) == only("none", 0)
+    final.timestamp_lookups += [TimestampLookup(E, 0, 7, 990, 9), TimestampLookup(E, 1, 0, 5, -1)]
+    assert counts(history, final) == only("timestamp_lookup", 2)
+
+
+@pytest.mark.unit
+def test_a_fake_clock_steps_a_running_process(tmp_path: Path) -> None:
+    clock = FakeClock(tmp_path / "faketime")
+    script = (
+        "import sys, time\n"
+        "from tests.chaos.clocks import sleep_on_a_condition\n"
+        "time.sleep = sleep_on_a_condition\n"  # as the launcher: libfaketime's sleep fails
+        "for line in sys.stdin:\n"
+        "    time.sleep(0.01)\n"
+        "    print(round(time.time() - float(line)), flush=True)\n"
+    )
+    env = {**os.environ, **clock.env(), "PYTHONPATH": str(Path(__file__).parents[1])}
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=PIPE, stdout=PIPE, text=True, env=env
+    ) as proc:
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None
+        assert stdout is not None
+
+        def offset() -> int:
+            stdin.write(f"{time.time()}\n")
+            stdin.flush()
+            return int(stdout.readline())
+
+        assert abs(offset()) <= 1
+        clock.step_to(-600)
+        wait_until(lambda: abs(offset() + 600) <= 1, timeout=10, message="the step reached it")
+        clock.step_to(0)
+        wait_until(lambda: abs(offset()) <= 1, timeout=10, message="the step back reached it")
+        stdin.close()
+    assert proc.returncode == 0
+    clock.remove()
+    assert not clock.path.exists()
+
+
+@pytest.mark.unit
+def test_a_network_lab_drops_one_way_heals_and_leaves_nothing_behind() -> None:
+    lab = NetworkLab(f"rt{uuid.uuid4().hex[:4]}", ["a", "b"], 199)
+    serve = "import socket\ns = socket.create_server(('', 7000))\nprint('up', flush=True)\n"
+    # the proxy forwards whole frames: an empty one (length 0)
+    serve += "while True:\n    c, _ = s.accept(); c.sendall(bytes(4)); c.close()\n"
+    try:
+        lab.create()
+        server = subprocess.Popen(
+            [*lab.exec_prefix("a"), sys.executable, "-c", serve], stdout=PIPE, text=True
+        )
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline() == "up\n"
+            with TcpProxy(lab.ip("a"), 7000, record=False, listen_host=lab.bridge_ip) as proxy:
+                lab.proxy_ports["a"].add(proxy.port)
+                probe = (
+                    "import socket\ntry:\n"
+                    f"    print(socket.create_connection(('{lab.bridge_ip}', {proxy.port}), 1)"
+                    ".recv(4).hex())\n"
+                    "except OSError:\n    print('dropped')\n"
+                )
+
+                def from_b() -> str:
+                    cmd = [*lab.exec_prefix("b"), sys.executable, "-c", probe]
+                    return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+
+                assert from_b() == "00000000", "b reaches a through a's proxy"
+                lab.drop("b", "a")
+                assert from_b() == "dropped"
+                with socket.create_connection((lab.bridge_ip, proxy.port), timeout=5) as c:
+                    assert c.recv(4) == bytes(4), "one way, between nodes: the harness still does"
+                lab.heal()
+                assert from_b() == "00000000"
+        finally:
+            server.kill()
+            server.wait()
+            assert server.stdout is not None
+            server.stdout.close()
+    finally:
+        lab.remove()
+    lab.remove()  # twice is fine
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.prefix not in namespaces
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    assert lab.bridge not in links
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert lab.table not in tables
+
+
+@pytest.mark.unit
 def test_longest_time_without_an_ack_per_fault_class() -> None:
     acks = [Ack("p1", f"p1-{i:06d}", E, 0, i, t) for i, t in enumerate([0.0, 1.0, 4.5, 5.0, 9.0])]
     acks.append(Ack("p1", "p1-000100", E, 1, 0, 0.5))  # partition 1: no ack after 0.5
@@ -323,6 +507,15 @@ SCHEDULES = [
     pytest.param(
         103, ["controller_kill", "coordinator_kill"], True, id="controller_and_coordinator"
     ),
+    # a broker loses its whole store (a new disk) and rebuilds its replicas from its peers
+    pytest.param(105, ["wipe_restart"], True, id="wipe_restart"),
+    # each broker on a small tmpfs that fills up mid-flush (ENOSPC), then has space again
+    pytest.param(106, ["disk_full"], True, id="disk_full"),
+    # the wall clock of a leader, the coordinator and the active controller steps by minutes
+    pytest.param(108, ["clock_jump"], True, id="clock_jump"),
+    # packets dropped between nodes in network namespaces: a broker cut off, one way, two
+    # brokers cut from each other; the active controller cut off from everyone
+    pytest.param(109, ["net_partition", "controller_isolated"], True, id="network_partitions"),
     # the per-partition layout (log.wal.enable=false), which stays available: crashes
     # mid-flush and failing, stalling and tearing writes of the segment objects
     pytest.param(

@@ -151,6 +151,23 @@ def test_request_count_does_not_depend_on_partitions(partitions: int) -> None:
 
 
 @pytest.mark.unit
+def test_a_step_back_of_the_wall_clock_does_not_hold_a_round_back() -> None:
+    storage = memory_root()
+    write_l0(storage, keys_of(2), flushes=3, batches_per_flush=2)
+    index, table = open_table(storage)
+    monotonic = [100.0]
+    compactor = Compactor(
+        storage, index, table, broker_id=1, broker_epoch=1, clock=lambda: monotonic[0]
+    )
+    sources = compactor.l0_sources()
+    created = min(o.index.created_ms for o in index.objects())
+    stepped_back = created - 600_000  # the clock went back 10 minutes after the writes
+    assert compactor.next_round(window_bytes=1 << 30, now_ms=stepped_back) == ([], 60.0)
+    monotonic[0] += 60.5
+    assert compactor.due_sources(window_bytes=1 << 30, now_ms=stepped_back + 60_500) == sources
+
+
+@pytest.mark.unit
 def test_due_sources_by_bytes_and_by_age() -> None:
     storage = memory_root()
     write_l0(storage, keys_of(2), flushes=6, batches_per_flush=4)

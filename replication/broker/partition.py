@@ -58,7 +58,14 @@ NO_EPOCH_CHECK = -1
 
 
 def _now_ms() -> int:
+    """The wall clock: for timestamps (producer state, LogAppendTime)."""
     return time.time_ns() // 1_000_000
+
+
+def _monotonic_ms() -> int:
+    """The clock of the followers' fetch and caught-up times (replica.lag.time.max.ms): a
+    step of the wall clock neither drops every follower from the ISR nor keeps a stuck one."""
+    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -66,11 +73,12 @@ class ReplicaState:
     """What the leader knows of one follower (Kafka's Replica)."""
 
     log_end_offset: int = -1
+    #: when this follower last fetched (the monotonic clock, as last_caught_up_ms)
     last_fetch_ms: int = 0
     #: the leader's LEO when this follower last fetched
     last_fetch_leader_leo: int = -1
     #: last time the follower had caught up to the leader's LEO (for replica.lag.time.max.ms)
-    last_caught_up_ms: int = field(default_factory=_now_ms)
+    last_caught_up_ms: int = field(default_factory=_monotonic_ms)
     #: the follower broker's registration (broker epoch) this state was learned from
     broker_epoch: int = -1
 
@@ -154,7 +162,7 @@ class Partition:
         changed = (state.leader, state.leader_epoch) != (self.state.leader, self.state.leader_epoch)
         self.state = state
         if self.is_leader:
-            now = _now_ms()
+            now = _monotonic_ms()
             for replica in state.replicas:
                 if replica != self.broker_id and replica not in self.followers:
                     self.followers[replica] = ReplicaState(last_caught_up_ms=now)
@@ -425,7 +433,7 @@ class Partition:
         replica = self.followers.get(replica_id)
         if replica is None:
             return False
-        now = _now_ms()
+        now = _monotonic_ms()
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
             replica.last_caught_up_ms = now
@@ -471,7 +479,7 @@ class Partition:
         """The ISR without followers that have not caught up for ``lag_time_max_ms``."""
         if not self.is_leader:
             return None
-        now = _now_ms()
+        now = _monotonic_ms()
         lagging = {
             replica_id
             for replica_id in self.state.isr

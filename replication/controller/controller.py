@@ -102,13 +102,15 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
         session_timeout_ms: int = 3_000,
         unclean_leader_election: bool = False,
         incarnation: str = "",
-        time_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        time_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
     ) -> None:
         self.store = store
         self.session_timeout_ms = session_timeout_ms
         self.unclean_leader_election = unclean_leader_election
         self.incarnation = incarnation or uuid.uuid4().hex
-        #: broker id -> time of its last heartbeat (ms), for the brokers this controller saw
+        #: broker id -> time of its last heartbeat (ms, ``time_ms``: a monotonic clock, so a
+        #: step of the wall clock neither fences every broker nor keeps a dead one unfenced),
+        #: for the brokers this controller saw
         self._last_heartbeat: dict[int, int] = {}
         #: broker id -> the metadata version of its registration: a fenced broker is unfenced
         #: once its heartbeat reports that it applied that version (Kafka's
@@ -149,7 +151,7 @@ class Controller(AclControlManager, QuotaControlManager, PartitionReassignmentCo
                     self.controller_id,
                     self.host,
                     self.port,
-                    self._time_ms(),
+                    time.time_ns() // 1_000_000,  # when, for a reader: a wall-clock time
                     self.incarnation,
                 )
             )

@@ -34,7 +34,6 @@ import contextlib
 import json
 import logging
 import struct
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from logstore.batch import (
     iter_batches,
 )
 from logstore.errors import ReplogError
+from logstore.wall_clock import MonotonicWallClock
 from replication.broker.partition import Partition
 from replication.common import TopicPartition
 from replication.coordinator.group_metadata import (
@@ -83,8 +83,13 @@ CommitErrors = dict[TopicPartition, type[ReplogError] | None]
 PendingOffsets = dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]
 
 
+_clock = MonotonicWallClock()
+
+
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    """The group coordinator's clock: session and rebalance deadlines, commit timestamps and
+    offset expiry. A step of the wall clock moves none of them (as Kafka's timers)."""
+    return _clock()
 
 
 def java_string_hash(value: str) -> int:

@@ -83,7 +83,14 @@ _EXPIRE_BATCH = 500
 
 
 def _now_ms() -> int:
+    """The wall clock: the times kept in the transaction log (start, last update)."""
     return time.time_ns() // 1_000_000
+
+
+def _monotonic_ms() -> int:
+    """The clock of transaction.timeout.ms: a step of the coordinator's wall clock neither
+    aborts every open transaction nor keeps an abandoned one open."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class TxnState(enum.StrEnum):
@@ -177,6 +184,10 @@ class TransactionCoordinator:
         self._write_markers_locally = write_markers_locally
         self._allocate = allocate_producer_ids
         self.txns: dict[str, TransactionMetadata] = {}
+        #: transactional id -> (start_ms of its open transaction, _monotonic_ms() when this
+        #: coordinator saw it open): its timeout counts from there, so one begun under a
+        #: predecessor gets its whole timeout again from the takeover
+        self._open_since: dict[str, tuple[int, int]] = {}
         self.sinks: dict[str, int] = {}
         self.coordinator_epoch = -1
         self.active = False
@@ -226,6 +237,8 @@ class TransactionCoordinator:
         finally:
             self.loading = False
         for meta in list(self.txns.values()):
+            if meta.state == TxnState.ONGOING:  # its timeout counts from the takeover
+                self._opened_ms(meta, _monotonic_ms())
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 log.info(
                     "completing %s of %r left by the previous coordinator",
@@ -238,6 +251,7 @@ class TransactionCoordinator:
         self.active = False
         self._partition = None
         self.txns.clear()
+        self._open_since.clear()
         self.sinks.clear()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -315,8 +329,13 @@ class TransactionCoordinator:
             await self._append(build(records))
             for m in txns:
                 self.txns[m.transactional_id] = m
+                if m.state == TxnState.ONGOING:
+                    self._opened_ms(m, _monotonic_ms())
+                else:
+                    self._open_since.pop(m.transactional_id, None)
             for t in removed:
                 self.txns.pop(t, None)
+                self._open_since.pop(t, None)
             for s, b in (sinks or {}).items():
                 self.sinks[s] = max(self.sinks.get(s, -1), b)
         if self._schedule.note(len(records), self.live_keys(), SNAPSHOT_MIN_RECORDS):
@@ -675,11 +694,11 @@ class TransactionCoordinator:
         """Abort (and fence) transactions open longer than their timeout."""
         if not self.active:
             return 0
-        now = _now_ms()
+        now = _monotonic_ms()
         expired = [
             m
             for m in self.txns.values()
-            if m.state == TxnState.ONGOING and now - m.start_ms > m.timeout_ms
+            if m.state == TxnState.ONGOING and now - self._opened_ms(m, now) > m.timeout_ms
         ]
         for meta in expired:
             async with self._locked(meta.transactional_id):
@@ -689,11 +708,19 @@ class TransactionCoordinator:
                 log.warning(
                     "aborting transaction %r: open for %d ms, timeout %d ms",
                     meta.transactional_id,
-                    now - meta.start_ms,
+                    now - self._opened_ms(meta, now),
                     meta.timeout_ms,
                 )
                 await self._end(meta, commit=False, bump_epoch=True)
         return len(expired)
+
+    def _opened_ms(self, meta: TransactionMetadata, now: int) -> int:
+        """When this coordinator saw ``meta``'s open transaction begin (``now`` if this is
+        the first look: it was loaded from the log), on the monotonic clock."""
+        seen = self._open_since.get(meta.transactional_id)
+        if seen is None or seen[0] != meta.start_ms:
+            seen = self._open_since[meta.transactional_id] = (meta.start_ms, now)
+        return seen[1]
 
     async def remove_expired_transactional_ids(self) -> int:
         """Remove the transactional ids whose transaction is complete (Empty, CompleteCommit,

@@ -19,10 +19,19 @@ committed_missing  a committed transaction is not wholly visible to read_committ
                    outcome is unknown is partly visible (it must be all or nothing)
 replicas_differ    the replicas of a partition store different batches below the HW (base
                    offset, last offset, leader epoch, CRC), or one cannot be read there
+corrupt_served     a reader was given a batch that failed its CRC check (only whole, CRC-valid
+                   batches are served, also by a broker whose disk is full)
+crashed_on_enospc  a broker whose disk filled up (disk_full) exited by itself
+retention_early    retention deleted records younger than retention.ms by the true clock (a
+                   partition younger than its retention.ms has a log start offset above 0)
+timestamp_lookup   ListOffsets by a record's timestamp returned an offset past that record
 slow_sigterm       a process took longer than the limit to exit after SIGTERM, or exited with a
                    failure (its graceful shutdown overran shutdown.timeout.ms)
 not_recovered      after the heal, a process would not start or the cluster did not get back to
-                   a full, caught-up ISR within the deadline
+                   a full, caught-up ISR within the deadline, or a wiped broker did not rebuild
+                   its replicas and rejoin every ISR within the fault's deadline, or a broker
+                   whose disk filled up did not take writes again (rejoin every ISR) once it
+                   had space
 =================  ============================================================================
 """
 
@@ -52,6 +61,10 @@ ANOMALY_KINDS = (
     "aborted_visible",
     "committed_missing",
     "replicas_differ",
+    "corrupt_served",
+    "crashed_on_enospc",
+    "retention_early",
+    "timestamp_lookup",
     "slow_sigterm",
     "not_recovered",
 )
@@ -239,6 +252,53 @@ def check_shutdowns(final: FinalState, limit_s: float = SIGTERM_LIMIT_S) -> Foun
     }
 
 
+def check_faults(faults: Iterable[Fault]) -> Found:
+    """not_recovered and crashed_on_enospc: what a fault's own observations show did not come
+    back."""
+    found: Found = {"not_recovered": [], "crashed_on_enospc": []}
+    for fault in faults:
+        broker = fault.detail.get("broker")
+        if fault.fault_class == "disk_full" and fault.detail.get("exited"):
+            found["crashed_on_enospc"].append(
+                f"broker {broker} exited while its disk was full (from {fault.start:.1f})"
+            )
+        if fault.fault_class in ("wipe_restart", "disk_full") and fault.detail.get("not_in_isr"):
+            what = "wiped" if fault.fault_class == "wipe_restart" else "out of disk space"
+            found["not_recovered"].append(
+                f"broker {broker} {what} at {fault.start:.1f} was not back in the ISR of "
+                f"{fault.detail['not_in_isr']} by the deadline"
+            )
+    return found
+
+
+def check_corrupt_reads(history: History) -> Found:
+    """corrupt_served: no reader is ever given a batch that fails its CRC check."""
+    return {
+        "corrupt_served": [
+            f"{c.reader} was given a corrupt batch at {c.time:.1f}: {c.error}"
+            for c in history.corrupt_reads
+        ]
+    }
+
+
+def check_clocks(final: FinalState) -> Found:
+    """retention_early and timestamp_lookup: what a node's wall clock must not decide."""
+    return {
+        "retention_early": [
+            f"{tp[0]}-{tp[1]}: log start offset {r.log_start_offset}, though the partition is "
+            f"{r.age_s:.0f} s old and its retention.ms is {r.retention_ms}"
+            for tp, r in sorted(final.retention.items())
+            if r.log_start_offset > 0 and r.age_s * 1000 < r.retention_ms
+        ],
+        "timestamp_lookup": [
+            f"{t.topic}-{t.partition}: ListOffsets({t.timestamp}) returned {t.found}, past "
+            f"offset {t.offset}, which has that timestamp"
+            for t in final.timestamp_lookups
+            if t.found < 0 or t.found > t.offset
+        ],
+    }
+
+
 def check(history: History, final: FinalState) -> Found:
     """Every check; ``{kind: examples}`` with every kind of :data:`ANOMALY_KINDS` present.
     The checks against the final logs run only if they were read in full."""
@@ -248,6 +308,9 @@ def check(history: History, final: FinalState) -> Found:
         check_replicas(final),
         check_shutdowns(final),
         {"not_recovered": list(final.not_recovered)},
+        check_faults(history.faults),
+        check_corrupt_reads(history),
+        check_clocks(final),
     ]
     if final.logs_read:
         parts += [

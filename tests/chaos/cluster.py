@@ -10,6 +10,11 @@ its own proxy and on a log storage the harness can break.
   Brokers are ``process.roles=broker``: never controllers.
 - Brokers run through :mod:`tests.chaos.launcher`, so :meth:`ChaosCluster.set_storage_faults`
   makes a broker's own log storage fail, stall or tear writes.
+- With ``disk_mb``, each broker's log storage is on a tmpfs of its own
+  (:class:`~tests.chaos.disks.TmpfsDisk`), which ``disk_full`` fills.
+- With ``fake_clocks``, every node runs under libfaketime (:class:`~tests.chaos.clocks.FakeClock`),
+  whose wall clock ``clock_jump`` steps.
+- Controllers run through the launcher too (no storage faults there).
 
 Every wait has a deadline; nothing here decides what is an anomaly (see
 :mod:`tests.chaos.checker`), it only reports what it could not do.
@@ -18,12 +23,18 @@ Every wait has a deadline; nothing here decides what is an anomaly (see
 from __future__ import annotations
 
 import os
+import random
+import shutil
 import signal
 import subprocess
 import time
+import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from logstore.batch import iter_batches
 from logstore.errors import ReplogError
@@ -33,8 +44,11 @@ from logstore.storage import Storage
 from replication.client import Admin, TopicPartition
 from replication.client.describe import describe_topic_status
 from replication.metadata.store import MetadataStore
+from tests.chaos.clocks import FakeClock
+from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import StoredBatch
 from tests.chaos.launcher import CONTROL_ENV, write_control
+from tests.chaos.netns import NetworkLab
 from tests.cluster import FAST_FAILOVER, BrokerProcess
 from tests.proxy import TcpProxy
 
@@ -54,14 +68,33 @@ BROKER_SETTINGS = {
 }
 
 
-class LaunchedBroker(BrokerProcess):
-    """A broker started through :mod:`tests.chaos.launcher` (faulty log storage). With a
-    ``proxy`` (what clients reach) each start takes a fresh port and points the proxy at it;
-    without one the port is kept across restarts, as for any BrokerProcess."""
+def _free_subnet() -> int:
+    """A second octet for a lab's 10.<n>.0.0/24 that no route of this host uses yet."""
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    free = [n for n in range(100, 250) if f"10.{n}." not in routes]
+    if not free:
+        raise RuntimeError("no free 10.<n>.0.0/24 for a chaos network")
+    return random.choice(free)
 
-    def __init__(self, *args: Any, proxy: TcpProxy | None = None, **kwargs: Any) -> None:
+
+class LaunchedBroker(BrokerProcess):
+    """A node started through :mod:`tests.chaos.launcher` (faulty log storage). With a
+    ``proxy`` (what clients reach) each start takes a fresh port and points the proxy at it;
+    without one the port is kept across restarts, as for any BrokerProcess. ``host``: the
+    address it listens on; ``exec_prefix``: what runs it (in a network namespace)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        proxy: TcpProxy | None = None,
+        host: str = "127.0.0.1",
+        exec_prefix: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.proxy = proxy
+        self.host = host
+        self.exec_prefix = list(exec_prefix)
 
     def start(self) -> LaunchedBroker:
         if self.proxy is None:
@@ -69,19 +102,55 @@ class LaunchedBroker(BrokerProcess):
             return self
         self.port = 0  # a fresh port: the last one may have been taken while this was down
         super().start()
-        self.proxy.target = ("127.0.0.1", self.port)
+        self.proxy.target = (self.host, self.port)
         return self
 
     def command(self) -> list[str]:
         cmd = super().command()  # [python, "-m", "replication.tools.cli", role, "start", ...]
-        return [cmd[0], "-m", "tests.chaos.launcher", *cmd[3:]]
+        listeners = "listeners=REPLOG://127.0.0.1:"
+        args = [a.replace(listeners, f"listeners=REPLOG://{self.host}:") for a in cmd[3:]]
+        return [*self.exec_prefix, cmd[0], "-m", "tests.chaos.launcher", *args]
 
 
 class ChaosCluster:
     """Processes, proxies and storage controls of one schedule's cluster."""
 
-    def __init__(self, data_dir: Path, brokers: int = 3, *, wal: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        brokers: int = 3,
+        *,
+        wal: bool = True,
+        disk_mb: int | None = None,
+        fake_clocks: bool = False,
+        netns: bool = False,
+    ) -> None:
         self.data_dir = Path(data_dir)
+        names = [f"controller-{i}" for i in CONTROLLER_IDS] + [
+            f"broker-{i}" for i in range(brokers)
+        ]
+        #: with ``netns``: every node in a network namespace of its own, behind a proxy, so
+        #: ``net_partition`` and ``controller_isolated`` drop packets between them
+        self.lab = NetworkLab(f"rc{uuid.uuid4().hex[:4]}", names, _free_subnet()) if netns else None
+        #: with ``fake_clocks``: every node's wall clock, which ``clock_jump`` steps
+        self.clocks: dict[str, FakeClock] = {}
+        #: with ``netns``: each controller's proxy (brokers reach the controllers through it)
+        self.controller_proxies: dict[int, TcpProxy] = {}
+        self.controllers: dict[int, LaunchedBroker] = {}
+        self.proxies: dict[int, TcpProxy] = {}
+        self.brokers: dict[int, LaunchedBroker] = {}
+        #: with ``disk_mb``: each broker's log storage is on its own tmpfs of that size,
+        #: mounted by :meth:`start` and unmounted by :meth:`close` (``disk_full`` fills it)
+        self.disks: dict[int, TmpfsDisk] = {}
+        self.paused: set[str] = set()
+        self.storage_seq = 0
+        try:
+            self._make(brokers, wal, disk_mb, fake_clocks)
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self, brokers: int, wal: bool, disk_mb: int | None, fake_clocks: bool) -> None:
         self.metadata_root = (self.data_dir / "metadata").as_uri()
         #: brokers write through the broker WAL (log.wal.enable, the default); False: the
         #: per-partition layout
@@ -90,37 +159,79 @@ class ChaosCluster:
             **BROKER_SETTINGS,
             "metadata.log.dir": self.metadata_root,
             "log.wal.enable": str(wal).lower(),
+            # On a disk of its own, each WAL flush is a new file, which a full disk refuses
+            # (ENOSPC mid-flush); the journal writes flushes into space it took beforehand.
+            **({"log.wal.journal.enable": "false"} if disk_mb is not None else {}),
+            # Under a stepped clock, retention runs often enough to act within a step.
+            **({"log.retention.check.interval.ms": "500"} if fake_clocks else {}),
         }
-        self.controllers = {
-            i: BrokerProcess(
-                self.data_dir / f"controller-{i}", broker_id=i, role="controller", overrides=common
-            )
-            for i in CONTROLLER_IDS
-        }
-        self.proxies: dict[int, TcpProxy] = {}
-        self.brokers: dict[int, LaunchedBroker] = {}
-        self.storage_seq = 0
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        if fake_clocks:
+            self.clocks = {
+                name: FakeClock(self.data_dir / name / "faketime")
+                for name in [f"controller-{i}" for i in CONTROLLER_IDS]
+                + [f"broker-{i}" for i in range(brokers)]
+            }
+        if self.lab is not None:
+            self.lab.create()
+        for i in CONTROLLER_IDS:
+            name = f"controller-{i}"
+            proxy = self._proxy(name) if self.lab is not None else None
+            if proxy is not None:
+                self.controller_proxies[i] = proxy
+            self.controllers[i] = LaunchedBroker(
+                self.data_dir / name,
+                broker_id=i,
+                role="controller",
+                overrides={**common, **({"advertised.listeners": proxy.address} if proxy else {})},
+                env={"PYTHONPATH": python_path, **self._clock_env(name)},
+                proxy=proxy,
+                **self._network(name),
+            )
         for i in range(brokers):
             # The target is set by each start of the broker (LaunchedBroker.start).
-            proxy = TcpProxy("127.0.0.1", 0, record=False)
-            self.proxies[i] = proxy.start()
+            proxy = self._proxy(f"broker-{i}")
+            self.proxies[i] = proxy
             broker_dir = self.data_dir / f"broker-{i}"
             control = broker_dir / "storage-control.json"
+            if disk_mb is not None:
+                self.disks[i] = TmpfsDisk(broker_dir / "disk", disk_mb)
             broker = LaunchedBroker(
                 broker_dir,
                 broker_id=i,
+                log_dir=self.disks[i].log_root.as_uri() if i in self.disks else None,
                 overrides={
                     **common,
                     "process.roles": "broker",
                     "advertised.listeners": proxy.address,
                 },
-                env={CONTROL_ENV: str(control), "PYTHONPATH": python_path},
+                env={
+                    CONTROL_ENV: str(control),
+                    "PYTHONPATH": python_path,
+                    **self._clock_env(f"broker-{i}"),
+                },
                 proxy=proxy,
+                **self._network(f"broker-{i}"),
             )
             write_control(control, broker.log_dir, 0, [])
             self.brokers[i] = broker
-        self.paused: set[str] = set()
+
+    def _proxy(self, name: str) -> TcpProxy:
+        """A started proxy for node ``name`` (on the lab's bridge with ``netns``)."""
+        if self.lab is None:
+            return TcpProxy("127.0.0.1", 0, record=False).start()
+        proxy = TcpProxy(self.lab.bridge_ip, 0, record=False, listen_host=self.lab.bridge_ip)
+        self.lab.proxy_ports[name].add(proxy.start().port)
+        return proxy
+
+    def _network(self, name: str) -> dict[str, Any]:
+        if self.lab is None:
+            return {}
+        return {"host": self.lab.ip(name), "exec_prefix": self.lab.exec_prefix(name)}
+
+    def _clock_env(self, name: str) -> dict[str, str]:
+        clock = self.clocks.get(name)
+        return clock.env() if clock is not None else {}
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -136,6 +247,8 @@ class ChaosCluster:
         }
 
     def start(self) -> ChaosCluster:
+        for disk in self.disks.values():
+            disk.mount()
         for controller in self.controllers.values():  # in order: the first one is active
             controller.start()
         with ThreadPoolExecutor(len(self.brokers)) as pool:
@@ -159,6 +272,16 @@ class ChaosCluster:
         assert control is not None
         write_control(control, proc.log_dir, self.storage_seq, faults)
 
+    def wipe_store(self, broker: int) -> int:
+        """Empty a (stopped) broker's log storage root, as a replaced disk would be: every
+        replica, checkpoint and meta.properties goes. Returns how many files were removed."""
+        assert not self.brokers[broker].alive, "wipe the store of a stopped broker only"
+        root = Path(url2pathname(urlparse(self.brokers[broker].log_dir).path))
+        files = sum(1 for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        return files
+
     def heal(self) -> list[str]:
         """Resume every paused process, reopen every proxy, heal every storage and start every
         process that is down. Returns what could not be started (with its stderr tail)."""
@@ -169,6 +292,13 @@ class ChaosCluster:
             proxy.resume()
         for broker in self.brokers:
             self.set_storage_faults(broker, [])
+        for disk in self.disks.values():
+            disk.free()
+        for clock in self.clocks.values():
+            if clock.offset_s:
+                clock.step_to(0)
+        if self.lab is not None:
+            self.lab.heal()
         failed: list[str] = []
         for name, proc in self.processes().items():
             if proc.alive:
@@ -213,14 +343,21 @@ class ChaosCluster:
         return out
 
     def close(self) -> None:
-        """Kill whatever still runs and stop the proxies (always safe to call)."""
+        """Kill whatever still runs, stop the proxies, unmount the disks and remove the clock
+        files (always safe to call)."""
         for name in sorted(self.paused):
             self.resume(name)
         for proc in self.processes().values():
             if proc.alive:
                 proc.kill()
-        for proxy in self.proxies.values():
+        for proxy in [*self.proxies.values(), *self.controller_proxies.values()]:
             proxy.stop()
+        for disk in self.disks.values():
+            disk.unmount()
+        if self.lab is not None:
+            self.lab.remove()
+        for clock in self.clocks.values():
+            clock.remove()
 
     # --- state ----------------------------------------------------------------------------
 

@@ -126,6 +126,15 @@ class OutOfRange:
     time: float
 
 
+@dataclass(frozen=True)
+class CorruptRead:
+    """A reader was given a batch that failed its CRC check (the client refused it)."""
+
+    reader: Isolation
+    error: str
+    time: float
+
+
 @dataclass
 class History:
     """Everything the workloads observed during one schedule."""
@@ -137,6 +146,7 @@ class History:
     reads: list[Read] = field(default_factory=list)
     high_watermarks: list[HighWatermark] = field(default_factory=list)
     out_of_range: list[OutOfRange] = field(default_factory=list)
+    corrupt_reads: list[CorruptRead] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,28 @@ class StoredBatch:
     last_offset: int
     leader_epoch: int
     crc: int
+
+
+@dataclass(frozen=True)
+class TimestampLookup:
+    """ListOffsets by the timestamp of the record at ``offset``, and the offset it returned
+    (the first offset whose timestamp is at least that: never past ``offset``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    found: int
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A partition with a retention.ms, at the end: its log start offset, and how long ago
+    (by the harness's clock, the true one) the partition was created."""
+
+    log_start_offset: int
+    retention_ms: int
+    age_s: float
 
 
 @dataclass
@@ -166,6 +198,10 @@ class FinalState:
     #: False if the logs could not be read in full through the leaders: the checks that need
     #: them are skipped (and ``not_recovered`` says why)
     logs_read: bool = True
+    #: ListOffsets by record timestamps (with clock_jump)
+    timestamp_lookups: list[TimestampLookup] = field(default_factory=list)
+    #: the partitions with a retention.ms (with clock_jump)
+    retention: dict[TP, Retention] = field(default_factory=dict)
     #: what did not come back after the faults (a process that would not start, a partition
     #: without a full ISR by the deadline), one line each
     not_recovered: list[str] = field(default_factory=list)

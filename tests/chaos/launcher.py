@@ -17,6 +17,9 @@ Kinds: ``fail`` (the call raises, nothing happens), ``stall`` (the call waits ``
 then happens) and ``tear`` (a write stores the first ``fraction`` of the object, then raises).
 A fault stays armed until the next change of the file. The harness writes the file with
 :func:`write_control` (write to a temporary name, then rename), so a read never sees half of it.
+
+A node started under libfaketime (:mod:`tests.chaos.clocks`) sleeps on a condition variable,
+where libfaketime's ``clock_nanosleep`` would fail.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from logstore.storage import Storage
+from tests.chaos.clocks import TIMESTAMP_ENV, sleep_on_a_condition
 from tests.faulty_fs import FaultyStorage
 
 log = logging.getLogger(__name__)
@@ -112,6 +116,8 @@ def main() -> None:
     control = os.environ.get(CONTROL_ENV)
     if control:
         install(Path(control))
+    if os.environ.get(TIMESTAMP_ENV):  # under libfaketime (tests/chaos/clocks.py)
+        time.sleep = sleep_on_a_condition
     from replication.tools.cli import main as replog_main
 
     replog_main(sys.argv[1:])

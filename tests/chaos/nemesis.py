@@ -29,6 +29,23 @@ storage_stall               every write of the broker's log storage waits 0.3..1
 storage_tear                the broker's log storage tears every write (stores a prefix, then
                             raises) for 0.3..1.5 s; often the broker is SIGKILLed while its
                             writes tear, and restarted on what they left
+disk_full                   the broker's disk (a tmpfs) fills up to 0..8 KiB of free space for
+                            1..4 s (sometimes it is SIGKILLed then, and restarted), then the space
+                            is freed; the fault lasts until the broker is back in every ISR
+                            (needs ``disk_mb`` set on the cluster)
+clock_jump                  the wall clock of one node (a partition's leader, the active
+                            controller or the transaction coordinator) steps 6..10 minutes
+                            forward or back, for 2..5 s, then steps back to the true time
+                            (needs ``fake_clocks`` set on the cluster)
+net_partition               packets between nodes are dropped (nftables, each node in a network
+                            namespace of its own) for 1..6 s: a broker cut off from every other
+                            node, or one broker's packets to another dropped one way, or two
+                            brokers cut from each other while both reach the third and the
+                            controllers (needs ``netns`` set on the cluster)
+controller_isolated         the active controller's packets to and from every other node are
+                            dropped for 2..6 s (the standby takes over; needs ``netns``)
+wipe_restart                SIGKILL a broker (often a leader), empty its log storage (a new
+                            disk), restart it; the fault lasts until it is back in every ISR
 ==========================  =================================================================
 """
 
@@ -46,6 +63,7 @@ from logstore.errors import ReplogError
 from replication.client import Admin, PartitionInfo
 from tests.chaos.cluster import SESSION_TIMEOUT_S, ChaosCluster
 from tests.chaos.history import Fault, History
+from tests.chaos.netns import NetworkLab
 
 S = SESSION_TIMEOUT_S
 TRANSACTION_TOPIC = "__transaction_state"
@@ -68,7 +86,22 @@ FAULT_CLASSES = (
     "two_faults",
     "controller_kill",
     "coordinator_kill",
+    # not in two_faults: two empty stores at once can hold the only copies of an acked batch
+    "wipe_restart",
+    # needs the brokers on disks of their own (ChaosCluster's disk_mb)
+    "disk_full",
+    # needs the nodes under libfaketime (ChaosCluster's fake_clocks)
+    "clock_jump",
+    # need every node in a network namespace of its own (ChaosCluster's netns)
+    "net_partition",
+    "controller_isolated",
 )
+#: The shapes of net_partition.
+PARTITION_SHAPES = ("isolated", "one_way", "bridge")
+#: The roles whose node's clock clock_jump steps.
+CLOCK_ROLES = ("broker", "controller", "coordinator")
+#: How long a wiped broker may take to rebuild its replicas from its peers and rejoin every ISR.
+REJOIN_TIMEOUT_S = 60.0
 #: Random numbers drawn per planned fault (each in [0, 1)).
 DRAWS = 8
 
@@ -148,6 +181,16 @@ class Nemesis:
             return self._controller_kill(draws)
         if fault_class == "coordinator_kill":
             return self._coordinator_kill(draws)
+        if fault_class == "wipe_restart":
+            return self._wipe_restart(self._target(draws[0], draws[1]))
+        if fault_class == "net_partition":
+            return self._net_partition(draws)
+        if fault_class == "controller_isolated":
+            return self._controller_isolated(draws)
+        if fault_class == "clock_jump":
+            return self._clock_jump(draws)
+        if fault_class == "disk_full":
+            return self._disk_full(self._target(draws[0], draws[1]), draws[2:])
         return self._broker_fault(fault_class, self._target(draws[0], draws[1]), draws[2:])
 
     # --- targets --------------------------------------------------------------------------
@@ -292,11 +335,135 @@ class Nemesis:
         delay = _between(draws[1], S + 0.5, S + 3.0)
         return {"controller": active, **self._kill_restart(f"controller-{active}", delay)}
 
-    def _coordinator_kill(self, draws: Sequence[float]) -> dict[str, Any]:
+    def _coordinator(self, draw: float) -> int:
+        """The transaction coordinator's broker (the leader of __transaction_state-0), or a
+        broker picked with ``draw`` if it has none now."""
         info = self._partition(TRANSACTION_TOPIC, 0)
         brokers = sorted(self.cluster.brokers)
-        leader = (
-            info.leader if info is not None and info.leader in brokers else _pick(draws[0], brokers)
-        )
+        return info.leader if info is not None and info.leader in brokers else _pick(draw, brokers)
+
+    def _coordinator_kill(self, draws: Sequence[float]) -> dict[str, Any]:
+        leader = self._coordinator(draws[0])
         delay = 0.0 if draws[1] < 0.5 else _between(draws[2], S + 0.5, S + 2.0)
         return {"broker": leader, **self._kill_restart(f"broker-{leader}", delay)}
+
+    def _wipe_restart(self, broker: int) -> dict[str, Any]:
+        name = f"broker-{broker}"
+        self.cluster.brokers[broker].kill()
+        detail: dict[str, Any] = {"broker": broker, "files_wiped": self.cluster.wipe_store(broker)}
+        detail.update(self._restart(name))
+        return {**detail, **self._until_in_every_isr(broker)}
+
+    def _disk_full(self, broker: int, draws: Sequence[float]) -> dict[str, Any]:
+        disk = self.cluster.disks.get(broker)
+        if disk is None:
+            raise ValueError("disk_full needs a cluster whose brokers have disks (disk_mb)")
+        proc = self.cluster.brokers[broker]
+        stderr_before = proc.stderr_path.stat().st_size
+        detail: dict[str, Any] = {
+            "broker": broker,
+            "seconds": _between(draws[0], 1.0, 4.0),
+            "left_bytes": int(draws[1] * 8 * 1024),
+            "killed_while_full": draws[2] < 0.3,
+        }
+        detail["filled_bytes"] = disk.fill(detail["left_bytes"])
+        time.sleep(detail["seconds"])
+        detail["exited"] = not proc.alive
+        if detail["killed_while_full"]:  # what it acked must be on its disk, or on its peers'
+            proc.kill()
+        disk.free()
+        with proc.stderr_path.open("rb") as stderr:
+            stderr.seek(stderr_before)
+            detail["enospc_logged"] = stderr.read().count(b"No space left on device")
+        if detail["killed_while_full"]:
+            detail.update(self._restart(f"broker-{broker}"))
+        return {**detail, **self._until_in_every_isr(broker)}
+
+    def _clock_jump(self, draws: Sequence[float]) -> dict[str, Any]:
+        role = _pick(draws[0], CLOCK_ROLES)
+        if role == "controller":
+            active = self.cluster.active_controller()
+            node = f"controller-{active if active in self.cluster.controllers else 100}"
+        elif role == "coordinator":
+            node = f"broker-{self._coordinator(draws[1])}"
+        else:
+            node = f"broker-{self._target(0.0, draws[1])}"
+        clock = self.cluster.clocks.get(node)
+        if clock is None:
+            raise ValueError("clock_jump needs a cluster whose nodes have fake clocks")
+        minutes = _between(draws[2], 6.0, 10.0)
+        detail = {
+            "role": role,
+            "node": node,
+            "offset_s": int(minutes * 60) * (1 if draws[3] < 0.5 else -1),
+            "seconds": _between(draws[4], 2.0, 5.0),
+        }
+        clock.step_to(detail["offset_s"])
+        time.sleep(detail["seconds"])
+        clock.step_to(0)
+        return detail
+
+    def _lab(self) -> NetworkLab:
+        if self.cluster.lab is None:
+            raise ValueError("network partitions need a cluster whose nodes have namespaces")
+        return self.cluster.lab
+
+    def _net_partition(self, draws: Sequence[float]) -> dict[str, Any]:
+        lab = self._lab()
+        shape = _pick(draws[0], PARTITION_SHAPES)
+        first = self._target(draws[1], draws[2])
+        others = [b for b in sorted(self.cluster.brokers) if b != first]
+        second = _pick(draws[3], others)
+        detail: dict[str, Any] = {"shape": shape, "seconds": _between(draws[4], 1.0, 6.0)}
+        if shape == "isolated":
+            detail["broker"] = first
+            lab.cut([f"broker-{first}"], [n for n in lab.nodes if n != f"broker-{first}"])
+        elif shape == "one_way":
+            detail.update({"from": first, "to": second})
+            lab.drop(f"broker-{first}", f"broker-{second}")
+        else:
+            detail.update({"cut": [first, second]})
+            lab.cut([f"broker-{first}"], [f"broker-{second}"])
+        time.sleep(detail["seconds"])
+        lab.heal()
+        return detail
+
+    def _controller_isolated(self, draws: Sequence[float]) -> dict[str, Any]:
+        lab = self._lab()
+        active = self.cluster.active_controller()
+        if active not in self.cluster.controllers:
+            active = _pick(draws[0], sorted(self.cluster.controllers))
+        name = f"controller-{active}"
+        detail = {"controller": active, "seconds": _between(draws[1], 2.0, 6.0)}
+        lab.cut([name], [n for n in lab.nodes if n != name])
+        time.sleep(detail["seconds"])
+        lab.heal()
+        return detail
+
+    def _until_in_every_isr(self, broker: int) -> dict[str, Any]:
+        """Wait for ``broker`` to be in every ISR it belongs in; how long it took, or where
+        it was still missing at the deadline."""
+        began = time.monotonic()
+        behind = self._wait_in_every_isr(broker, began + REJOIN_TIMEOUT_S)
+        if behind:
+            return {"not_in_isr": ", ".join(behind)}
+        return {"in_every_isr_after_s": round(time.monotonic() - began, 2)}
+
+    def _wait_in_every_isr(self, broker: int, deadline: float) -> list[str]:
+        """Until ``broker`` is in the ISR of every partition it has a replica of; the
+        partitions where it is not yet at the deadline."""
+        behind = ["not checked yet"]
+        while time.monotonic() < deadline:
+            try:
+                behind = [
+                    f"{topic}-{p.partition}"
+                    for topic in self.admin.list_topics(include_internal=True)
+                    for p in self.admin.describe_topic(topic).partitions
+                    if broker in p.replicas and broker not in p.isr
+                ]
+            except ReplogError as err:
+                behind = [f"{type(err).__name__}: {err}"]
+            if not behind:
+                return []
+            time.sleep(0.2)
+        return behind

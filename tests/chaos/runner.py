@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from logstore.errors import ReplogError
 from replication.client import Admin, TopicPartition
 from tests.chaos.checker import SIGTERM_LIMIT_S, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.history import FinalState, History
+from tests.chaos.history import FinalState, History, Retention, TimestampLookup
 from tests.chaos.nemesis import TRANSACTION_TOPIC, Nemesis, plan
 from tests.chaos.workload import (
     IdempotentWriter,
@@ -29,6 +29,7 @@ from tests.chaos.workload import (
     read_all,
 )
 from tests.helpers import wait_until
+from tests.readback import read_to_end
 
 TOPIC = "events"
 TXN_TOPIC = "txn-events"
@@ -37,6 +38,15 @@ PRODUCERS = 3
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 #: How long the cluster may take to get back to a full, caught-up ISR after the faults.
 RECOVERY_TIMEOUT_S = 60.0
+#: With clock_jump: a retention.ms shorter than a step of a node's clock (6..10 minutes), longer
+#: than a schedule, so retention by a stepped clock would delete what the true one keeps; and
+#: small segments, so there are whole segments for it to delete.
+CLOCK_TOPIC_CONFIGS = {"retention.ms": "300000", "segment.bytes": "16384"}
+#: ListOffsets by timestamp per partition with clock_jump (records evenly spread).
+LOOKUPS_PER_PARTITION = 20
+#: The size of each broker's disk when disk_full is among the classes: what a schedule writes
+#: fits many times over.
+DISK_MB = 64
 #: Examples of each anomaly kind put in the JSON line (all of them go to anomalies.json).
 EXAMPLES_PER_KIND = 3
 
@@ -59,12 +69,29 @@ def run_schedule(
         shutil.rmtree(data_dir)
     history = History()
     final = FinalState()
-    cluster = ChaosCluster(data_dir, wal=wal)
+    clock_jumps = "clock_jump" in classes
+    cluster = ChaosCluster(
+        data_dir,
+        wal=wal,
+        disk_mb=DISK_MB if "disk_full" in classes else None,
+        fake_clocks=clock_jumps,
+        netns=bool({"net_partition", "controller_isolated"} & set(classes)),
+    )
+    configs = {**TOPIC_CONFIGS, **(CLOCK_TOPIC_CONFIGS if clock_jumps else {})}
     workers: list[Worker] = []
+    created = time.monotonic()  # before the topics: their age is never underestimated
     try:
         cluster.start()
-        produce_end = _run_faults(cluster, seed, classes, duration_s, history, workers)
-        _settle(cluster, workers, history, final)
+        produce_end = _run_faults(cluster, seed, classes, duration_s, history, workers, configs)
+        _settle(
+            cluster,
+            workers,
+            history,
+            final,
+            (lambda: _check_clocks(cluster, int(configs["retention.ms"]), created, final))
+            if clock_jumps
+            else None,
+        )
     finally:
         for worker in workers:
             worker.stop()
@@ -89,6 +116,7 @@ def _run_faults(
     duration_s: float,
     history: History,
     workers: list[Worker],
+    topic_configs: dict[str, str],
 ) -> float:
     """Topics, workloads (added to ``workers`` as they start), then the nemesis. Returns when
     the producers stopped; the readers go on."""
@@ -97,7 +125,7 @@ def _run_faults(
         # __transaction_state gets min(3, live brokers) replicas: wait for all of them
         cluster.wait_registered(admin, time.monotonic() + RECOVERY_TIMEOUT_S)
         for topic in (TOPIC, TXN_TOPIC):
-            admin.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIGS)
+            admin.create_topic(topic, PARTITIONS, 3, topic_configs)
         txn = TransactionalWriter(cluster.bootstrap, TXN_TOPIC, PARTITIONS, history, seed)
         txn.init()  # creates __transaction_state
         problems = cluster.wait_caught_up(
@@ -144,10 +172,15 @@ def _wait_for_acks(history: History, producers: set[str], timeout_s: float = 30.
 
 
 def _settle(
-    cluster: ChaosCluster, workers: list[Worker], history: History, final: FinalState
+    cluster: ChaosCluster,
+    workers: list[Worker],
+    history: History,
+    final: FinalState,
+    after_read: Callable[[], None] | None = None,
 ) -> None:
-    """Heal, wait for a caught-up ISR, read every log in full, SIGTERM everything, read
-    every replica's stored batches. Fills ``final``."""
+    """Heal, wait for a caught-up ISR, read every log in full (then call ``after_read``, if
+    they could be read), SIGTERM everything, read every replica's stored batches. Fills
+    ``final``."""
     final.not_recovered += cluster.heal()
     replica_sets: dict[tuple[str, int], list[int]] = {}
     tps = [TopicPartition(t, p) for t in (TOPIC, TXN_TOPIC) for p in range(PARTITIONS)]
@@ -169,6 +202,8 @@ def _settle(
         except (ReplogError, TimeoutError) as err:
             final.logs_read = False
             final.not_recovered.append(f"the final logs could not be read: {err}")
+    if after_read is not None and final.logs_read:
+        after_read()
     for worker in workers:
         worker.stop()
     for worker in workers:
@@ -182,6 +217,36 @@ def _settle(
             broker: cluster.replica_batches(broker, topic, partition, hw)
             for broker in replica_sets.get((topic, partition), sorted(cluster.brokers))
         }
+
+
+def _check_clocks(
+    cluster: ChaosCluster, retention_ms: int, created: float, final: FinalState
+) -> None:
+    """Fill ``final.retention`` (log start offsets) and ``final.timestamp_lookups`` (each
+    partition's records looked up by their timestamps), before the SIGTERMs."""
+    tps = [TopicPartition(t, p) for t in (TOPIC, TXN_TOPIC) for p in range(PARTITIONS)]
+    try:
+        records = read_to_end(
+            cluster.bootstrap, tps, isolation_level="read_uncommitted", timeout=30
+        ).records
+        with Admin(bootstrap_servers=cluster.bootstrap, default_api_timeout_ms=10000) as admin:
+            starts = admin.list_offsets(dict.fromkeys(tps, "earliest"))
+            age_s = time.monotonic() - created
+            for tp in tps:
+                final.retention[(tp.topic, tp.partition)] = Retention(
+                    starts[tp], retention_ms, round(age_s, 1)
+                )
+                mine = [r for r in records if (r.topic, r.partition) == (tp.topic, tp.partition)]
+                step = max(len(mine) // LOOKUPS_PER_PARTITION, 1)
+                for record in mine[::step]:
+                    found = admin.list_offsets({tp: record.timestamp})[tp]
+                    final.timestamp_lookups.append(
+                        TimestampLookup(
+                            tp.topic, tp.partition, record.offset, record.timestamp, found
+                        )
+                    )
+    except (ReplogError, TimeoutError) as err:
+        final.not_recovered.append(f"the clock checks could not read the logs: {err}")
 
 
 def _result(
@@ -213,6 +278,12 @@ def _result(
         "send_failures": len(history.send_failures),
         "transactions": {o: outcomes.count(o) for o in ("committed", "aborted", "unknown")},
         "reads": len(history.reads),
+        **({"timestamp_lookups": len(final.timestamp_lookups)} if final.retention else {}),
+        **(
+            {"log_start_offsets": sorted({r.log_start_offset for r in final.retention.values()})}
+            if final.retention
+            else {}
+        ),
         "anomalies": counts,
         "examples": {k: v[:EXAMPLES_PER_KIND] for k, v in found.items() if v},
         "max_no_ack_s": longest_without_ack(history.acks, history.faults, produce_end),

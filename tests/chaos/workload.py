@@ -8,7 +8,8 @@ appending what it was told to a shared :class:`~tests.chaos.history.History`:
   over the partitions of a second topic, committing or aborting at random, recording what it
   was told (committed, aborted, unknown).
 - :class:`Reader`: a consumer (read_uncommitted or read_committed) assigned every partition,
-  recording every record it is given and every high watermark its fetches report.
+  recording every record it is given, every high watermark its fetches report, and every
+  batch it was given that failed its CRC check.
 
 After the run, :func:`read_all` reads whole partitions through their leaders.
 """
@@ -23,10 +24,11 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 
-from logstore.errors import OffsetOutOfRangeError, ReplogError
+from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, ReplogError
 from replication.client import Consumer, Producer, RecordMetadata, TopicPartition
 from tests.chaos.history import (
     Ack,
+    CorruptRead,
     HighWatermark,
     History,
     Isolation,
@@ -274,6 +276,12 @@ class Reader(Worker):
                     records = consumer.poll(timeout_ms=200)
                 except OffsetOutOfRangeError:
                     self._out_of_range(consumer)
+                    continue
+                except CorruptRecordError as err:
+                    self.history.corrupt_reads.append(
+                        CorruptRead(self.isolation, str(err), time.monotonic())
+                    )
+                    self.stopping.wait(0.2)
                     continue
                 except ReplogError as err:
                     log.info("%s: poll failed: %s", self.name, err)
