@@ -29,7 +29,7 @@ from replication.coordinator.group_metadata_manager import OffsetsPartition
 from replication.coordinator.transaction import TxnState
 from replication.metadata.image import MetadataImage, PartitionState, TopicInfo
 from replication.metadata.store import MetadataStore
-from tests.helpers import wait_until
+from tests.helpers import register_live, wait_until
 from tests.test_bounded_state import DATA, TxnHarness, run
 from tests.test_log import batch_of
 
@@ -68,12 +68,11 @@ def test_controller_sessions_hold_across_wall_clock_steps(tmp_path: Path, wall: 
     store = MetadataStore(Storage.from_url(tmp_path.as_uri()))
     controller = Controller(store, 100, "127.0.0.1", 9100, session_timeout_ms=500)
     controller.activate()
-    broker = controller.register_broker(0, "127.0.0.1", 9000, None, incarnation="a")
-    controller.heartbeat(0, broker.epoch)
+    broker = register_live(controller, 0, "127.0.0.1", 9000, None, incarnation="a")
     wall.step(+10 * MINUTES)
     assert not controller.sessions_expired(), "a step forward is no silence"
     assert controller.check_sessions() == []
-    controller.heartbeat(0, broker.epoch)
+    controller.heartbeat(0, broker.epoch, controller.image.version)
     wall.step(-20 * MINUTES)
     assert controller.check_sessions() == []
     # the broker goes silent while the clock is 10 minutes behind: its session still ends
