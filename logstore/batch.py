@@ -15,15 +15,24 @@ Layout (big-endian, as Kafka's DefaultRecordBatch)::
     crc                    uint32  CRC-32C of bytes [ATTRIBUTES_OFFSET, end of batch)
     attributes             int16   bits 0-2 compression, 3 timestamp type,
                                    4 transactional, 5 control
-    lastOffsetDelta        int32   recordCount - 1 (offsets have no gaps)
+    lastOffsetDelta        int32   offset of the last record (or of the last record the batch
+                                   held before the log cleaner removed it) - baseOffset
     firstTimestamp         int64   timestamp of the first record (ms)
     maxTimestamp           int64   largest record timestamp (ms)
     producerId             int64   -1 if none
     producerEpoch          int16   -1 if none
     baseSequence           int32   -1 if none
     recordCount            int32   number of records in the payload
-    records                        Arrow IPC stream, schema RECORD_SCHEMA, exactly
-                                   recordCount rows; record i has offset baseOffset + i
+    records                        Arrow IPC stream, exactly recordCount rows: schema
+                                   RECORD_SCHEMA when lastOffsetDelta == recordCount - 1
+                                   (record i has offset baseOffset + i), else
+                                   GAPPED_RECORD_SCHEMA, whose int32 column offset_delta gives
+                                   each record's offset - baseOffset (strictly increasing)
+
+A batch with gaps is what the log cleaner writes (:func:`build_retained`), as Kafka's cleaned
+batches keep their base offset and lastOffsetDelta with fewer records. Every other batch has
+no ``offset_delta`` column, so its bytes are what they were before gaps existed. Readers get
+the offsets with :meth:`RecordBatch.offset_deltas` (None for a batch without gaps).
 
 Compression is Arrow IPC buffer compression (lz4 frame or zstd), recorded in the attribute bits
 with Kafka's codes. Kafka's gzip (1) and snappy (2) codes are refused: Arrow IPC cannot carry them.
@@ -33,7 +42,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -47,6 +56,7 @@ from logstore.errors import CorruptRecordError
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "CRC_OFFSET",
+    "GAPPED_RECORD_SCHEMA",
     "HEADERS_TYPE",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
@@ -64,6 +74,7 @@ __all__ = [
     "build",
     "build_checked",
     "build_control",
+    "build_retained",
     "count_records",
     "iter_batches",
     "parse_header",
@@ -201,6 +212,11 @@ RECORD_SCHEMA: Final = pa.schema(
         pa.field("headers", HEADERS_TYPE, nullable=True),
     ]
 )
+
+#: The payload schema of a batch with offset gaps (lastOffsetDelta > recordCount - 1): each
+#: record's offset - baseOffset, strictly increasing, in a last column.
+OFFSET_DELTA_FIELD: Final = pa.field("offset_delta", pa.int32(), nullable=False)
+GAPPED_RECORD_SCHEMA: Final = RECORD_SCHEMA.append(OFFSET_DELTA_FIELD)
 
 _WRITE_OPTIONS: Final = {
     codec: pa.ipc.IpcWriteOptions(compression=name) for codec, name in _IPC_CODEC.items()
@@ -342,6 +358,12 @@ class RecordBatch:
         return self.base_offset + self.last_offset_delta
 
     @property
+    def has_gaps(self) -> bool:
+        """Whether the log cleaner removed records of this batch: record i's offset is then
+        ``base_offset + offset_deltas()[i]``, else ``base_offset + i``."""
+        return self.last_offset_delta != self.record_count - 1
+
+    @property
     def next_offset(self) -> int:
         return self.last_offset + 1
 
@@ -400,10 +422,10 @@ class RecordBatch:
             raise CorruptRecordError(f"{self._where()}: {err}") from err
         if self.record_count < 1:
             raise CorruptRecordError(f"{self._where()}: record count {self.record_count} < 1")
-        if self.last_offset_delta != self.record_count - 1:
+        if self.last_offset_delta < self.record_count - 1:
             raise CorruptRecordError(
-                f"{self._where()}: last offset delta {self.last_offset_delta} does not match "
-                f"record count {self.record_count} (offsets must have no gaps)"
+                f"{self._where()}: last offset delta {self.last_offset_delta} is smaller than "
+                f"record count {self.record_count} - 1"
             )
 
     def is_valid(self) -> bool:
@@ -421,14 +443,31 @@ class RecordBatch:
         Does not check the CRC (see :meth:`ensure_valid`), but fully validates the decoded
         payload, so malformed bytes give CorruptRecordError rather than a bad array.
         """
+        return self.to_arrow_with_deltas()[0]
+
+    def offset_deltas(self) -> list[int] | None:
+        """Each record's offset - base_offset for a batch with gaps; None without gaps
+        (record i then has offset base_offset + i). Reads the header only in that case."""
+        if not self.has_gaps:
+            return None
+        deltas = self.to_arrow_with_deltas()[1]
+        assert deltas is not None
+        return deltas.to_pylist()  # type: ignore[no-any-return]
+
+    def to_arrow_with_deltas(self) -> tuple[pa.RecordBatch, pa.Array | None]:
+        """:meth:`to_arrow`, and the records' ``offset_delta`` column (int32) for a batch with
+        gaps (None without gaps), checked: strictly increasing, from 0 to lastOffsetDelta."""
         payload = self.buffer[HEADER_SIZE:]
+        gapped = self.has_gaps
+        expected = GAPPED_RECORD_SCHEMA if gapped else RECORD_SCHEMA
         try:
             source = pa.BufferReader(pa.py_buffer(payload))
             with pa.ipc.open_stream(source, options=_READ_OPTIONS) as reader:
                 schema = reader.schema
-                if not schema.equals(RECORD_SCHEMA):
+                if not schema.equals(expected):
+                    name = "GAPPED_RECORD_SCHEMA" if gapped else "RECORD_SCHEMA"
                     raise CorruptRecordError(
-                        f"{self._where()}: payload schema {schema} is not RECORD_SCHEMA"
+                        f"{self._where()}: payload schema {schema} is not {name}"
                     )
                 batches = list(reader)
             if source.tell() != len(payload):
@@ -450,26 +489,50 @@ class RecordBatch:
                 f"{self._where()}: malformed Arrow IPC payload: {err}"
             ) from err
         _check_not_null(result, self._where())
-        return result
+        if not gapped:
+            return result, None
+        deltas = result.column(4)
+        self._check_deltas(deltas)
+        return result.select(range(4)), deltas
+
+    def _check_deltas(self, deltas: pa.Array) -> None:
+        if deltas.null_count:
+            raise CorruptRecordError(f"{self._where()}: null offset deltas in the payload")
+        first, last = deltas[0].as_py(), deltas[-1].as_py()
+        steps = pc.pairwise_diff(deltas) if len(deltas) > 1 else None
+        if (
+            first < 0
+            or last > self.last_offset_delta
+            or (steps is not None and pc.min(steps).as_py() < 1)
+        ):
+            raise CorruptRecordError(
+                f"{self._where()}: offset deltas are not strictly increasing within "
+                f"[0, {self.last_offset_delta}]"
+            )
 
     def records(self) -> list[Record]:
         """The records as Python objects, with their offsets filled in."""
-        data = self.to_arrow()
+        data, deltas = self.to_arrow_with_deltas()
         base = self.base_offset
         keys = data.column(0).to_pylist()
         values = data.column(1).to_pylist()
         timestamps = data.column(2).to_pylist()
         headers = data.column(3).to_pylist()
+        offsets = (
+            range(base, base + data.num_rows)
+            if deltas is None
+            else [base + d for d in deltas.to_pylist()]
+        )
         return [
             Record(
                 key=key,
                 value=value,
                 timestamp=timestamp,
                 headers=tuple((h["key"], h["value"]) for h in hs) if hs else (),
-                offset=base + i,
+                offset=offset,
             )
-            for i, (key, value, timestamp, hs) in enumerate(
-                zip(keys, values, timestamps, headers, strict=True)
+            for offset, key, value, timestamp, hs in zip(
+                offsets, keys, values, timestamps, headers, strict=True
             )
         ]
 
@@ -778,18 +841,24 @@ def _encode(
     producer_epoch: int,
     base_sequence: int,
     timestamps: tuple[int, int] | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
+    """One batch of ``data`` (RECORD_SCHEMA; GAPPED_RECORD_SCHEMA with ``last_offset_delta``,
+    for :func:`build_retained`)."""
     count = data.num_rows
     if count == 0:
         raise ValueError("a batch needs at least one record")
-    if not 0 <= base_offset <= _INT64_MAX - (count - 1):
+    if last_offset_delta is None:
+        last_offset_delta = count - 1
+    if not 0 <= base_offset <= _INT64_MAX - last_offset_delta:
         raise ValueError(f"base offset {base_offset} out of range")
     parts: tuple[bytes | pa.Buffer, ...]
-    if compression is Compression.NONE:
+    if compression is Compression.NONE and data.num_columns == len(RECORD_SCHEMA):
         parts = (_SCHEMA_MESSAGE, data.serialize(), _END_OF_STREAM)
     else:
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
+        options = _WRITE_OPTIONS[compression]
+        with pa.ipc.new_stream(sink, data.schema, options=options) as writer:
             writer.write_batch(data)
         parts = (sink.getvalue(),)
     if timestamps is None:
@@ -811,7 +880,7 @@ def _encode(
             MAGIC,
             0,  # crc, filled in below
             attributes,
-            count - 1,
+            last_offset_delta,
             first_timestamp,
             max_timestamp,
             producer_id,
@@ -916,6 +985,43 @@ def build_checked(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         timestamps=timestamps,
+    )
+
+
+def build_retained(batch: RecordBatch, keep: pa.Array | Sequence[int]) -> bytes | None:
+    """``batch`` with only its records at positions ``keep`` (ascending), as the log cleaner
+    writes it (Kafka's MemoryRecords.filterTo): base offset, lastOffsetDelta, attributes,
+    producer fields, base sequence and partition leader epoch stay, so every kept record keeps
+    its offset and the producer's last sequence stays; the timestamps are the kept records'.
+    The batch's own bytes when every record is kept; None when none is.
+
+    A batch that lost records carries their offset deltas (GAPPED_RECORD_SCHEMA)."""
+    positions = pa.array(keep, pa.int32()) if not isinstance(keep, pa.Array) else keep
+    if len(positions) == 0:
+        return None
+    if len(positions) == batch.record_count:
+        return bytes(batch.buffer)
+    data, deltas = batch.to_arrow_with_deltas()
+    kept = data.take(positions)
+    kept_deltas = positions if deltas is None else deltas.take(positions)
+    gapped = pa.RecordBatch.from_arrays(
+        [*kept.columns, kept_deltas.cast(pa.int32())], schema=GAPPED_RECORD_SCHEMA
+    )
+    column = kept.column(2)
+    first_timestamp, max_timestamp = column[0].as_py(), pc.max(column).as_py()
+    if batch.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        first_timestamp = max_timestamp = batch.max_timestamp
+    return _encode(
+        gapped,
+        base_offset=batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        attributes=batch.attributes,
+        compression=batch.compression,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        timestamps=(first_timestamp, max_timestamp),
+        last_offset_delta=batch.last_offset_delta,
     )
 
 

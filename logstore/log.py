@@ -279,6 +279,13 @@ class Log(LogRetention):
         state checks) passes those ``batches`` and the CRCs are not computed a second time.
         """
         batches = self._validated(data, batches)
+        for batch in batches:
+            if batch.has_gaps:
+                raise InvalidRecordError(
+                    f"record batch's last offset delta {batch.last_offset_delta} does not match "
+                    f"its record count {batch.record_count}: only the log cleaner writes "
+                    "batches with offset gaps"
+                )
         buf = bytearray(data)
         with self._lock:
             self._check_open()

@@ -293,9 +293,29 @@ def to_read_batch(batch: RecordBatch, start: int, end: int) -> pa.RecordBatch | 
     stop = min(end, batch.next_offset) - base
     if stop <= skip:
         return None
+    if batch.has_gaps:
+        return _gapped_read_batch(batch, skip, stop)
     data = batch.to_arrow()
     if skip or stop < data.num_rows:
         data = data.slice(skip, stop - skip)
+    return _read_batch(batch, data, _offsets(base + skip, data.num_rows))
+
+
+def _gapped_read_batch(batch: RecordBatch, low: int, high: int) -> pa.RecordBatch | None:
+    """:func:`to_read_batch` of a batch the log cleaner left with offset gaps: its records
+    whose offset delta is in ``[low, high)``, each with its own offset."""
+    data, deltas = batch.to_arrow_with_deltas()
+    assert deltas is not None
+    values = deltas.to_pylist()
+    first, last = bisect.bisect_left(values, low), bisect.bisect_left(values, high)
+    if first == last:
+        return None
+    data = data.slice(first, last - first)
+    offsets = pc.add(deltas.slice(first, last - first).cast(pa.int64()), batch.base_offset)
+    return _read_batch(batch, data, offsets)
+
+
+def _read_batch(batch: RecordBatch, data: pa.RecordBatch, offsets: pa.Array) -> pa.RecordBatch:
     rows = data.num_rows
     ts_type = batch.timestamp_type
     timestamps = data.column(2)
@@ -303,7 +323,7 @@ def to_read_batch(batch: RecordBatch, start: int, end: int) -> pa.RecordBatch | 
         timestamps = pa.repeat(pa.scalar(batch.max_timestamp, pa.int64()), rows)
     return pa.RecordBatch.from_arrays(
         [
-            _offsets(base + skip, rows),
+            offsets,
             data.column(0),
             data.column(1),
             timestamps,
