@@ -14,15 +14,18 @@ Layout (big-endian, as Kafka's DefaultRecordBatch)::
     magic                  int8    2
     crc                    uint32  CRC-32C of bytes [ATTRIBUTES_OFFSET, end of batch)
     attributes             int16   bits 0-2 compression, 3 timestamp type,
-                                   4 transactional, 5 control
+                                   4 transactional, 5 control, 6 delete horizon set
     lastOffsetDelta        int32   offset of the last record (or of the last record the batch
                                    held before the log cleaner removed it) - baseOffset
-    firstTimestamp         int64   timestamp of the first record (ms)
+    firstTimestamp         int64   timestamp of the first record (ms); with bit 6, the
+                                   delete horizon instead (KIP-534: when the log cleaner may
+                                   drop the batch's tombstones, or the marker itself)
     maxTimestamp           int64   largest record timestamp (ms)
     producerId             int64   -1 if none
     producerEpoch          int16   -1 if none
     baseSequence           int32   -1 if none
-    recordCount            int32   number of records in the payload
+    recordCount            int32   number of records in the payload (0 only in an empty
+                                   batch the log cleaner left: no payload at all)
     records                        Arrow IPC stream, exactly recordCount rows: schema
                                    RECORD_SCHEMA when lastOffsetDelta == recordCount - 1
                                    (record i has offset baseOffset + i), else
@@ -32,7 +35,11 @@ Layout (big-endian, as Kafka's DefaultRecordBatch)::
 A batch with gaps is what the log cleaner writes (:func:`build_retained`), as Kafka's cleaned
 batches keep their base offset and lastOffsetDelta with fewer records. Every other batch has
 no ``offset_delta`` column, so its bytes are what they were before gaps existed. Readers get
-the offsets with :meth:`RecordBatch.offset_deltas` (None for a batch without gaps).
+the offsets with :meth:`RecordBatch.offset_deltas` (None for a batch without gaps). A batch
+whose every record the cleaner removed stays as an *empty batch* (recordCount 0, no payload,
+neither transactional nor control), as Kafka keeps one for its producer's sequence: the
+batches of a log stay contiguous, so every check that a batch starts where the previous one
+ended still holds.
 
 Compression is Arrow IPC buffer compression (lz4 frame or zstd), recorded in the attribute bits
 with Kafka's codes. Kafka's gzip (1) and snappy (2) codes are refused: Arrow IPC cannot carry them.
@@ -139,6 +146,7 @@ _COMPRESSION_MASK: Final = 0x07  # bits 0-2
 _TIMESTAMP_TYPE_BIT: Final = 0x08  # bit 3
 _TRANSACTIONAL_BIT: Final = 0x10  # bit 4
 _CONTROL_BIT: Final = 0x20  # bit 5
+_DELETE_HORIZON_BIT: Final = 0x40  # bit 6 (KIP-534)
 
 
 class Compression(IntEnum):
@@ -217,6 +225,9 @@ RECORD_SCHEMA: Final = pa.schema(
 #: record's offset - baseOffset, strictly increasing, in a last column.
 OFFSET_DELTA_FIELD: Final = pa.field("offset_delta", pa.int32(), nullable=False)
 GAPPED_RECORD_SCHEMA: Final = RECORD_SCHEMA.append(OFFSET_DELTA_FIELD)
+
+_EMPTY_RECORDS: Final = pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+_EMPTY_DELTAS: Final = pa.array([], pa.int32())
 
 _WRITE_OPTIONS: Final = {
     codec: pa.ipc.IpcWriteOptions(compression=name) for codec, name in _IPC_CODEC.items()
@@ -391,6 +402,12 @@ class RecordBatch:
         return bool(self.attributes & _CONTROL_BIT)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the log cleaner may drop this batch's tombstones (or this marker), once it set
+        one (KIP-534: then the firstTimestamp field holds it); None before."""
+        return self.first_timestamp if self.attributes & _DELETE_HORIZON_BIT else None
+
+    @property
     def last_sequence(self) -> int:
         """Sequence of the last record, wrapping at int32 max as Kafka; -1 without sequence."""
         if self.base_sequence == NO_SEQUENCE:
@@ -420,8 +437,15 @@ class RecordBatch:
             _compression_of(self.attributes)
         except CorruptRecordError as err:
             raise CorruptRecordError(f"{self._where()}: {err}") from err
-        if self.record_count < 1:
-            raise CorruptRecordError(f"{self._where()}: record count {self.record_count} < 1")
+        if self.record_count < 1 and (
+            self.record_count < 0
+            or self.batch_length != _MIN_BATCH_LENGTH
+            or self.attributes & (_CONTROL_BIT | _TRANSACTIONAL_BIT)
+        ):
+            raise CorruptRecordError(
+                f"{self._where()}: record count {self.record_count} < 1 (only an empty batch "
+                "with no payload, neither transactional nor control, has none)"
+            )
         if self.last_offset_delta < self.record_count - 1:
             raise CorruptRecordError(
                 f"{self._where()}: last offset delta {self.last_offset_delta} is smaller than "
@@ -457,6 +481,8 @@ class RecordBatch:
     def to_arrow_with_deltas(self) -> tuple[pa.RecordBatch, pa.Array | None]:
         """:meth:`to_arrow`, and the records' ``offset_delta`` column (int32) for a batch with
         gaps (None without gaps), checked: strictly increasing, from 0 to lastOffsetDelta."""
+        if self.record_count == 0 and len(self.buffer) == HEADER_SIZE:
+            return _EMPTY_RECORDS, _EMPTY_DELTAS  # an empty batch the log cleaner left
         payload = self.buffer[HEADER_SIZE:]
         gapped = self.has_gaps
         expected = GAPPED_RECORD_SCHEMA if gapped else RECORD_SCHEMA
@@ -988,34 +1014,51 @@ def build_checked(
     )
 
 
-def build_retained(batch: RecordBatch, keep: pa.Array | Sequence[int]) -> bytes | None:
+def build_retained(
+    batch: RecordBatch,
+    keep: pa.Array | Sequence[int],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
     """``batch`` with only its records at positions ``keep`` (ascending), as the log cleaner
     writes it (Kafka's MemoryRecords.filterTo): base offset, lastOffsetDelta, attributes,
     producer fields, base sequence and partition leader epoch stay, so every kept record keeps
     its offset and the producer's last sequence stays; the timestamps are the kept records'.
-    The batch's own bytes when every record is kept; None when none is.
+    ``delete_horizon_ms`` sets the batch's delete horizon (KIP-534: bit 6, in firstTimestamp).
+    The batch's own bytes when every record is kept and the horizon does not change.
 
-    A batch that lost records carries their offset deltas (GAPPED_RECORD_SCHEMA)."""
+    A batch that lost records carries their offset deltas (GAPPED_RECORD_SCHEMA); one that lost
+    them all is an empty batch (no payload): a data batch keeps its producer id, epoch and
+    sequence (not its transactional bit: it holds no transaction's data any more), a marker
+    keeps nothing but its offsets."""
     positions = pa.array(keep, pa.int32()) if not isinstance(keep, pa.Array) else keep
-    if len(positions) == 0:
-        return None
-    if len(positions) == batch.record_count:
+    horizon = batch.delete_horizon_ms if delete_horizon_ms is None else delete_horizon_ms
+    if len(positions) == batch.record_count and horizon == batch.delete_horizon_ms:
         return bytes(batch.buffer)
+    if len(positions) == 0:
+        return _empty_batch(batch)
     data, deltas = batch.to_arrow_with_deltas()
-    kept = data.take(positions)
-    kept_deltas = positions if deltas is None else deltas.take(positions)
-    gapped = pa.RecordBatch.from_arrays(
-        [*kept.columns, kept_deltas.cast(pa.int32())], schema=GAPPED_RECORD_SCHEMA
-    )
+    attributes = batch.attributes
+    if len(positions) == batch.record_count and deltas is None:
+        kept = data  # the horizon alone changes
+    else:
+        kept = data.take(positions)
+        kept_deltas = positions if deltas is None else deltas.take(positions)
+        kept = pa.RecordBatch.from_arrays(
+            [*kept.columns, kept_deltas.cast(pa.int32())], schema=GAPPED_RECORD_SCHEMA
+        )
     column = kept.column(2)
     first_timestamp, max_timestamp = column[0].as_py(), pc.max(column).as_py()
     if batch.timestamp_type is TimestampType.LOG_APPEND_TIME:
         first_timestamp = max_timestamp = batch.max_timestamp
+    if horizon is not None:
+        attributes |= _DELETE_HORIZON_BIT
+        first_timestamp = horizon
     return _encode(
-        gapped,
+        kept,
         base_offset=batch.base_offset,
         partition_leader_epoch=batch.partition_leader_epoch,
-        attributes=batch.attributes,
+        attributes=attributes,
         compression=batch.compression,
         producer_id=batch.producer_id,
         producer_epoch=batch.producer_epoch,
@@ -1023,6 +1066,31 @@ def build_retained(batch: RecordBatch, keep: pa.Array | Sequence[int]) -> bytes 
         timestamps=(first_timestamp, max_timestamp),
         last_offset_delta=batch.last_offset_delta,
     )
+
+
+def _empty_batch(batch: RecordBatch) -> bytes:
+    """The empty batch that stands for ``batch`` once the cleaner removed all its records."""
+    marker = batch.is_control
+    header = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(
+        header,
+        0,
+        batch.base_offset,
+        _MIN_BATCH_LENGTH,
+        batch.partition_leader_epoch,
+        MAGIC,
+        0,  # crc, filled in below
+        batch.attributes & _TIMESTAMP_TYPE_BIT,
+        batch.last_offset_delta,
+        batch.max_timestamp,
+        batch.max_timestamp,
+        NO_PRODUCER_ID if marker else batch.producer_id,
+        NO_PRODUCER_EPOCH if marker else batch.producer_epoch,
+        NO_SEQUENCE if marker else batch.base_sequence,
+        0,
+    )
+    _CRC.pack_into(header, CRC_OFFSET, google_crc32c.value(bytes(header[ATTRIBUTES_OFFSET:])))
+    return bytes(header)
 
 
 def build_control(

@@ -62,9 +62,7 @@ def full_batch(compression: Compression = Compression.NONE, base: int = BASE) ->
 
 
 def gapped(compression: Compression = Compression.NONE, base: int = BASE) -> RecordBatch:
-    data = build_retained(full_batch(compression, base), KEEP)
-    assert data is not None
-    out = parse_header(data)
+    out = parse_header(build_retained(full_batch(compression, base), KEEP))
     out.ensure_valid()
     return out
 
@@ -89,18 +87,15 @@ def test_a_retained_batch_keeps_its_offsets_and_header(compression: Compression)
     assert batch.to_arrow().schema.equals(batch_format.RECORD_SCHEMA)
     # cleaned again: the kept records keep their offsets
     again = build_retained(batch, [1, 3])
-    assert again is not None
     assert [r.offset for r in parse_header(again).records()] == [OFFSETS[1], OFFSETS[3]]
 
 
 def test_keeping_all_or_none_and_batches_without_gaps() -> None:
     original = full_batch()
     assert build_retained(original, range(10)) == bytes(original.buffer)
-    assert build_retained(original, []) is None
     assert original.offset_deltas() is None
     # dropping only the last record still leaves a gap at the end
     tail = build_retained(original, range(9))
-    assert tail is not None
     batch = parse_header(tail)
     assert batch.has_gaps
     assert batch.next_offset == BASE + 10
@@ -217,3 +212,45 @@ def test_a_log_serves_gapped_batches_to_its_readers(tmp_path: pytest.TempPathFac
     with pytest.raises(InvalidRecordError, match="only the log cleaner"):
         log.append(bytes(gapped().buffer), leader_epoch=3)
     log.close()
+
+
+def test_a_batch_that_lost_every_record_stays_as_an_empty_batch() -> None:
+    original = full_batch()
+    empty = parse_header(build_retained(original, []))
+    empty.ensure_valid()
+    assert (empty.base_offset, empty.next_offset, empty.record_count) == (BASE, BASE + 10, 0)
+    assert empty.size_in_bytes == batch_format.HEADER_SIZE
+    assert (empty.producer_id, empty.producer_epoch, empty.base_sequence) == (7, 2, 50)
+    assert not empty.is_transactional
+    assert empty.records() == []
+    assert empty.offset_deltas() == []
+    assert to_read_batch(empty, 0, 1_000) is None
+    fetched = decode_fetched(bytes(empty.buffer) + bytes(gapped(base=BASE + 10).buffer), BASE)
+    got = [o for b in fetched.batches for o in b.column("offset").to_pylist()]
+    assert got == [o + 10 for o in OFFSETS]
+    memory = MemoryRecords(replog_to_kafka(bytes(empty.buffer)))
+    kafka_batch = memory.next_batch()
+    assert kafka_batch.validate_crc()
+    assert list(kafka_batch) == []
+    assert kafka_batch.base_offset + kafka_batch.last_offset_delta == BASE + 9
+    # an empty payload is all an empty batch may have
+    buf = bytearray(build([Record(b"k", b"v", 1)]))
+    struct.pack_into(">i", buf, batch_format.RECORD_COUNT_OFFSET, 0)
+    crc = batch_format._crc32c(memoryview(buf)[batch_format.ATTRIBUTES_OFFSET :])
+    struct.pack_into(">I", buf, batch_format.CRC_OFFSET, crc)
+    with pytest.raises(CorruptRecordError, match="record count 0 < 1"):
+        parse_header(buf).ensure_valid()
+
+
+def test_the_delete_horizon_is_kept_in_the_first_timestamp_field() -> None:
+    original = full_batch()
+    assert original.delete_horizon_ms is None
+    marked = parse_header(build_retained(original, range(10), delete_horizon_ms=5_000))
+    marked.ensure_valid()
+    assert marked.delete_horizon_ms == 5_000
+    assert not marked.has_gaps
+    assert [r.timestamp for r in marked.records()] == [1_000 + i for i in range(10)]
+    kept = parse_header(build_retained(marked, KEEP))
+    assert kept.delete_horizon_ms == 5_000
+    records = list(MemoryRecords(replog_to_kafka(bytes(kept.buffer))).next_batch())
+    assert [r.timestamp for r in records] == [1_000 + i for i in KEEP]
