@@ -15,6 +15,13 @@ adds what recovery needs to pick the partition's chunks out of the shared WAL ob
 ``truncations`` (``[S, X]``: chunks whose last seq is <= S are void at offsets >= X). A log
 without a WAL still writes format 1, so an older replog keeps reading its directories; a
 format-1 checkpoint reads as "no topic id, wal_start_seq 0, no truncations".
+
+A compacted log that the log cleaner has cleaned (either format) adds ``clean_generation`` and
+``cleaned_end``: the log's offsets below ``cleaned_end`` are in the cleaned objects of that
+generation (listed in ``segments``) and nowhere else; any other copy of them (segment objects
+and WAL chunks the cleaner replaced, or cleaned objects of another generation, left by a crash
+before or after the swap) is void. A log never cleaned writes neither key, so its checkpoint
+is byte-identical to what it was before the cleaner existed.
 """
 
 from __future__ import annotations
@@ -61,10 +68,16 @@ class Checkpoint:
     wal_start_seq: int = 0
     #: format 2 only: (S, X) truncation records, oldest first
     truncations: tuple[tuple[int, int], ...] = ()
+    #: the log cleaner's last committed generation (0: never cleaned)
+    clean_generation: int = 0
+    #: offsets below this are in the cleaned objects of ``clean_generation`` only
+    cleaned_end: int = 0
 
     def to_bytes(self) -> bytes:
         doc = asdict(self)
         doc["epochs"] = [list(e) for e in self.epochs]
+        if not self.clean_generation:
+            del doc["clean_generation"], doc["cleaned_end"]
         if self.format_version == FORMAT_VERSION:
             for key in ("topic_id", "wal_start_seq", "truncations"):
                 del doc[key]  # byte-identical to what format-1 code writes
@@ -92,6 +105,9 @@ class Checkpoint:
                     "wal_start_seq": int(doc.get("wal_start_seq", 0)),
                     "truncations": tuple((int(s), int(x)) for s, x in doc.get("truncations", ())),
                 }
+            if "clean_generation" in doc:
+                extra["clean_generation"] = int(doc["clean_generation"])
+                extra["cleaned_end"] = int(doc["cleaned_end"])
             return cls(
                 log_start_offset=int(doc["log_start_offset"]),
                 high_watermark=int(doc["high_watermark"]),

@@ -119,8 +119,13 @@ class Log(LogRetention):
         wal: WalLink | None = None,
         wal_start_seq: int = 0,
         truncations: Iterable[tuple[int, int]] = (),
+        clean_generation: int = 0,
+        cleaned_end: int = 0,
     ) -> None:
         super().__init__(storage, config, segments, log_start_offset, time_ms, wal)
+        #: the log cleaner's committed generation, and the end of the offsets it cleaned
+        self._clean_generation = clean_generation
+        self._cleaned_end = cleaned_end
         self._flush_lock = threading.Lock()
         #: orders checkpoint writes: a checkpoint built earlier is never written after a later
         #: one (taken last, after any other lock; nothing is taken while holding it)
@@ -205,6 +210,8 @@ class Log(LogRetention):
             wal=link,
             wal_start_seq=loaded.wal_start_seq,
             truncations=loaded.truncations,
+            clean_generation=loaded.clean_generation,
+            cleaned_end=loaded.cleaned_end,
         )
         if loaded.checkpoint_needed and not read_only:
             result.checkpoint()
@@ -603,6 +610,7 @@ class Log(LogRetention):
 
     def _set_end_locked(self, end: int) -> None:
         self._leo = end
+        self._cleaned_end = min(self._cleaned_end, end)
         self._high_watermark = min(self._high_watermark, end)
         self.leader_epoch_cache.truncate_from_end(end)
 
@@ -706,6 +714,7 @@ class Log(LogRetention):
         self._pending.clear()
         self._log_start_offset = offset
         self._durable_end = self._leo = self._high_watermark = offset
+        self._cleaned_end = 0
         self.leader_epoch_cache.clear()
         return offset
 
@@ -734,6 +743,7 @@ class Log(LogRetention):
                 tuple(self.leader_epoch_cache.entries()),
                 self._wal_start_seq,
                 len(self._truncations),
+                self._cleaned_end,
             )
         return (
             self._shape_version,
@@ -741,6 +751,7 @@ class Log(LogRetention):
             self._high_watermark,
             self._durable_end,
             tuple(self.leader_epoch_cache.entries()),
+            self._cleaned_end,
         )
 
     def checkpoint_needed(self) -> bool:
@@ -771,8 +782,13 @@ class Log(LogRetention):
             self._checkpoint_seq += 1
             seq = self._checkpoint_seq
             wal_fields: dict[str, object] = {}
-            if self.wal is not None:
+            if self._clean_generation:
                 wal_fields = {
+                    "clean_generation": self._clean_generation,
+                    "cleaned_end": self._cleaned_end,
+                }
+            if self.wal is not None:
+                wal_fields |= {
                     "format_version": WAL_FORMAT_VERSION,
                     "topic_id": self.wal.topic_id,
                     "wal_start_seq": self._wal_start_seq,

@@ -1,5 +1,6 @@
 """What a partition log drops and rewrites below its head: retention (``retention.ms``,
-``retention.bytes``, DeleteRecords) and merging a segment's small objects into one.
+``retention.bytes``, DeleteRecords), merging a segment's small objects into one, and the swap
+that commits a log cleaner's round (:meth:`LogRetention.replace_cleaned`).
 
 Both change only whole extents below the high watermark and checkpoint the new shape before
 the old objects go: a retired segment object stays readable for ``file.delete.delay.ms``
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.local_log import LocalLog
@@ -27,6 +29,8 @@ class LogRetention(LocalLog):
 
     _maintenance_lock: threading.Lock
     _high_watermark: int
+    _clean_generation: int
+    _cleaned_end: int
     leader_epoch_cache: LeaderEpochCache
 
     def checkpoint(self) -> bool:
@@ -170,3 +174,65 @@ class LogRetention(LocalLog):
             self._cache_put(head.name, merged, checked=True)
         self._schedule_deletes(s.name for s in run[1:])
         log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
+
+    # --- the log cleaner's swap -------------------------------------------------------------
+
+    @property
+    def clean_generation(self) -> int:
+        """The log cleaner's last committed generation (0: never cleaned)."""
+        return self._clean_generation
+
+    @property
+    def cleaned_end(self) -> int:
+        """The end of the offsets the last committed clean covered (its dirty section ends
+        there; the next clean's dirty section starts there)."""
+        return self._cleaned_end
+
+    def read_extent(self, extent: Extent) -> bytes:
+        """The whole bytes of one of the log's extents, every batch CRC-checked."""
+        return self._read_range(extent, 0, extent.size)
+
+    def replace_cleaned(
+        self, sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int
+    ) -> bool:
+        """Swap the log's first extents ``sources`` (as the cleaner read them) for
+        ``cleaned``, the objects the cleaner wrote from them (on storage already, covering
+        the same offsets). False, and nothing changes, if the log's first extents no longer
+        cover what ``sources`` covered (a truncation or retention came between; a WAL
+        compaction's copy of the same chunks does not matter: it holds the same bytes).
+
+        The checkpoint written here is the commit point (docs/storage.md §2.10.1): it names
+        ``generation`` and the cleaned objects, so recovery reads the old extents before it
+        and the cleaned objects after it, never a mix. Readers in this process see the old
+        list or the new one (a swap under the state lock); the replaced segment objects stay
+        readable for file.delete.delay.ms and chunk extents release their reference after
+        the commit, so a read holding them finishes."""
+        span = [(e.base_offset, e.next_offset) for e in sources]
+        with self._maintenance_lock:
+            with self._lock:
+                live = self._segments[: len(sources)]
+                if [(e.base_offset, e.next_offset) for e in live] != span or not cleaned:
+                    return False
+                if cleaned[0].base_offset != span[0][0] or cleaned[-1].next_offset != span[-1][1]:
+                    raise ValueError(
+                        f"{self.storage.url}: cleaned objects cover [{cleaned[0].base_offset}, "
+                        f"{cleaned[-1].next_offset}), their sources [{span[0][0]}, {span[-1][1]})"
+                    )
+                self._segments[: len(sources)] = cleaned
+                self._bases[: len(sources)] = [c.base_offset for c in cleaned]
+                if len(self._segments) > len(cleaned):
+                    self._segments[len(cleaned)].rolled = True
+                self._shape_version += 1
+                self._clean_generation = generation
+                self._cleaned_end = span[-1][1]
+            self.checkpoint()  # the commit point
+            self._retire(live)
+        log.info(
+            "%s: cleaned offsets [%d, %d) into %d object(s), generation %d",
+            self.storage.url,
+            span[0][0],
+            span[-1][1],
+            len(cleaned),
+            generation,
+        )
+        return True

@@ -1,0 +1,372 @@
+"""The log cleaner of a compacted log (Kafka's Cleaner and LogCleanerManager's choice of what
+to clean), over object storage: docs/storage.md §2.10.1.
+
+One round over one :class:`~logstore.log.Log` (:func:`clean_log`):
+
+1. **Plan** (:func:`plan_cleaning`, Kafka's ``cleanableOffsets``): the cleanable range is the
+   log's first extents from the log start, below the first *uncleanable* offset: never the
+   active segment (the last one), never at or above the high watermark or the last stable
+   offset, never an extent with a record younger than ``min.compaction.lag.ms``. Its
+   *dirty section* starts where the last committed clean ended (``Log.cleaned_end``). The round
+   runs when dirty bytes / cleanable bytes reaches ``min.cleanable.dirty.ratio``, or when the
+   first dirty extent is older than ``max.compaction.lag.ms``. At most ``max_dirty_bytes`` of
+   dirty extents are taken per round (the bound on the offset map's memory).
+2. **Transactions**: every batch of the range is read once (CRC-checked). A transaction whose
+   marker is not in the range cuts the range before its first batch, so the outcome of every
+   transaction with data in the range is known; aborted transactions' data is removed.
+3. **Offset map** (Kafka's SkimpyOffsetMap, here a dict): key -> its latest offset in the dirty
+   section, from committed data only.
+4. **Rewrite** (Kafka's ``cleanInto`` / ``MemoryRecords.filterTo``): each batch keeps its
+   records that are not superseded by a later offset of their key (and have a key);
+   tombstones are kept until their batch's delete horizon (KIP-534: set to now +
+   ``delete.retention.ms`` by the clean that first keeps them) has passed; a transaction
+   marker is kept while its transaction has data left in the log, then until its own delete
+   horizon. Offsets never change: a batch that lost records keeps its base offset and last
+   offset delta (a batch with gaps, :func:`~logstore.batch.build_retained`), one that lost
+   them all is an empty batch. The rewritten extents are grouped into new objects of up to
+   ``segment.bytes``, named by generation (:func:`~logstore.segment.cleaned_object_name`).
+5. **Swap** (:meth:`~logstore.log_retention.LogRetention.replace_cleaned`): the new objects
+   are on storage first; then one checkpoint naming the generation is the commit point. A crash
+   before it leaves the old log (recovery deletes the uncommitted objects); after it, the new
+   one (recovery voids the replaced objects and chunks).
+
+The whole cleanable range, clean section included, is rewritten each round, as Kafka's
+cleaner recopies the clean segments it groups with the dirty ones: the cost of a round is the
+bytes of the live log below the dirty section's end, read once and written once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from logstore.batch import ControlType, RecordBatch, build_retained, iter_batches
+from logstore.log import Log
+from logstore.segment import BatchIndex, Extent, LogSegment, cleaned_object_name
+
+__all__ = ["CleanerStats", "CleaningPlan", "clean_log", "plan_cleaning"]
+
+log = logging.getLogger(__name__)
+
+#: the dirty bytes one round takes at most by default (Kafka bounds a round by its offset
+#: map, log.cleaner.dedupe.buffer.size: 128 MiB of 24-byte entries)
+DEFAULT_MAX_DIRTY_BYTES = 256 * 1024 * 1024
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningPlan:
+    """What one round cleans: the log's first extents ``sources``, whose dirty section
+    starts at ``first_dirty_offset``."""
+
+    sources: tuple[Extent, ...]
+    first_dirty_offset: int
+    dirty_bytes: int
+    cleanable_bytes: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.sources[-1].next_offset
+
+    @property
+    def dirty_ratio(self) -> float:
+        return self.dirty_bytes / max(self.cleanable_bytes, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """What one round did (Kafka's CleanerStats): the bytes it read and wrote, the storage
+    requests it made (one GET per extent read from storage, one PUT per object written), the
+    records it read and kept, and whether its swap committed."""
+
+    start_offset: int
+    end_offset: int
+    first_dirty_offset: int
+    dirty_ratio: float
+    generation: int
+    extents_read: int
+    bytes_read: int
+    bytes_written: int
+    objects_written: int
+    records_read: int
+    records_kept: int
+    committed: bool
+
+
+def _groups(extents: Sequence[Extent]) -> list[list[Extent]]:
+    """The extents as segments (runs opened by a ``rolled`` extent)."""
+    groups: list[list[Extent]] = []
+    for extent in extents:
+        if extent.rolled or not groups:
+            groups.append([])
+        groups[-1].append(extent)
+    return groups
+
+
+def _first_timestamp(extent: Extent) -> int:
+    """The first batch's largest timestamp (the extent's, before its index is loaded)."""
+    index = extent.index
+    if index is not None and index.max_timestamps:
+        return index.max_timestamps[0]
+    return extent.max_timestamp
+
+
+def plan_cleaning(
+    log_: Log,
+    now_ms: int,
+    last_stable_offset: int | None = None,
+    *,
+    max_dirty_bytes: int = DEFAULT_MAX_DIRTY_BYTES,
+) -> CleaningPlan | None:
+    """The range one round would clean now, or None if the log needs no clean (not
+    compacted, nothing dirty and cleanable, or a dirty ratio below ``min.cleanable.dirty.ratio``
+    with no extent older than ``max.compaction.lag.ms``)."""
+    config = log_.config
+    if not config.compact:
+        return None
+    now = now_ms
+    upper = log_.high_watermark
+    if last_stable_offset is not None:
+        upper = min(upper, last_stable_offset)
+    first_dirty = max(log_.cleaned_end, log_.log_start_offset)
+    sources: list[Extent] = []
+    dirty_bytes = 0
+    for group in _groups(log_.extents())[:-1]:  # never the active segment
+        if group[-1].next_offset > upper:
+            break
+        if any(e.max_timestamp > now - config.min_compaction_lag_ms for e in group):
+            break
+        if dirty_bytes >= max_dirty_bytes:
+            break
+        for extent in group:
+            sources.append(extent)
+            if extent.next_offset > first_dirty:
+                dirty_bytes += extent.size
+    if not dirty_bytes:
+        return None
+    plan = CleaningPlan(tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources))
+    first = next(e for e in sources if e.next_offset > first_dirty)
+    overdue = now - _first_timestamp(first) > config.max_compaction_lag_ms
+    if plan.dirty_ratio < config.min_cleanable_dirty_ratio and not overdue:
+        return None
+    return plan
+
+
+@dataclass(slots=True)
+class _Transactions:
+    """The transactions of the batches read: which data batches were aborted, which
+    transaction each marker ends and the data batches of each."""
+
+    aborted: set[int]
+    marker_of: dict[int, int]
+    members: dict[int, list[int]]
+    #: the base offset of the earliest data batch whose transaction has no marker in range
+    first_open: int | None
+
+
+def _transactions(batches: Sequence[RecordBatch]) -> _Transactions:
+    aborted: set[int] = set()
+    marker_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    ongoing: dict[int, int] = {}  # producer id -> transaction
+    for i, batch in enumerate(batches):
+        if batch.producer_id < 0 or not batch.is_transactional:
+            continue
+        if batch.is_control:
+            txn = ongoing.pop(batch.producer_id, None)
+            if txn is None:
+                txn = len(members)  # its data is gone already (or below the log start)
+                members[txn] = []
+            marker_of[i] = txn
+            if batch.control_type() is ControlType.ABORT:
+                aborted.update(members[txn])
+            continue
+        txn = ongoing.get(batch.producer_id)
+        if txn is None:
+            txn = ongoing[batch.producer_id] = len(members)
+            members[txn] = []
+        members[txn].append(i)
+    first_open = min((batches[members[t][0]].base_offset for t in ongoing.values()), default=None)
+    return _Transactions(aborted, marker_of, members, first_open)
+
+
+def _record_offsets(batch: RecordBatch, count: int) -> list[int]:
+    base = batch.base_offset
+    deltas = batch.offset_deltas()
+    return list(range(base, base + count)) if deltas is None else [base + d for d in deltas]
+
+
+def _offset_map(
+    batches: Sequence[RecordBatch], first_dirty: int, aborted: set[int]
+) -> dict[bytes, int]:
+    """Key -> its latest offset among the committed data records at or above ``first_dirty``."""
+    latest: dict[bytes, int] = {}
+    for i, batch in enumerate(batches):
+        if batch.next_offset <= first_dirty or batch.is_control or i in aborted:
+            continue
+        if not batch.record_count:
+            continue
+        keys = batch.to_arrow().column(0).to_pylist()
+        for key, offset in zip(keys, _record_offsets(batch, len(keys)), strict=True):
+            if key is not None and offset >= first_dirty:
+                latest[key] = offset
+    return latest
+
+
+class _Rewrite:
+    """The retained bytes of each batch (:func:`clean_log` step 4)."""
+
+    def __init__(self, latest: dict[bytes, int], txns: _Transactions, now: int, retention: int):
+        self.latest = latest
+        self.txns = txns
+        self.now = now
+        self.retention = retention
+        self.kept: dict[int, int] = {}
+        self.records_read = 0
+
+    def data(self, i: int, batch: RecordBatch) -> bytes:
+        if not batch.record_count:
+            return bytes(batch.buffer)  # an empty batch stays
+        self.records_read += batch.record_count
+        if i in self.txns.aborted:
+            self.kept[i] = 0
+            return build_retained(batch, [])
+        data = batch.to_arrow()
+        keys = data.column(0).to_pylist()
+        tombstones = data.column(1).is_null().to_pylist()
+        horizon = batch.delete_horizon_ms
+        expired = horizon is not None and self.now >= horizon
+        latest = self.latest
+        keep: list[int] = []
+        tombstone_kept = False
+        offsets = _record_offsets(batch, len(keys))
+        for position, (key, offset, tombstone) in enumerate(
+            zip(keys, offsets, tombstones, strict=True)
+        ):
+            if key is None or latest.get(key, offset) > offset or (tombstone and expired):
+                continue
+            keep.append(position)
+            tombstone_kept = tombstone_kept or tombstone
+        self.kept[i] = len(keep)
+        new_horizon = None
+        if tombstone_kept and horizon is None:
+            new_horizon = self.now + self.retention
+        return build_retained(batch, keep, delete_horizon_ms=new_horizon)
+
+    def marker(self, i: int, batch: RecordBatch) -> bytes:
+        """A marker stays while its transaction has data left, then until its horizon."""
+        txn = self.txns.marker_of.get(i)
+        members = self.txns.members.get(txn, []) if txn is not None else []
+        if any(self.kept.get(j, 0) for j in members):
+            return bytes(batch.buffer)
+        horizon = batch.delete_horizon_ms
+        if horizon is None:
+            return build_retained(batch, [0], delete_horizon_ms=self.now + self.retention)
+        if self.now >= horizon:
+            return build_retained(batch, [])
+        return bytes(batch.buffer)
+
+
+def clean_log(
+    log_: Log,
+    *,
+    now_ms: int | None = None,
+    last_stable_offset: int | None = None,
+    max_dirty_bytes: int = DEFAULT_MAX_DIRTY_BYTES,
+) -> CleanerStats | None:
+    """Clean ``log_`` once if :func:`plan_cleaning` says it needs it (see the module doc);
+    None if it did not. ``last_stable_offset``: the partition's LSO (the cleaner never
+    reaches it); the high watermark bounds the round in any case."""
+    now = _now_ms() if now_ms is None else now_ms
+    plan = plan_cleaning(log_, now, last_stable_offset, max_dirty_bytes=max_dirty_bytes)
+    if plan is None:
+        return None
+    sources = list(plan.sources)
+    raw = [log_.read_extent(e) for e in sources]
+    bytes_read = sum(len(r) for r in raw)
+    while True:
+        owner: list[int] = []
+        batches: list[RecordBatch] = []
+        for s, data in enumerate(raw):
+            for batch in iter_batches(data, validate=False):  # checked by read_extent
+                owner.append(s)
+                batches.append(batch)
+        txns = _transactions(batches)
+        if txns.first_open is None:
+            break
+        # a transaction whose outcome is past the range: clean only what precedes it
+        keep = [s for s, e in enumerate(sources) if e.next_offset <= txns.first_open]
+        sources, raw = sources[: len(keep)], raw[: len(keep)]
+        if not sources or sources[-1].next_offset <= plan.first_dirty_offset:
+            return None
+    latest = _offset_map(batches, plan.first_dirty_offset, txns.aborted)
+    rewrite = _Rewrite(latest, txns, now, log_.config.delete_retention_ms)
+    retained = [b"" if b.is_control else rewrite.data(i, b) for i, b in enumerate(batches)]
+    for i, batch in enumerate(batches):  # once every data batch is decided
+        if batch.is_control:
+            retained[i] = rewrite.marker(i, batch)
+    parts: list[list[bytes]] = [[] for _ in sources]
+    for i, data in enumerate(retained):
+        parts[owner[i]].append(data)
+    generation = log_.clean_generation + 1
+    cleaned = _write_objects(log_, sources, [b"".join(p) for p in parts], generation)
+    committed = log_.replace_cleaned(sources, cleaned, generation)
+    if not committed:
+        for segment in cleaned:  # never named by a checkpoint: nobody reads them
+            log_.storage.delete(segment.name)
+    return CleanerStats(
+        start_offset=sources[0].base_offset,
+        end_offset=sources[-1].next_offset,
+        first_dirty_offset=plan.first_dirty_offset,
+        dirty_ratio=plan.dirty_ratio,
+        generation=generation,
+        extents_read=len(sources),
+        bytes_read=bytes_read,
+        bytes_written=sum(s.size for s in cleaned),
+        objects_written=len(cleaned),
+        records_read=rewrite.records_read,
+        records_kept=sum(rewrite.kept.values()),
+        committed=committed,
+    )
+
+
+def _write_objects(
+    log_: Log, sources: Sequence[Extent], parts: Sequence[bytes], generation: int
+) -> list[LogSegment]:
+    """The rewritten extents as objects of up to ``segment.bytes`` (each its own segment, so
+    merging never rewrites one), written to storage before the swap."""
+    limit = log_.config.segment_bytes
+    runs: list[tuple[int, int]] = []  # [first, last) source indexes
+    size = 0
+    for s, data in enumerate(parts):
+        if runs and size + len(data) <= limit:
+            runs[-1] = (runs[-1][0], s + 1)
+            size += len(data)
+        else:
+            runs.append((s, s + 1))
+            size = len(data)
+    cleaned = []
+    for first, last in runs:
+        data = b"".join(parts[first:last])
+        base = sources[first].base_offset
+        name = cleaned_object_name(base, generation)
+        log_.storage.write(name, data)
+        index = BatchIndex.scan(data, validate=False)
+        cleaned.append(
+            LogSegment(
+                name,
+                base,
+                sources[last - 1].next_offset,
+                len(data),
+                max(index.max_timestamps),
+                rolled=True,
+                created_ms=sources[first].created_ms,
+                index=index,
+            )
+        )
+    return cleaned

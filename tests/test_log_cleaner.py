@@ -1,0 +1,342 @@
+"""The log cleaner over one log (logstore.log_cleaner), standalone and over the broker WAL.
+
+A seeded random generator writes many histories (updates to few keys, tombstones, committed
+and aborted transactions, rolls) and cleans them, some more than once as time passes; after
+each clean: every offset that remains holds exactly what it held, the log end offset and the
+HW are unchanged, the read_committed view is the original's minus superseded records (and
+tombstones past their horizon), the latest value of every key is unchanged, and a reopened log
+reads the same.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from logstore.batch import ControlType, Record, build, build_control, iter_batches
+from logstore.config import LogConfig
+from logstore.log import Log
+from logstore.log_cleaner import clean_log, plan_cleaning
+from logstore.segment import Extent, LogSegment, cleaned_object_of
+from logstore.storage import Storage
+from tests.test_wal_log import Node
+
+pytestmark = pytest.mark.unit
+
+NOW = 10_000_000
+DAY = 86_400_000
+CONFIG = LogConfig(
+    cleanup_policy="compact",
+    min_cleanable_dirty_ratio=0.0,
+    min_compaction_lag_ms=0,
+    delete_retention_ms=DAY,
+    file_delete_delay_ms=0,
+    segment_bytes=4096,
+    retention_ms=-1,
+)
+
+View = list[tuple[int, bytes | None, bytes | None, int]]  # offset, key, value, timestamp
+
+
+def read_committed(log: Log) -> View:
+    """What a read_committed consumer reads from offset 0 (markers resolve transactions)."""
+    out: View = []
+    open_txns: dict[int, View] = {}
+    data = log.read(log.log_start_offset, 1 << 30, max_offset=log.high_watermark)
+    for batch in iter_batches(data):
+        if batch.is_control:
+            records = open_txns.pop(batch.producer_id, [])
+            if batch.control_type() is ControlType.COMMIT:
+                out.extend(records)
+            continue
+        rows = [(r.offset, r.key, r.value, r.timestamp) for r in batch.records()]
+        if batch.is_transactional:
+            open_txns.setdefault(batch.producer_id, []).extend(rows)
+        else:
+            out.extend(rows)
+    assert not open_txns
+    return sorted(out)
+
+
+def every_record(log: Log) -> dict[int, tuple[bytes | None, bytes | None, int]]:
+    """Offset -> (key, value, timestamp) of every record the log holds, markers aside."""
+    data = log.read(log.log_start_offset, 1 << 30)
+    return {
+        r.offset: (r.key, r.value, r.timestamp)
+        for b in iter_batches(data)
+        if not b.is_control
+        for r in b.records()
+    }
+
+
+@dataclass
+class History:
+    """What was written: the batches' bytes are appended by ``write``."""
+
+    rng: random.Random
+    keys: int
+    ts: int = 1_000
+
+    def data_batch(self, producer: int = -1, epoch: int = 0, seq: int = 0) -> bytes:
+        records = []
+        for _ in range(self.rng.randint(1, 6)):
+            key = f"k{self.rng.randrange(self.keys)}".encode()
+            value = None if self.rng.random() < 0.15 else f"v{self.rng.random():.6f}".encode()
+            records.append(Record(key, value, self.ts))
+            self.ts += 1
+        return build(
+            records,
+            producer_id=producer,
+            producer_epoch=epoch if producer >= 0 else -1,
+            base_sequence=seq if producer >= 0 else -1,
+            is_transactional=producer >= 0,
+        )
+
+    def write(self, log: Log, batches: int, flush: Callable[[], None] | None = None) -> None:
+        seqs: dict[int, int] = {}
+        for _ in range(batches):
+            if self.rng.random() < 0.2:
+                producer = self.rng.randrange(1, 4)
+                for _ in range(self.rng.randint(1, 3)):
+                    seq = seqs.get(producer, 0)
+                    batch = self.data_batch(producer, seq=seq)
+                    seqs[producer] = seq + next(iter_batches(batch)).record_count
+                    log.append(batch, leader_epoch=0)
+                marker = ControlType.COMMIT if self.rng.random() < 0.6 else ControlType.ABORT
+                log.append(
+                    build_control(
+                        marker,
+                        producer_id=producer,
+                        producer_epoch=0,
+                        coordinator_epoch=0,
+                        timestamp=self.ts,
+                    ),
+                    leader_epoch=0,
+                )
+            else:
+                log.append(self.data_batch(), leader_epoch=0)
+            if self.rng.random() < 0.3:
+                if flush is None:
+                    log.roll()
+                    log.flush()
+                else:
+                    flush()
+        if flush is None:
+            log.roll()
+            log.flush()
+        else:
+            flush()
+        log.update_high_watermark(log.log_end_offset)
+
+
+def check_cleaned(
+    before_all: dict[int, tuple[bytes | None, bytes | None, int]], before: View, log: Log
+) -> None:
+    """The cleaner's contract, checked against the log as it was before the clean."""
+    after_all = every_record(log)
+    for offset, record in after_all.items():
+        assert before_all[offset] == record, f"offset {offset} changed"
+    after = read_committed(log)
+    assert set(after) <= set(before)
+    latest: dict[bytes | None, int] = {}
+    for offset, key, _value, _ts in before:
+        latest[key] = offset
+    kept = {o for o, *_ in after}
+    for offset, key, value, _ts in before:
+        if offset in kept:
+            continue
+        # a record goes only if superseded, or if a tombstone whose horizon passed
+        assert latest[key] > offset or value is None, f"offset {offset} ({key!r}) lost"
+    for key, offset in latest.items():
+        value = before_all[offset][1]
+        if value is not None:
+            assert offset in kept, f"the latest value of {key!r} (offset {offset}) is gone"
+
+
+def cleaned_rounds(log: Log, rng: random.Random) -> Iterator[int]:
+    now = NOW
+    for _ in range(rng.randint(1, 3)):
+        yield now
+        now += rng.choice([0, DAY // 2, DAY + 1])
+
+
+def run_history(log: Log, seed: int, reopen: Callable[[Log], Log]) -> None:
+    rng = random.Random(seed)
+    history = History(rng, keys=rng.randint(1, 8))
+    history.write(log, rng.randint(5, 40))
+    for now in cleaned_rounds(log, rng):
+        before_all, before = every_record(log), read_committed(log)
+        end, hw = log.log_end_offset, log.high_watermark
+        stats = clean_log(log, now_ms=now)
+        assert log.log_end_offset == end
+        assert log.high_watermark == hw
+        check_cleaned(before_all, before, log)
+        assert stats is None or stats.committed
+        # more history after a clean: the next clean's dirty section
+        if rng.random() < 0.5:
+            history.write(log, rng.randint(1, 10))
+    view, records = read_committed(log), every_record(log)
+    log = reopen(log)
+    assert read_committed(log) == view
+    assert every_record(log) == records
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cleaning_keeps_the_latest_of_every_key_standalone(tmp_path: Path, seed: int) -> None:
+    storage = Storage.from_url(f"file://{tmp_path}/t/0")
+
+    def reopen(log: Log) -> Log:
+        log.close()
+        return Log.open(storage, CONFIG)
+
+    run_history(Log.open(storage, CONFIG), seed, reopen)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cleaning_over_the_wal(tmp_path: Path, seed: int) -> None:
+    node = Node(Storage.from_url(f"file://{tmp_path}/root"), [("orders", 0)])
+    node.config = CONFIG
+    node.start()
+    log = node.logs[("orders", 0)]
+    rng = random.Random(seed)
+    history = History(rng, keys=rng.randint(1, 8))
+    history.write(log, rng.randint(5, 40), flush=node.flush)
+    before_all, before = every_record(log), read_committed(log)
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert stats.committed
+    check_cleaned(before_all, before, log)
+    view, records = read_committed(log), every_record(log)
+    node.stop()
+    node.start()
+    log = node.logs[("orders", 0)]
+    assert read_committed(log) == view
+    assert every_record(log) == records
+    assert log.clean_generation == 1
+    node.stop()
+
+
+def small_log(tmp_path: Path, config: LogConfig = CONFIG) -> Log:
+    log = Log.open(Storage.from_url(f"file://{tmp_path}/t/0"), config)
+    for i in range(6):
+        log.append(build([Record(b"k", f"v{i}".encode(), 1_000 + i)]), leader_epoch=0)
+        log.roll()
+        log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    log.checkpoint()  # as the broker's periodic checkpoint does
+    return log
+
+
+def test_the_active_segment_and_data_at_or_above_the_hw_or_lso_stay(tmp_path: Path) -> None:
+    log = small_log(tmp_path)
+    log.update_high_watermark(4)
+    plan = plan_cleaning(log, now_ms=NOW)
+    assert plan is not None
+    assert plan.end_offset == 4
+    plan = plan_cleaning(log, now_ms=NOW, last_stable_offset=2)
+    assert plan is not None
+    assert plan.end_offset == 2
+    log.update_high_watermark(6)
+    plan = plan_cleaning(log, now_ms=NOW)
+    assert plan is not None
+    assert plan.end_offset == 5  # the last segment is the active one
+    clean_log(log, now_ms=NOW)
+    assert [v for _, (_, v, _) in sorted(every_record(log).items())] == [b"v4", b"v5"]
+
+
+def test_min_and_max_compaction_lag_and_the_dirty_ratio(tmp_path: Path) -> None:
+    lagged = replace(CONFIG, min_compaction_lag_ms=1_000)
+    log = small_log(tmp_path, lagged)
+    assert plan_cleaning(log, now_ms=1_003) is None  # every record is younger than the lag
+    plan = plan_cleaning(log, now_ms=2_003)
+    assert plan is not None
+    assert plan.end_offset == 4  # offsets 0-3 are at least a lag old
+    log.reconfigure(replace(CONFIG, min_cleanable_dirty_ratio=0.9))
+    assert clean_log(log, now_ms=NOW) is not None  # all dirty: ratio 1
+    assert log.cleaned_end == 5
+    for i in range(6, 9):
+        log.append(build([Record(b"k", f"v{i}".encode(), 1_000 + i)]), leader_epoch=0)
+        log.roll()
+        log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    plan_ratio = plan_cleaning(log, now_ms=NOW)
+    assert plan_ratio is None  # dirty 3 of 4 extents, below 0.9
+    log.reconfigure(replace(CONFIG, min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=1_000))
+    overdue = plan_cleaning(log, now_ms=NOW)
+    assert overdue is not None  # the first dirty record is older than max.compaction.lag.ms
+    assert overdue.first_dirty_offset == 5
+    log.reconfigure(replace(CONFIG, cleanup_policy="delete"))
+    assert plan_cleaning(log, now_ms=NOW) is None
+
+
+def test_a_crash_before_the_commit_leaves_the_old_log(tmp_path: Path) -> None:
+    log = small_log(tmp_path)
+    storage = log.storage
+    before = every_record(log)
+
+    class Crash(Exception):
+        pass
+
+    def crash() -> bool:
+        raise Crash
+
+    log.checkpoint = crash  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        clean_log(log, now_ms=NOW)
+    written = [i.path for i in storage.list() if cleaned_object_of(i.path)]
+    assert written  # the new objects were on storage when the commit failed
+    reopened = Log.open(storage, CONFIG)
+    assert every_record(reopened) == before
+    assert not [i.path for i in storage.list() if cleaned_object_of(i.path)]
+    reopened.update_high_watermark(reopened.log_end_offset)
+    stats = clean_log(reopened, now_ms=NOW)
+    assert stats is not None
+    assert stats.committed
+    assert reopened.clean_generation == 1
+    again = Log.open(storage, CONFIG)
+    assert [v for _, (_, v, _) in sorted(every_record(again).items())] == [b"v4", b"v5"]
+
+
+def test_a_truncation_between_the_rewrite_and_the_swap_wins(tmp_path: Path) -> None:
+    log = small_log(tmp_path)
+    swap = log.replace_cleaned
+
+    def truncated_first(
+        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int
+    ) -> bool:
+        log.truncate_to(3)
+        return swap(sources, cleaned, generation)
+
+    log.replace_cleaned = truncated_first  # type: ignore[method-assign]
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert not stats.committed
+    assert not [i.path for i in log.storage.list() if cleaned_object_of(i.path)]
+    assert sorted(every_record(log)) == [0, 1, 2]
+    del log.replace_cleaned
+    log.update_high_watermark(3)
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert stats.committed
+
+
+def test_many_updates_to_few_keys_shrink_the_log(tmp_path: Path) -> None:
+    log = Log.open(Storage.from_url(f"file://{tmp_path}/t/0"), CONFIG)
+    for i in range(200):
+        records = [Record(f"k{j}".encode(), f"{i}-{j}".encode() * 10, 1_000 + i) for j in range(5)]
+        log.append(build(records), leader_epoch=0)
+        if i % 20 == 19:
+            log.roll()
+            log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    size = log.size_in_bytes
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert stats.records_read == 900  # not the active segment's
+    assert stats.records_kept == 5  # the latest of each key
+    assert log.size_in_bytes < size / 3
+    assert stats.bytes_written == sum(s.size for s in log.segments()[:-1])
