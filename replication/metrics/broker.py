@@ -126,6 +126,7 @@ class BrokerCollector:
                 rm.storage_reads,
             ),
         ]
+        metrics += self._log_cleaner()
         writer = rm.wal_writer
         if writer is None:
             return metrics
@@ -154,6 +155,30 @@ class BrokerCollector:
                 wal + "broker_checkpoints",
                 "Broker checkpoints (every partition's HW in one object) written",
                 rm.broker_checkpoints,
+            ),
+        ]
+
+    def _log_cleaner(self) -> list[Metric]:
+        """The log cleaner's work (Kafka's LogCleaner and LogCleanerManager metrics)."""
+        totals = self.replica_manager.cleaner_totals
+        prefix = "replog_log_cleaner_"
+        return [
+            _counter(prefix + "rounds", "Log cleaner rounds committed", totals.rounds),
+            _counter(prefix + "failures", "Log cleaner rounds that failed", totals.failures),
+            _counter(prefix + "bytes_read", "Bytes the log cleaner read", totals.bytes_read),
+            _counter(prefix + "bytes_written", "Bytes the log cleaner wrote", totals.bytes_written),
+            _counter(prefix + "records_read", "Records the log cleaner read", totals.records_read),
+            _counter(prefix + "records_kept", "Records the log cleaner kept", totals.records_kept),
+            _gauge(
+                "kafka_log_logcleanermanager_maxdirtypercent",
+                "The highest share of a compacted log not yet cleaned, in percent, at the "
+                "cleaner's last look",
+                100 * totals.max_dirty_ratio,
+            ),
+            _gauge(
+                "kafka_log_logcleaner_cleanerrecopypercent",
+                "Bytes written / bytes read of the last cleaner round, in percent",
+                100 * totals.last_recopy_ratio,
             ),
         ]
 
