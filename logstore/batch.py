@@ -1054,17 +1054,20 @@ def build_retained(
     if horizon is not None:
         attributes |= _DELETE_HORIZON_BIT
         first_timestamp = horizon
+    producer = {
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+    }
     return _encode(
         kept,
         base_offset=batch.base_offset,
         partition_leader_epoch=batch.partition_leader_epoch,
         attributes=attributes,
         compression=batch.compression,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
         timestamps=(first_timestamp, max_timestamp),
         last_offset_delta=batch.last_offset_delta,
+        **producer,
     )
 
 

@@ -31,14 +31,8 @@ Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 def read_from_zero(bootstrap: str, topic: str) -> list[Row]:
     """(offset, key, value) of every record of partition 0, from offset 0 to the HW."""
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique_name("cleaned"),
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+    settings = {"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}
+    consumer = confluent_kafka.Consumer({**settings, "group.id": unique_name("cleaned")})
     try:
         _, high = consumer.get_watermark_offsets(
             confluent_kafka.TopicPartition(topic, 0), timeout=30

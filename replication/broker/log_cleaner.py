@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from logstore.errors import ReplogError
@@ -31,16 +32,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: what :class:`CleanerTotals` counts, each a :class:`CleanerStats` field summed over the
+#: committed rounds (``rounds`` and ``failures`` aside)
+COUNTED = ("bytes_read", "bytes_written", "records_read", "records_kept")
+
+
 @dataclass(slots=True)
 class CleanerTotals:
-    """What the broker's cleaner did since it started (its metrics)."""
+    """What the broker's cleaner did since it started (its metrics): ``counts`` holds the
+    rounds committed, the rounds failed and the sums of :data:`COUNTED`."""
 
-    rounds: int = 0
-    failures: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_kept: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
     #: the highest dirty ratio among the compacted logs at the last pass (Kafka's
     #: max-dirty-percent, as a ratio)
     max_dirty_ratio: float = 0.0
@@ -48,11 +50,9 @@ class CleanerTotals:
     last_recopy_ratio: float = 0.0
 
     def add(self, stats: CleanerStats) -> None:
-        self.rounds += 1
-        self.bytes_read += stats.bytes_read
-        self.bytes_written += stats.bytes_written
-        self.records_read += stats.records_read
-        self.records_kept += stats.records_kept
+        self.counts["rounds"] += 1
+        for name in COUNTED:
+            self.counts[name] += getattr(stats, name)
         self.last_recopy_ratio = stats.bytes_written / max(stats.bytes_read, 1)
 
 
@@ -93,10 +93,10 @@ async def clean_filthiest(rm: ReplicaManager) -> int:
     moved = 0
     for (partition, _), result in zip(chosen, results, strict=True):
         if isinstance(result, ReplogError):
-            totals.failures += 1
+            totals.counts["failures"] += 1
             log.warning("cleaning %r failed, retrying later: %s", partition, result)
         elif isinstance(result, BaseException):
-            totals.failures += 1  # a bug: say so loudly, keep the broker's loop alive
+            totals.counts["failures"] += 1  # a bug: say so loudly, keep the loop alive
             log.error("cleaning %r failed", partition, exc_info=result)
         elif result is not None and result.committed:
             totals.add(result)

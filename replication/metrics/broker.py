@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from replication.broker.fetch_session import FetchSessionCache
+from replication.broker.log_cleaner import COUNTED
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
 from replication.coordinator.group import GroupCoordinator
@@ -161,14 +162,17 @@ class BrokerCollector:
     def _log_cleaner(self) -> list[Metric]:
         """The log cleaner's work (Kafka's LogCleaner and LogCleanerManager metrics)."""
         totals = self.replica_manager.cleaner_totals
-        prefix = "replog_log_cleaner_"
+        counts = totals.counts
+        counted = {
+            "rounds": "Log cleaner rounds committed",
+            "failures": "Log cleaner rounds that failed",
+            **{
+                name: f"{name.replace('_', ' ').capitalize()} by the log cleaner"
+                for name in COUNTED
+            },
+        }
         return [
-            _counter(prefix + "rounds", "Log cleaner rounds committed", totals.rounds),
-            _counter(prefix + "failures", "Log cleaner rounds that failed", totals.failures),
-            _counter(prefix + "bytes_read", "Bytes the log cleaner read", totals.bytes_read),
-            _counter(prefix + "bytes_written", "Bytes the log cleaner wrote", totals.bytes_written),
-            _counter(prefix + "records_read", "Records the log cleaner read", totals.records_read),
-            _counter(prefix + "records_kept", "Records the log cleaner kept", totals.records_kept),
+            *(_counter(f"replog_log_cleaner_{n}", doc, counts[n]) for n, doc in counted.items()),
             _gauge(
                 "kafka_log_logcleanermanager_maxdirtypercent",
                 "The highest share of a compacted log not yet cleaned, in percent, at the "
