@@ -20,7 +20,7 @@ on it and writes the checkpoint if recovery changed what it says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from logstore.batch import RecordBatch, iter_batches, valid_prefix
@@ -36,7 +36,7 @@ from logstore.segment import (
     base_offset_of,
     cleaned_object_of,
 )
-from logstore.storage import Storage
+from logstore.storage import ObjectInfo, Storage
 from logstore.wal_index import ChunkExtent
 
 log = logging.getLogger(__name__)
@@ -462,14 +462,27 @@ class LogLoader:
 def _listed_objects(
     storage: Storage, checkpoint: Checkpoint, *, read_only: bool
 ) -> tuple[list[tuple[int, str, int]], bool]:
-    """The partition's segment objects as (base offset, name, size), by base offset, under
-    the cleaner's rule (docs/storage.md §2.10.1): below the checkpoint's ``cleaned_end`` only
-    the cleaned objects of its ``clean_generation`` count. Plain objects there (replaced by a
-    committed clean) and cleaned objects of another generation (a clean that crashed before its
-    commit, or one replaced since) are void and deleted. Also returns whether any was."""
+    """The partition's live segment objects (:func:`live_segment_objects`); the void ones are
+    deleted (unless ``read_only``). Also returns whether any was void."""
+    found, void = live_segment_objects(storage.list(), checkpoint)
+    for name in void:
+        log.info("%s: deleting %s, not part of the cleaned log", storage.url, name)
+        if not read_only:
+            storage.delete(name)
+    return found, bool(void)
+
+
+def live_segment_objects(
+    listing: Iterable[ObjectInfo], checkpoint: Checkpoint
+) -> tuple[list[tuple[int, str, int]], list[str]]:
+    """A partition directory's segment objects as (base offset, name, size), by base offset,
+    under the cleaner's rule (docs/storage.md §2.10.1), and the names of the void ones: below
+    the checkpoint's ``cleaned_end`` only the cleaned objects of its ``clean_generation``
+    count. Plain objects there (replaced by a committed clean) and cleaned objects of another
+    generation (a clean that crashed before its commit, or one replaced since) are void."""
     found: list[tuple[int, str, int]] = []
-    voided = False
-    for info in storage.list():
+    void: list[str] = []
+    for info in listing:
         if "/" in info.path:
             continue
         base = base_offset_of(info.path)
@@ -483,12 +496,9 @@ def _listed_objects(
             live = generation == checkpoint.clean_generation and base < checkpoint.cleaned_end
         if live:
             found.append((base, info.path, info.size))
-            continue
-        log.info("%s: deleting %s, not part of the cleaned log", storage.url, info.path)
-        if not read_only:
-            storage.delete(info.path)
-        voided = True
-    return sorted(found), voided
+        else:
+            void.append(info.path)
+    return sorted(found), void
 
 
 def load_checkpoint(storage: Storage) -> Checkpoint:

@@ -75,7 +75,8 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     ReplogError,
 )
-from logstore.segment import ChunkSegment, Extent, base_offset_of
+from logstore.log_loader import live_segment_objects, load_checkpoint
+from logstore.segment import ChunkSegment, Extent, base_offset_of, cleaned_object_of
 from logstore.storage import LocalStorage, MemoryStorage, Storage
 
 __all__ = [
@@ -413,10 +414,16 @@ class SegmentReader:
     # --- listing ------------------------------------------------------------------------------
 
     def list_objects(self) -> list[SegmentObject]:
-        """The partition's segment objects, by base offset (other objects are ignored)."""
+        """The partition's segment objects, by base offset (other objects are ignored). Once
+        the log cleaner has written objects here, the checkpoint decides which count
+        (:func:`~logstore.log_loader.live_segment_objects`): one more GET, only then."""
+        listing = self.storage.list()
+        if any(cleaned_object_of(info.path) is not None for info in listing):
+            live, _ = live_segment_objects(listing, load_checkpoint(self.storage))
+            return [SegmentObject(name, base, size) for base, name, size in live]
         found = [
             SegmentObject(info.path, base, info.size)
-            for info in self.storage.list()
+            for info in listing
             if "/" not in info.path and (base := base_offset_of(info.path)) is not None
         ]
         found.sort(key=lambda o: o.base_offset)

@@ -19,8 +19,10 @@ import pytest
 
 from logstore.batch import ControlType, Record, build, build_control, iter_batches
 from logstore.config import LogConfig
+from logstore.dump import dump
 from logstore.log import Log
 from logstore.log_cleaner import clean_log, plan_cleaning
+from logstore.reader import SegmentReader
 from logstore.segment import Extent, LogSegment, cleaned_object_of
 from logstore.storage import Storage
 from tests.test_wal_log import Node
@@ -340,3 +342,26 @@ def test_many_updates_to_few_keys_shrink_the_log(tmp_path: Path) -> None:
     assert stats.records_kept == 5  # the latest of each key
     assert log.size_in_bytes < size / 3
     assert stats.bytes_written == sum(s.size for s in log.segments()[:-1])
+
+
+def test_listing_readers_and_dump_see_the_cleaned_log_only(tmp_path: Path) -> None:
+    """The replaced objects stay for file.delete.delay.ms; a reader that lists the directory
+    (the Spark source without a broker to ask) and `replog log dump` still see only the
+    cleaned log, with its offset gaps."""
+    log = small_log(tmp_path, replace(CONFIG, file_delete_delay_ms=3_600_000))
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert stats.committed
+    names = {i.path for i in log.storage.list()}
+    assert "00000000000000000000.seg" in names  # replaced, not deleted yet
+    reader = SegmentReader(log.storage)
+    assert [o.name for o in reader.list_objects()] == [s.name for s in log.segments()]
+    offsets = [
+        o
+        for chunk in reader.read(0, 6)
+        if chunk.records is not None
+        for o in chunk.records.column("offset").to_pylist()
+    ]
+    assert offsets == [4, 5]
+    lines = [line.text for line in dump(log.storage.url, records=True)]
+    assert [line.split()[2] for line in lines if line.startswith("| offset:")] == ["4", "5"]
