@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from logstore.batch import ControlType, RecordBatch, build_retained, iter_batches
@@ -157,10 +157,43 @@ def plan_cleaning(
     return plan
 
 
+class _Extents:
+    """The extents of a round, read from storage as each pass walks them: kept in memory
+    while they fit ``budget`` bytes, read again by a later pass beyond it, so a round's
+    memory is bounded whatever the size of the log's clean section."""
+
+    def __init__(self, log_: Log, sources: Sequence[Extent], budget: int) -> None:
+        self.log = log_
+        self.sources = list(sources)
+        self.budget = budget
+        self.cache: dict[int, bytes] = {}
+        self.bytes_read = 0
+        self.reads = 0
+
+    def batches(self, s: int) -> list[RecordBatch]:
+        data = self.cache.get(s)
+        if data is None:
+            data = self.log.read_extent(self.sources[s])  # every batch CRC-checked
+            self.bytes_read += len(data)
+            self.reads += 1
+            if sum(map(len, self.cache.values())) + len(data) <= self.budget:
+                self.cache[s] = data
+        return list(iter_batches(data, validate=False))
+
+    def walk(self, upto: int | None = None) -> Iterator[tuple[int, int, RecordBatch]]:
+        """(source, batch number in the round, batch) in offset order, over the sources
+        (the first ``upto``)."""
+        i = 0
+        for s in range(len(self.sources) if upto is None else upto):
+            for batch in self.batches(s):
+                yield s, i, batch
+                i += 1
+
+
 @dataclass(slots=True)
 class _Transactions:
-    """The transactions of the batches read: which data batches were aborted, which
-    transaction each marker ends and the data batches of each."""
+    """The transactions of a round's batches (by their number in the round): which data
+    batches were aborted, which transaction each marker ends and the data batches of each."""
 
     aborted: set[int]
     marker_of: dict[int, int]
@@ -169,12 +202,13 @@ class _Transactions:
     first_open: int | None
 
 
-def _transactions(batches: Sequence[RecordBatch]) -> _Transactions:
+def _transactions(walk: Iterable[tuple[int, int, RecordBatch]]) -> _Transactions:
     aborted: set[int] = set()
     marker_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
+    starts: dict[int, int] = {}  # transaction -> its first batch's base offset
     ongoing: dict[int, int] = {}  # producer id -> transaction
-    for i, batch in enumerate(batches):
+    for _, i, batch in walk:
         if batch.producer_id < 0 or not batch.is_transactional:
             continue
         if batch.is_control:
@@ -190,8 +224,9 @@ def _transactions(batches: Sequence[RecordBatch]) -> _Transactions:
         if txn is None:
             txn = ongoing[batch.producer_id] = len(members)
             members[txn] = []
+            starts[txn] = batch.base_offset
         members[txn].append(i)
-    first_open = min((batches[members[t][0]].base_offset for t in ongoing.values()), default=None)
+    first_open = min((starts[t] for t in ongoing.values()), default=None)
     return _Transactions(aborted, marker_of, members, first_open)
 
 
@@ -202,11 +237,11 @@ def _record_offsets(batch: RecordBatch, count: int) -> list[int]:
 
 
 def _offset_map(
-    batches: Sequence[RecordBatch], first_dirty: int, aborted: set[int]
+    walk: Iterable[tuple[int, int, RecordBatch]], first_dirty: int, aborted: set[int]
 ) -> dict[bytes, int]:
     """Key -> its latest offset among the committed data records at or above ``first_dirty``."""
     latest: dict[bytes, int] = {}
-    for i, batch in enumerate(batches):
+    for _, i, batch in walk:
         if batch.next_offset <= first_dirty or batch.is_control or i in aborted:
             continue
         if not batch.record_count:
@@ -286,35 +321,32 @@ def clean_log(
     plan = plan_cleaning(log_, now, last_stable_offset, max_dirty_bytes=max_dirty_bytes)
     if plan is None:
         return None
-    sources = list(plan.sources)
-    raw = [log_.read_extent(e) for e in sources]
-    bytes_read = sum(len(r) for r in raw)
+    extents = _Extents(log_, plan.sources, max_dirty_bytes)
+    upto = len(extents.sources)
     while True:
-        owner: list[int] = []
-        batches: list[RecordBatch] = []
-        for s, data in enumerate(raw):
-            for batch in iter_batches(data, validate=False):  # checked by read_extent
-                owner.append(s)
-                batches.append(batch)
-        txns = _transactions(batches)
+        txns = _transactions(extents.walk(upto))
         if txns.first_open is None:
             break
         # a transaction whose outcome is past the range: clean only what precedes it
-        keep = [s for s, e in enumerate(sources) if e.next_offset <= txns.first_open]
-        sources, raw = sources[: len(keep)], raw[: len(keep)]
-        if not sources or sources[-1].next_offset <= plan.first_dirty_offset:
+        upto = sum(1 for e in extents.sources[:upto] if e.next_offset <= txns.first_open)
+        if not upto or extents.sources[upto - 1].next_offset <= plan.first_dirty_offset:
             return None
-    latest = _offset_map(batches, plan.first_dirty_offset, txns.aborted)
+    sources = extents.sources[:upto]
+    latest = _offset_map(extents.walk(upto), plan.first_dirty_offset, txns.aborted)
     rewrite = _Rewrite(latest, txns, now, log_.config.delete_retention_ms)
-    retained = [b"" if b.is_control else rewrite.data(i, b) for i, b in enumerate(batches)]
-    for i, batch in enumerate(batches):  # once every data batch is decided
-        if batch.is_control:
-            retained[i] = rewrite.marker(i, batch)
-    parts: list[list[bytes]] = [[] for _ in sources]
-    for i, data in enumerate(retained):
-        parts[owner[i]].append(data)
     generation = log_.clean_generation + 1
-    cleaned = _write_objects(log_, sources, [b"".join(p) for p in parts], generation)
+    writer = _ObjectWriter(log_, sources, generation)
+    current = -1
+    parts: list[bytes] = []
+    for s, i, batch in extents.walk(upto):
+        if s != current:
+            if parts:
+                writer.add(current, b"".join(parts))
+            current, parts = s, []
+        # a marker comes after its transaction's data, whose fate is decided by then
+        parts.append(rewrite.marker(i, batch) if batch.is_control else rewrite.data(i, batch))
+    writer.add(current, b"".join(parts))
+    cleaned = writer.finish()
     committed = log_.replace_cleaned(sources, cleaned, generation)
     if not committed:
         for segment in cleaned:  # never named by a checkpoint: nobody reads them
@@ -325,8 +357,8 @@ def clean_log(
         first_dirty_offset=plan.first_dirty_offset,
         dirty_ratio=plan.dirty_ratio,
         generation=generation,
-        extents_read=len(sources),
-        bytes_read=bytes_read,
+        extents_read=extents.reads,
+        bytes_read=extents.bytes_read,
         bytes_written=sum(s.size for s in cleaned),
         objects_written=len(cleaned),
         records_read=rewrite.records_read,
@@ -335,38 +367,51 @@ def clean_log(
     )
 
 
-def _write_objects(
-    log_: Log, sources: Sequence[Extent], parts: Sequence[bytes], generation: int
-) -> list[LogSegment]:
+class _ObjectWriter:
     """The rewritten extents as objects of up to ``segment.bytes`` (each its own segment, so
-    merging never rewrites one), written to storage before the swap."""
-    limit = log_.config.segment_bytes
-    runs: list[tuple[int, int]] = []  # [first, last) source indexes
-    size = 0
-    for s, data in enumerate(parts):
-        if runs and size + len(data) <= limit:
-            runs[-1] = (runs[-1][0], s + 1)
-            size += len(data)
-        else:
-            runs.append((s, s + 1))
-            size = len(data)
-    cleaned = []
-    for first, last in runs:
-        data = b"".join(parts[first:last])
-        base = sources[first].base_offset
-        name = cleaned_object_name(base, generation)
-        log_.storage.write(name, data)
+    merging never rewrites one), each written to storage once full, before the swap."""
+
+    def __init__(self, log_: Log, sources: Sequence[Extent], generation: int) -> None:
+        self.log = log_
+        self.sources = sources
+        self.generation = generation
+        self.limit = log_.config.segment_bytes
+        self.first = 0  # the source the object being filled starts with
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.cleaned: list[LogSegment] = []
+
+    def add(self, source: int, data: bytes) -> None:
+        """Source ``source``'s rewritten bytes (sources come in order)."""
+        if self.parts and self.size + len(data) > self.limit:
+            self._write(source)
+        if not self.parts:
+            self.first = source
+        self.parts.append(data)
+        self.size += len(data)
+
+    def finish(self) -> list[LogSegment]:
+        if self.parts:
+            self._write(len(self.sources))
+        return self.cleaned
+
+    def _write(self, end: int) -> None:
+        """Write the object holding sources [first, end)."""
+        data = b"".join(self.parts)
+        base = self.sources[self.first].base_offset
+        name = cleaned_object_name(base, self.generation)
+        self.log.storage.write(name, data)
         index = BatchIndex.scan(data, validate=False)
-        cleaned.append(
+        self.cleaned.append(
             LogSegment(
                 name,
                 base,
-                sources[last - 1].next_offset,
+                self.sources[end - 1].next_offset,
                 len(data),
                 max(index.max_timestamps),
                 rolled=True,
-                created_ms=sources[first].created_ms,
+                created_ms=self.sources[self.first].created_ms,
                 index=index,
             )
         )
-    return cleaned
+        self.parts, self.size = [], 0

@@ -1,7 +1,8 @@
 """The log cleaner over one log (logstore.log_cleaner), standalone and over the broker WAL.
 
 A seeded random generator writes many histories (updates to few keys, tombstones, committed
-and aborted transactions, rolls) and cleans them, some more than once as time passes; after
+and aborted transactions, rolls) and cleans them, some more than once as time passes, some in
+rounds bounded to one dirty segment with nothing kept in memory between passes; after
 each clean: every offset that remains holds exactly what it held, the log end offset and the
 HW are unchanged, the read_committed view is the original's minus superseded records (and
 tombstones past their horizon), the latest value of every key is unchanged, and a reopened log
@@ -21,7 +22,7 @@ from logstore.batch import ControlType, Record, build, build_control, iter_batch
 from logstore.config import LogConfig
 from logstore.dump import dump
 from logstore.log import Log
-from logstore.log_cleaner import clean_log, plan_cleaning
+from logstore.log_cleaner import DEFAULT_MAX_DIRTY_BYTES, clean_log, plan_cleaning
 from logstore.reader import SegmentReader
 from logstore.segment import Extent, LogSegment, cleaned_object_of
 from logstore.storage import Storage
@@ -173,7 +174,9 @@ def run_history(log: Log, seed: int, reopen: Callable[[Log], Log]) -> None:
     for now in cleaned_rounds(log, rng):
         before_all, before = every_record(log), read_committed(log)
         end, hw = log.log_end_offset, log.high_watermark
-        stats = clean_log(log, now_ms=now)
+        # a small bound: a round of one dirty segment, every pass reading from storage again
+        bound = rng.choice([DEFAULT_MAX_DIRTY_BYTES, 1])
+        stats = clean_log(log, now_ms=now, max_dirty_bytes=bound)
         assert log.log_end_offset == end
         assert log.high_watermark == hw
         check_cleaned(before_all, before, log)
