@@ -11,9 +11,12 @@ One round over one :class:`~logstore.log.Log` (:func:`clean_log`):
    runs when dirty bytes / cleanable bytes reaches ``min.cleanable.dirty.ratio``, or when the
    first dirty extent is older than ``max.compaction.lag.ms``. At most ``max_dirty_bytes`` of
    dirty extents are taken per round (the bound on the offset map's memory).
-2. **Transactions**: every batch of the range is read once (CRC-checked). A transaction whose
-   marker is not in the range cuts the range before its first batch, so the outcome of every
-   transaction with data in the range is known; aborted transactions' data is removed.
+2. **Transactions**: a first pass over the range's batches (CRC-checked as they are read).
+   A transaction whose marker is not in the range cuts the range before its first batch, so
+   the outcome of every transaction with data in the range is known; aborted transactions'
+   data is removed. Each pass walks the extents in offset order; their bytes are kept for the
+   next pass only within ``max_dirty_bytes`` (the rest is read again), so a round's memory is
+   bounded however large the log's clean section is.
 3. **Offset map** (Kafka's SkimpyOffsetMap, here a dict): key -> its latest offset in the dirty
    section, from committed data only.
 4. **Rewrite** (Kafka's ``cleanInto`` / ``MemoryRecords.filterTo``): each batch keeps its
