@@ -175,8 +175,7 @@ class BrokerConfig:
         default=1.7976931348623157e308,
         metadata=k(
             "log.cleaner.io.max.bytes.per.second",
-            "the cleaner's read plus write rate: a round that went faster is followed by a "
-            "pause",
+            "the cleaner's read plus write rate (a faster round is followed by a pause)",
             minimum=1,
         ),
     )
