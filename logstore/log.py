@@ -126,6 +126,8 @@ class Log(LogRetention):
         #: the log cleaner's committed generation, and the end of the offsets it cleaned
         self._clean_generation = clean_generation
         self._cleaned_end = cleaned_end
+        #: truncations so far that removed data (a clean planned before one must not commit)
+        self._rewinds = 0
         self._flush_lock = threading.Lock()
         #: orders checkpoint writes: a checkpoint built earlier is never written after a later
         #: one (taken last, after any other lock; nothing is taken while holding it)
@@ -609,6 +611,7 @@ class Log(LogRetention):
         return index.base_offsets[index.slot_for(offset)]
 
     def _set_end_locked(self, end: int) -> None:
+        self._rewinds += 1
         self._leo = end
         self._cleaned_end = min(self._cleaned_end, end)
         self._high_watermark = min(self._high_watermark, end)
@@ -715,6 +718,7 @@ class Log(LogRetention):
         self._log_start_offset = offset
         self._durable_end = self._leo = self._high_watermark = offset
         self._cleaned_end = 0
+        self._rewinds += 1
         self.leader_epoch_cache.clear()
         return offset
 

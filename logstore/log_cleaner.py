@@ -71,6 +71,8 @@ class CleaningPlan:
     first_dirty_offset: int
     dirty_bytes: int
     cleanable_bytes: int
+    #: the log's truncations when the plan was made (a swap after another one is refused)
+    rewinds: int = 0
 
     @property
     def end_offset(self) -> int:
@@ -136,6 +138,7 @@ def plan_cleaning(
     upper = log_.high_watermark
     if last_stable_offset is not None:
         upper = min(upper, last_stable_offset)
+    rewinds = log_.rewinds  # before the extents: a truncation after this is noticed
     first_dirty = max(log_.cleaned_end, log_.log_start_offset)
     sources: list[Extent] = []
     dirty_bytes = 0
@@ -152,7 +155,9 @@ def plan_cleaning(
                 dirty_bytes += extent.size
     if not dirty_bytes:
         return None
-    plan = CleaningPlan(tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources))
+    plan = CleaningPlan(
+        tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources), rewinds
+    )
     first = next(e for e in sources if e.next_offset > first_dirty)
     overdue = now - _first_timestamp(first) > config.max_compaction_lag_ms
     if plan.dirty_ratio < config.min_cleanable_dirty_ratio and not overdue:
@@ -350,7 +355,7 @@ def clean_log(
         parts.append(rewrite.marker(i, batch) if batch.is_control else rewrite.data(i, batch))
     writer.add(current, b"".join(parts))
     cleaned = writer.finish()
-    committed = log_.replace_cleaned(sources, cleaned, generation)
+    committed = log_.replace_cleaned(sources, cleaned, generation, plan.rewinds)
     if not committed:
         for segment in cleaned:  # never named by a checkpoint: nobody reads them
             log_.storage.delete(segment.name)

@@ -31,6 +31,7 @@ class LogRetention(LocalLog):
     _high_watermark: int
     _clean_generation: int
     _cleaned_end: int
+    _rewinds: int
     leader_epoch_cache: LeaderEpochCache
 
     def checkpoint(self) -> bool:
@@ -188,18 +189,30 @@ class LogRetention(LocalLog):
         there; the next clean's dirty section starts there)."""
         return self._cleaned_end
 
+    @property
+    def rewinds(self) -> int:
+        """How many truncations removed data so far (the cleaner's plan notes it: a swap
+        after another one is refused, whatever the extents look like)."""
+        return self._rewinds
+
     def read_extent(self, extent: Extent) -> bytes:
         """The whole bytes of one of the log's extents, every batch CRC-checked."""
         return self._read_range(extent, 0, extent.size)
 
     def replace_cleaned(
-        self, sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int
+        self,
+        sources: Sequence[Extent],
+        cleaned: Sequence[LogSegment],
+        generation: int,
+        rewinds: int,
     ) -> bool:
-        """Swap the log's first extents ``sources`` (as the cleaner read them) for
-        ``cleaned``, the objects the cleaner wrote from them (on storage already, covering
-        the same offsets). False, and nothing changes, if the log's first extents no longer
-        cover what ``sources`` covered (a truncation or retention came between; a WAL
-        compaction's copy of the same chunks does not matter: it holds the same bytes).
+        """Swap the log's first extents, which hold the offsets of ``sources`` (the extents
+        the cleaner read, when the log had seen ``rewinds`` truncations), for ``cleaned``,
+        the objects the cleaner wrote from them (on storage already, covering the same
+        offsets). False, and nothing changes, if a truncation came between or the log no
+        longer starts with those offsets (retention); a WAL compaction that packed some of
+        the chunks meanwhile does not matter, as long as an extent still ends where
+        ``sources`` end: every copy of an offset holds the same bytes.
 
         The checkpoint written here is the commit point (docs/storage.md §2.10.1): it names
         ``generation`` and the cleaned objects, so recovery reads the old extents before it
@@ -207,31 +220,35 @@ class LogRetention(LocalLog):
         list or the new one (a swap under the state lock); the replaced segment objects stay
         readable for file.delete.delay.ms and chunk extents release their reference after
         the commit, so a read holding them finishes."""
-        span = [(e.base_offset, e.next_offset) for e in sources]
+        start, end = sources[0].base_offset, sources[-1].next_offset
+        if not cleaned or cleaned[0].base_offset != start or cleaned[-1].next_offset != end:
+            raise ValueError(f"{self.storage.url}: cleaned objects do not cover [{start}, {end})")
         with self._maintenance_lock:
             with self._lock:
-                live = self._segments[: len(sources)]
-                if [(e.base_offset, e.next_offset) for e in live] != span or not cleaned:
+                ends = [e.next_offset for e in self._segments]
+                if (
+                    self._rewinds != rewinds
+                    or not self._segments
+                    or self._segments[0].base_offset != start
+                    or end not in ends
+                ):
                     return False
-                if cleaned[0].base_offset != span[0][0] or cleaned[-1].next_offset != span[-1][1]:
-                    raise ValueError(
-                        f"{self.storage.url}: cleaned objects cover [{cleaned[0].base_offset}, "
-                        f"{cleaned[-1].next_offset}), their sources [{span[0][0]}, {span[-1][1]})"
-                    )
-                self._segments[: len(sources)] = cleaned
-                self._bases[: len(sources)] = [c.base_offset for c in cleaned]
+                count = ends.index(end) + 1
+                live = self._segments[:count]
+                self._segments[:count] = cleaned
+                self._bases[:count] = [c.base_offset for c in cleaned]
                 if len(self._segments) > len(cleaned):
                     self._segments[len(cleaned)].rolled = True
                 self._shape_version += 1
                 self._clean_generation = generation
-                self._cleaned_end = span[-1][1]
+                self._cleaned_end = end
             self.checkpoint()  # the commit point
             self._retire(live)
         log.info(
             "%s: cleaned offsets [%d, %d) into %d object(s), generation %d",
             self.storage.url,
-            span[0][0],
-            span[-1][1],
+            start,
+            end,
             len(cleaned),
             generation,
         )

@@ -211,14 +211,39 @@ def test_cleaning_over_the_wal(tmp_path: Path, seed: int) -> None:
     history = History(rng, keys=rng.randint(1, 8))
     history.write(log, rng.randint(5, 40), flush=node.flush)
     before_all, before = every_record(log), read_committed(log)
+    compactor = node.compactor()
+    swap = log.replace_cleaned
+
+    def compacted_first(
+        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int, rewinds: int
+    ) -> bool:
+        if seed % 2:  # the WAL compactor packs the log's chunks while the round rewrites
+            compactor.compact(compactor.l0_sources())
+        return swap(sources, cleaned, generation, rewinds)
+
+    log.replace_cleaned = compacted_first  # type: ignore[method-assign]
     stats = clean_log(log, now_ms=NOW)
+    del log.replace_cleaned
     assert stats is not None
-    assert stats.committed
+    if not stats.committed:
+        # the packed chunk ends past the round's range: the swap is refused, nothing changed
+        assert seed % 2
+        assert every_record(log) == before_all
+        history.write(log, 3, flush=node.flush)  # the packed chunk is no longer the active one
+        before_all, before = every_record(log), read_committed(log)
+        stats = clean_log(log, now_ms=NOW)
+        assert stats is not None
+        assert stats.committed
     check_cleaned(before_all, before, log)
+    # more history, packed by the WAL compactor; the collector deletes what nobody refers to
+    history.write(log, rng.randint(1, 10), flush=node.flush)
+    compactor.compact(compactor.l0_sources())
+    compactor.collect_garbage()
     view, records = read_committed(log), every_record(log)
     node.stop()
     node.start()
     log = node.logs[("orders", 0)]
+    log.update_high_watermark(log.log_end_offset)  # as its leader does (the HW is a hint here)
     assert read_committed(log) == view
     assert every_record(log) == records
     assert log.clean_generation == 1
@@ -311,10 +336,10 @@ def test_a_truncation_between_the_rewrite_and_the_swap_wins(tmp_path: Path) -> N
     swap = log.replace_cleaned
 
     def truncated_first(
-        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int
+        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int, rewinds: int
     ) -> bool:
         log.truncate_to(3)
-        return swap(sources, cleaned, generation)
+        return swap(sources, cleaned, generation, rewinds)
 
     log.replace_cleaned = truncated_first  # type: ignore[method-assign]
     stats = clean_log(log, now_ms=NOW)
