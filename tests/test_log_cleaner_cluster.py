@@ -19,6 +19,7 @@ from replication.client import Producer as ReplogProducer
 from replication.errors import InvalidRecordError
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
+from tests.test_metrics import scrape, value
 
 pytestmark = pytest.mark.cluster
 
@@ -57,7 +58,7 @@ def read_from_zero(bootstrap: str, topic: str) -> list[Row]:
 def test_a_compacted_topic_is_cleaned_on_every_replica(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
-    cluster = cluster_factory(kafka=True, overrides={"log.cleaner.backoff.ms": "200"})
+    cluster = cluster_factory(kafka=True, metrics=True, overrides={"log.cleaner.backoff.ms": "200"})
     topic = unique_name("compacted")
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     config = {
@@ -80,8 +81,8 @@ def test_a_compacted_topic_is_cleaned_on_every_replica(
 
     for round_ in range(ROUNDS):
         for key in range(KEYS):
-            value = f"{key}@{round_}".encode() * 200
-            producer.produce(topic, value, f"k{key}".encode(), on_delivery=delivered)
+            payload = f"{key}@{round_}".encode() * 200
+            producer.produce(topic, payload, f"k{key}".encode(), on_delivery=delivered)
         producer.flush(30)  # one chunk per round on every replica
     assert len(written) == KEYS * ROUNDS
 
@@ -100,6 +101,14 @@ def test_a_compacted_topic_is_cleaned_on_every_replica(
         return sizes
 
     wait_until(replica_sizes, timeout=60, message="every replica cleaned and shrank its log")
+    for broker in cluster.brokers.values():  # each broker counts its own cleaner's work
+        samples = scrape(broker)
+        assert value(samples, "replog_log_cleaner_rounds_total") >= 1
+        assert value(samples, "replog_log_cleaner_records_read_total") > value(
+            samples, "replog_log_cleaner_records_kept_total"
+        )
+        read = value(samples, "replog_log_cleaner_bytes_read_total")
+        assert 0 < value(samples, "replog_log_cleaner_bytes_written_total") < read
 
     records = read_from_zero(cluster.kafka_bootstrap, topic)
     offsets = [o for o, _, _ in records]
