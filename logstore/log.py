@@ -128,6 +128,8 @@ class Log(LogRetention):
         self._cleaned_end = cleaned_end
         #: truncations so far that removed data (a clean planned before one must not commit)
         self._rewinds = 0
+        #: the earliest delete horizon the last clean left pending (logstore.log_cleaner)
+        self._next_delete_horizon_ms: int | None = None
         self._flush_lock = threading.Lock()
         #: orders checkpoint writes: a checkpoint built earlier is never written after a later
         #: one (taken last, after any other lock; nothing is taken while holding it)

@@ -153,12 +153,17 @@ def plan_cleaning(
             sources.append(extent)
             if extent.next_offset > first_dirty:
                 dirty_bytes += extent.size
-    if not dirty_bytes:
+    # nothing dirty, but tombstones or markers whose delete horizon has passed: clean anyway
+    horizon = log_.next_delete_horizon_ms
+    due = horizon is not None and now >= horizon and bool(sources)
+    if not dirty_bytes and not due:
         return None
     plan = CleaningPlan(
         tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources), rewinds
     )
-    first = next(e for e in sources if e.next_offset > first_dirty)
+    if due:
+        return plan
+    first = next(e for e in sources if e.next_offset > first_dirty)  # there is dirty data
     overdue = now - _first_timestamp(first) > config.max_compaction_lag_ms
     if plan.dirty_ratio < config.min_cleanable_dirty_ratio and not overdue:
         return None
@@ -271,6 +276,14 @@ class _Rewrite:
         self.retention = retention
         self.kept: dict[int, int] = {}
         self.records_read = 0
+        #: the earliest delete horizon of what stays for one (kept tombstones, markers with
+        #: no data left): a later round must run by then, dirty data or not
+        self.next_horizon: int | None = None
+
+    def _pending(self, horizon: int) -> None:
+        self.next_horizon = (
+            horizon if self.next_horizon is None else min(self.next_horizon, horizon)
+        )
 
     def data(self, i: int, batch: RecordBatch) -> bytes:
         if not batch.record_count:
@@ -297,8 +310,10 @@ class _Rewrite:
             tombstone_kept = tombstone_kept or tombstone
         self.kept[i] = len(keep)
         new_horizon = None
-        if tombstone_kept and horizon is None:
-            new_horizon = self.now + self.retention
+        if tombstone_kept:
+            if horizon is None:
+                horizon = new_horizon = self.now + self.retention
+            self._pending(horizon)
         return build_retained(batch, keep, delete_horizon_ms=new_horizon)
 
     def marker(self, i: int, batch: RecordBatch) -> bytes:
@@ -308,10 +323,13 @@ class _Rewrite:
         if any(self.kept.get(j, 0) for j in members):
             return bytes(batch.buffer)
         horizon = batch.delete_horizon_ms
-        if horizon is None:
-            return build_retained(batch, [0], delete_horizon_ms=self.now + self.retention)
-        if self.now >= horizon:
+        if horizon is not None and self.now >= horizon:
             return build_retained(batch, [])
+        if horizon is None:
+            horizon = self.now + self.retention
+            self._pending(horizon)
+            return build_retained(batch, [0], delete_horizon_ms=horizon)
+        self._pending(horizon)
         return bytes(batch.buffer)
 
 
@@ -355,7 +373,9 @@ def clean_log(
         parts.append(rewrite.marker(i, batch) if batch.is_control else rewrite.data(i, batch))
     writer.add(current, b"".join(parts))
     cleaned = writer.finish()
-    committed = log_.replace_cleaned(sources, cleaned, generation, plan.rewinds)
+    committed = log_.replace_cleaned(
+        sources, cleaned, generation, plan.rewinds, next_delete_horizon_ms=rewrite.next_horizon
+    )
     if not committed:
         for segment in cleaned:  # never named by a checkpoint: nobody reads them
             log_.storage.delete(segment.name)

@@ -32,6 +32,7 @@ class LogRetention(LocalLog):
     _clean_generation: int
     _cleaned_end: int
     _rewinds: int
+    _next_delete_horizon_ms: int | None
     leader_epoch_cache: LeaderEpochCache
 
     def checkpoint(self) -> bool:
@@ -190,6 +191,12 @@ class LogRetention(LocalLog):
         return self._cleaned_end
 
     @property
+    def next_delete_horizon_ms(self) -> int | None:
+        """When a tombstone or marker the last clean kept may go (None: none, or not known
+        since the log opened: the next clean with dirty data finds them)."""
+        return self._next_delete_horizon_ms
+
+    @property
     def rewinds(self) -> int:
         """How many truncations removed data so far (the cleaner's plan notes it: a swap
         after another one is refused, whatever the extents look like)."""
@@ -205,6 +212,8 @@ class LogRetention(LocalLog):
         cleaned: Sequence[LogSegment],
         generation: int,
         rewinds: int,
+        *,
+        next_delete_horizon_ms: int | None = None,
     ) -> bool:
         """Swap the log's first extents, which hold the offsets of ``sources`` (the extents
         the cleaner read, when the log had seen ``rewinds`` truncations), for ``cleaned``,
@@ -219,7 +228,9 @@ class LogRetention(LocalLog):
         and the cleaned objects after it, never a mix. Readers in this process see the old
         list or the new one (a swap under the state lock); the replaced segment objects stay
         readable for file.delete.delay.ms and chunk extents release their reference after
-        the commit, so a read holding them finishes."""
+        the commit, so a read holding them finishes. ``next_delete_horizon_ms``: the earliest
+        delete horizon of the tombstones and markers the clean kept, when the next clean is due
+        even with nothing dirty."""
         start, end = sources[0].base_offset, sources[-1].next_offset
         if not cleaned or cleaned[0].base_offset != start or cleaned[-1].next_offset != end:
             raise ValueError(f"{self.storage.url}: cleaned objects do not cover [{start}, {end})")
@@ -242,6 +253,7 @@ class LogRetention(LocalLog):
                 self._shape_version += 1
                 self._clean_generation = generation
                 self._cleaned_end = end
+                self._next_delete_horizon_ms = next_delete_horizon_ms
             self.checkpoint()  # the commit point
             self._retire(live)
         log.info(

@@ -26,6 +26,7 @@ from logstore.log_cleaner import DEFAULT_MAX_DIRTY_BYTES, clean_log, plan_cleani
 from logstore.reader import SegmentReader
 from logstore.segment import Extent, LogSegment, cleaned_object_of
 from logstore.storage import Storage
+from replication.broker.producer_state import ProducerStateManager
 from tests.test_wal_log import Node
 
 pytestmark = pytest.mark.unit
@@ -215,11 +216,18 @@ def test_cleaning_over_the_wal(tmp_path: Path, seed: int) -> None:
     swap = log.replace_cleaned
 
     def compacted_first(
-        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int, rewinds: int
+        sources: Sequence[Extent],
+        cleaned: Sequence[LogSegment],
+        generation: int,
+        rewinds: int,
+        *,
+        next_delete_horizon_ms: int | None = None,
     ) -> bool:
         if seed % 2:  # the WAL compactor packs the log's chunks while the round rewrites
             compactor.compact(compactor.l0_sources())
-        return swap(sources, cleaned, generation, rewinds)
+        return swap(
+            sources, cleaned, generation, rewinds, next_delete_horizon_ms=next_delete_horizon_ms
+        )
 
     log.replace_cleaned = compacted_first  # type: ignore[method-assign]
     stats = clean_log(log, now_ms=NOW)
@@ -336,7 +344,12 @@ def test_a_truncation_between_the_rewrite_and_the_swap_wins(tmp_path: Path) -> N
     swap = log.replace_cleaned
 
     def truncated_first(
-        sources: Sequence[Extent], cleaned: Sequence[LogSegment], generation: int, rewinds: int
+        sources: Sequence[Extent],
+        cleaned: Sequence[LogSegment],
+        generation: int,
+        rewinds: int,
+        *,
+        next_delete_horizon_ms: int | None = None,
     ) -> bool:
         log.truncate_to(3)
         return swap(sources, cleaned, generation, rewinds)
@@ -393,3 +406,49 @@ def test_listing_readers_and_dump_see_the_cleaned_log_only(tmp_path: Path) -> No
     assert offsets == [4, 5]
     lines = [line.text for line in dump(log.storage.url, records=True)]
     assert [line.split()[2] for line in lines if line.startswith("| offset:")] == ["4", "5"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_new_follower_copies_a_cleaned_log(tmp_path: Path, seed: int) -> None:
+    """A replica that fetches a cleaned log from its start (a reassignment, a replaced disk)
+    takes its gapped and empty batches as they are, and its producer state, rebuilt from them,
+    holds no transaction open."""
+    rng = random.Random(seed)
+    leader = Log.open(Storage.from_url(f"file://{tmp_path}/leader/t/0"), CONFIG)
+    History(rng, keys=rng.randint(1, 8)).write(leader, rng.randint(10, 40))
+    stats = clean_log(leader, now_ms=NOW + DAY + 1)
+    assert stats is not None
+    assert stats.committed
+    clean_log(leader, now_ms=NOW + 3 * DAY)  # tombstones and markers past their horizon go
+    follower = Log.open(Storage.from_url(f"file://{tmp_path}/follower/t/0"), CONFIG)
+    producers = ProducerStateManager("t-0")
+    data = leader.read(leader.log_start_offset, 1 << 30)
+    follower.truncate_fully_and_start_at(leader.log_start_offset)
+    follower.append_as_follower(data)
+    for batch in iter_batches(data):
+        producers.update(batch)
+    follower.flush()
+    follower.update_high_watermark(follower.log_end_offset)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert every_record(follower) == every_record(leader)
+    assert read_committed(follower) == read_committed(leader)
+    assert producers.first_unstable_offset() is None
+
+
+def test_tombstones_go_at_their_horizon_with_nothing_dirty(tmp_path: Path) -> None:
+    log = Log.open(Storage.from_url(f"file://{tmp_path}/t/0"), CONFIG)
+    for key, value in [(b"k0", b"v0"), (b"k1", b"v1"), (b"k0", None), (b"k2", b"v2")]:
+        log.append(build([Record(key, value, 1_000)]), leader_epoch=0)
+        log.roll()
+        log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    assert clean_log(log, now_ms=NOW) is not None
+    assert [k for k, _, _ in every_record(log).values()] == [b"k1", b"k0", b"k2"]
+    assert log.next_delete_horizon_ms == NOW + DAY
+    assert plan_cleaning(log, NOW + DAY - 1) is None  # nothing dirty, the horizon ahead
+    stats = clean_log(log, now_ms=NOW + DAY)
+    assert stats is not None
+    assert stats.committed
+    assert [k for k, _, _ in every_record(log).values()] == [b"k1", b"k2"]
+    assert log.next_delete_horizon_ms is None
+    assert plan_cleaning(log, NOW + 2 * DAY) is None
