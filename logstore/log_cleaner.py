@@ -8,8 +8,10 @@ One round over one :class:`~logstore.log.Log` (:func:`clean_log`):
    active segment (the last one), never at or above the high watermark or the last stable
    offset, never an extent with a record younger than ``min.compaction.lag.ms``. Its
    *dirty section* starts where the last committed clean ended (``Log.cleaned_end``). The round
-   runs when dirty bytes / cleanable bytes reaches ``min.cleanable.dirty.ratio``, or when the
-   first dirty extent is older than ``max.compaction.lag.ms``. At most ``max_dirty_bytes`` of
+   runs when dirty bytes / cleanable bytes reaches ``min.cleanable.dirty.ratio``, when the
+   first dirty extent is older than ``max.compaction.lag.ms``, or, dirty data or not, once the
+   earliest delete horizon the last clean kept has passed (KIP-534; known while the log is
+   open). At most ``max_dirty_bytes`` of
    dirty extents are taken per round (the bound on the offset map's memory).
 2. **Transactions**: a first pass over the range's batches (CRC-checked as they are read).
    A transaction whose marker is not in the range cuts the range before its first batch, so
