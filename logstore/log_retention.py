@@ -32,6 +32,8 @@ class LogRetention(LocalLog):
     _clean_generation: int
     _cleaned_end: int
     _rewinds: int
+    _closed: bool
+    _written_key: tuple[object, ...] | None
     _next_delete_horizon_ms: int | None
     leader_epoch_cache: LeaderEpochCache
 
@@ -202,6 +204,13 @@ class LogRetention(LocalLog):
         after another one is refused, whatever the extents look like)."""
         return self._rewinds
 
+    def _committed(self, shape_version: int) -> bool:
+        """Whether a checkpoint of shape ``shape_version`` or later is on storage (a
+        checkpoint's key starts with the shape version it describes)."""
+        with self._lock:
+            key = self._written_key
+            return key is not None and int(key[0]) >= shape_version  # type: ignore[call-overload]
+
     def read_extent(self, extent: Extent) -> bytes:
         """The whole bytes of one of the log's extents, every batch CRC-checked."""
         return self._read_range(extent, 0, extent.size)
@@ -238,7 +247,8 @@ class LogRetention(LocalLog):
             with self._lock:
                 ends = [e.next_offset for e in self._segments]
                 if (
-                    self._rewinds != rewinds
+                    self._closed
+                    or self._rewinds != rewinds
                     or not self._segments
                     or self._segments[0].base_offset != start
                     or end not in ends
@@ -251,10 +261,15 @@ class LogRetention(LocalLog):
                 if len(self._segments) > len(cleaned):
                     self._segments[len(cleaned)].rolled = True
                 self._shape_version += 1
+                swapped = self._shape_version
                 self._clean_generation = generation
                 self._cleaned_end = end
                 self._next_delete_horizon_ms = next_delete_horizon_ms
-            self.checkpoint()  # the commit point
+            self.checkpoint()  # the commit point (or a checkpoint after it, written first)
+            if not self._committed(swapped):
+                # closed meanwhile, before a checkpoint of the swap (the broker is stopping):
+                # the replaced objects must stay; recovery deletes the cleaned ones
+                return False
             self._retire(live)
         log.info(
             "%s: cleaned offsets [%d, %d) into %d object(s), generation %d",

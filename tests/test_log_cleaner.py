@@ -452,3 +452,21 @@ def test_tombstones_go_at_their_horizon_with_nothing_dirty(tmp_path: Path) -> No
     assert [k for k, _, _ in every_record(log).values()] == [b"k1", b"k2"]
     assert log.next_delete_horizon_ms is None
     assert plan_cleaning(log, NOW + 2 * DAY) is None
+
+
+def test_a_log_closed_before_the_commit_keeps_its_old_objects(tmp_path: Path) -> None:
+    log = small_log(tmp_path)
+    before = every_record(log)
+    checkpoint = log.checkpoint
+
+    def closed_first() -> bool:
+        log._closed = True  # the broker closed the log between the swap and its checkpoint
+        return checkpoint()
+
+    log.checkpoint = closed_first  # type: ignore[method-assign]
+    stats = clean_log(log, now_ms=NOW)
+    assert stats is not None
+    assert not stats.committed
+    reopened = Log.open(log.storage, CONFIG)
+    assert every_record(reopened) == before
+    assert reopened.clean_generation == 0
