@@ -470,3 +470,21 @@ def test_a_log_closed_before_the_commit_keeps_its_old_objects(tmp_path: Path) ->
     reopened = Log.open(log.storage, CONFIG)
     assert every_record(reopened) == before
     assert reopened.clean_generation == 0
+
+
+def test_segment_ms_rolls_the_active_segment_into_the_cleanable_range(tmp_path: Path) -> None:
+    clock = [1_000]
+    config = replace(CONFIG, segment_ms=60_000, segment_bytes=1 << 20)
+    log = Log.open(Storage.from_url(f"file://{tmp_path}/t/0"), config, time_ms=lambda: clock[0])
+    for i in range(4):  # one segment: every flush within segment.ms of its first
+        log.append(build([Record(b"k", f"v{i}".encode(), 1_000)]), leader_epoch=0)
+        log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    assert plan_cleaning(log, NOW) is None  # all of it is the active segment
+    clock[0] += 60_000  # segment.ms later, the next flush opens a new segment
+    log.append(build([Record(b"k", b"v4", 1_000)]), leader_epoch=0)
+    log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    plan = plan_cleaning(log, NOW)
+    assert plan is not None
+    assert plan.end_offset == 4
