@@ -24,12 +24,13 @@ One round over one :class:`~logstore.log.Log` (:func:`clean_log`):
 4. **Rewrite** (Kafka's ``cleanInto`` / ``MemoryRecords.filterTo``): each batch keeps its
    records that are not superseded by a later offset of their key (and have a key);
    tombstones are kept until their batch's delete horizon (KIP-534: set to now +
-   ``delete.retention.ms`` by the clean that first keeps them) has passed; a transaction
-   marker is kept while its transaction has data left in the log, then until its own delete
-   horizon. Offsets never change: a batch that lost records keeps its base offset and last
-   offset delta (a batch with gaps, :func:`~logstore.batch.build_retained`), one that lost
-   them all is an empty batch. The rewritten extents are grouped into new objects of up to
-   ``segment.bytes``, named by generation (:func:`~logstore.segment.cleaned_object_name`).
+   ``delete.retention.ms`` by the clean that first keeps them) has passed; a COMMIT marker is
+   kept while its transaction has data left in the log, then until its own delete horizon;
+   an ABORT marker is kept (``_Rewrite.marker`` says why). Offsets never change: a batch
+   that lost records keeps its base offset and last offset delta (a batch with gaps,
+   :func:`~logstore.batch.build_retained`), one that lost them all is an empty batch. The
+   rewritten extents are grouped into new objects of up to ``segment.bytes``, named by
+   generation (:func:`~logstore.segment.cleaned_object_name`).
 5. **Swap** (:meth:`~logstore.log_retention.LogRetention.replace_cleaned`): the new objects
    are on storage first; then one checkpoint naming the generation is the commit point. A crash
    before it leaves the old log (recovery deletes the uncommitted objects); after it, the new
@@ -75,6 +76,8 @@ class CleaningPlan:
     cleanable_bytes: int
     #: the log's truncations when the plan was made (a swap after another one is refused)
     rewinds: int = 0
+    #: due because a delete horizon passed (the clean section alone is worth cleaning)
+    horizon_due: bool = False
 
     @property
     def end_offset(self) -> int:
@@ -161,7 +164,7 @@ def plan_cleaning(
     if not dirty_bytes and not due:
         return None
     plan = CleaningPlan(
-        tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources), rewinds
+        tuple(sources), first_dirty, dirty_bytes, sum(e.size for e in sources), rewinds, due
     )
     if due:
         return plan
@@ -319,7 +322,14 @@ class _Rewrite:
         return build_retained(batch, keep, delete_horizon_ms=new_horizon)
 
     def marker(self, i: int, batch: RecordBatch) -> bytes:
-        """A marker stays while its transaction has data left, then until its horizon."""
+        """A COMMIT marker stays while its transaction has data left, then until its horizon.
+        An ABORT marker stays for good. Kafka removes it too, rebuilding the transaction index
+        of the segments it rewrites without its entry in the same swap; replog's aborted index
+        lives in the partition's producer state, beside the log, so no swap of objects can
+        change both at once, and a reader given the index entry without the marker (the
+        partition's leader answers a fetch from both) would drop that producer's later records."""
+        if batch.control_type() is ControlType.ABORT:
+            return bytes(batch.buffer)
         txn = self.txns.marker_of.get(i)
         members = self.txns.members.get(txn, []) if txn is not None else []
         if any(self.kept.get(j, 0) for j in members):
@@ -357,7 +367,10 @@ def clean_log(
             break
         # a transaction whose outcome is past the range: clean only what precedes it
         upto = sum(1 for e in extents.sources[:upto] if e.next_offset <= txns.first_open)
-        if not upto or extents.sources[upto - 1].next_offset <= plan.first_dirty_offset:
+        if not upto or (
+            not plan.horizon_due
+            and extents.sources[upto - 1].next_offset <= plan.first_dirty_offset
+        ):
             return None
     sources = extents.sources[:upto]
     latest = _offset_map(extents.walk(upto), plan.first_dirty_offset, txns.aborted)

@@ -27,6 +27,8 @@ from logstore.reader import SegmentReader
 from logstore.segment import Extent, LogSegment, cleaned_object_of
 from logstore.storage import Storage
 from replication.broker.producer_state import ProducerStateManager
+from replication.client.fetcher import decode_fetched
+from replication.protocol import AbortedTransaction
 from tests.test_wal_log import Node
 
 pytestmark = pytest.mark.unit
@@ -488,3 +490,41 @@ def test_segment_ms_rolls_the_active_segment_into_the_cleanable_range(tmp_path: 
     plan = plan_cleaning(log, NOW)
     assert plan is not None
     assert plan.end_offset == 4
+
+
+def test_read_committed_with_the_live_aborted_index_after_cleaning(tmp_path: Path) -> None:
+    """A read_committed consumer is given the partition's aborted-transaction index, kept
+    beside the log: after every clean (long past every delete horizon) it still reads each
+    producer's committed records, those after an aborted transaction of theirs too."""
+    log = Log.open(Storage.from_url(f"file://{tmp_path}/t/0"), CONFIG)
+    producers = ProducerStateManager("t-0")
+    for n, (key, marker) in enumerate([(b"a", ControlType.ABORT), (b"b", ControlType.COMMIT)]):
+        txn = build(
+            [Record(key, b"txn", 1_000)],
+            producer_id=5,
+            producer_epoch=0,
+            base_sequence=n,
+            is_transactional=True,
+        )
+        end = build_control(
+            marker, producer_id=5, producer_epoch=0, coordinator_epoch=0, timestamp=1_000
+        )
+        for data in (txn, end):
+            info = log.append(data, leader_epoch=0)
+            producers.update(next(iter_batches(data)), info.first_offset)
+            log.roll()
+            log.flush()
+    log.append(build([Record(b"c", b"plain", 1_000)]), leader_epoch=0)
+    log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    for now in (NOW, NOW + 2 * DAY, NOW + 4 * DAY):
+        clean_log(log, now_ms=now)
+    aborted = [
+        AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+        for a in producers.aborted_in_range(0, log.log_end_offset)
+    ]
+    assert aborted  # the index still names the aborted transaction
+    data = log.read(0, 1 << 20)
+    fetched = decode_fetched(data, 0, read_committed=True, aborted_transactions=aborted)
+    keys = [k for b in fetched.batches for k in b.column("key").to_pylist()]
+    assert keys == [b"b", b"c"]
