@@ -12,9 +12,10 @@ reads the same.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from logstore.dump import dump
 from logstore.log import Log
 from logstore.log_cleaner import DEFAULT_MAX_DIRTY_BYTES, clean_log, plan_cleaning
 from logstore.reader import SegmentReader
-from logstore.segment import Extent, LogSegment, cleaned_object_of
+from logstore.segment import cleaned_object_of
 from logstore.storage import Storage
 from replication.broker.producer_state import ProducerStateManager
 from replication.client.fetcher import decode_fetched
@@ -163,6 +164,18 @@ def check_cleaned(
             assert offset in kept, f"the latest value of {key!r} (offset {offset}) is gone"
 
 
+def before_swap(log: Log, action: Callable[[], object]) -> None:
+    """Run ``action`` once, between the next clean's rewrite and its swap."""
+    swap = log.replace_cleaned
+
+    def acted_first(*args: Any, **kwargs: Any) -> bool:
+        del log.replace_cleaned  # once
+        action()
+        return swap(*args, **kwargs)
+
+    log.replace_cleaned = acted_first  # type: ignore[method-assign]
+
+
 def cleaned_rounds(log: Log, rng: random.Random) -> Iterator[int]:
     now = NOW
     for _ in range(rng.randint(1, 3)):
@@ -215,25 +228,13 @@ def test_cleaning_over_the_wal(tmp_path: Path, seed: int) -> None:
     history.write(log, rng.randint(5, 40), flush=node.flush)
     before_all, before = every_record(log), read_committed(log)
     compactor = node.compactor()
-    swap = log.replace_cleaned
 
-    def compacted_first(
-        sources: Sequence[Extent],
-        cleaned: Sequence[LogSegment],
-        generation: int,
-        rewinds: int,
-        *,
-        next_delete_horizon_ms: int | None = None,
-    ) -> bool:
+    def compact() -> None:
         if seed % 2:  # the WAL compactor packs the log's chunks while the round rewrites
             compactor.compact(compactor.l0_sources())
-        return swap(
-            sources, cleaned, generation, rewinds, next_delete_horizon_ms=next_delete_horizon_ms
-        )
 
-    log.replace_cleaned = compacted_first  # type: ignore[method-assign]
+    before_swap(log, compact)
     stats = clean_log(log, now_ms=NOW)
-    del log.replace_cleaned
     assert stats is not None
     if not stats.committed:
         # the packed chunk ends past the round's range: the swap is refused, nothing changed
@@ -343,26 +344,12 @@ def test_a_crash_before_the_commit_leaves_the_old_log(tmp_path: Path) -> None:
 
 def test_a_truncation_between_the_rewrite_and_the_swap_wins(tmp_path: Path) -> None:
     log = small_log(tmp_path)
-    swap = log.replace_cleaned
-
-    def truncated_first(
-        sources: Sequence[Extent],
-        cleaned: Sequence[LogSegment],
-        generation: int,
-        rewinds: int,
-        *,
-        next_delete_horizon_ms: int | None = None,
-    ) -> bool:
-        log.truncate_to(3)
-        return swap(sources, cleaned, generation, rewinds)
-
-    log.replace_cleaned = truncated_first  # type: ignore[method-assign]
+    before_swap(log, lambda: log.truncate_to(3))
     stats = clean_log(log, now_ms=NOW)
     assert stats is not None
     assert not stats.committed
     assert not [i.path for i in log.storage.list() if cleaned_object_of(i.path)]
     assert sorted(every_record(log)) == [0, 1, 2]
-    del log.replace_cleaned
     log.update_high_watermark(3)
     stats = clean_log(log, now_ms=NOW)
     assert stats is not None
