@@ -81,6 +81,7 @@ __all__ = [
     "build",
     "build_checked",
     "build_control",
+    "build_empty",
     "build_retained",
     "count_records",
     "iter_batches",
@@ -1073,23 +1074,45 @@ def build_retained(
 
 def _empty_batch(batch: RecordBatch) -> bytes:
     """The empty batch that stands for ``batch`` once the cleaner removed all its records."""
-    marker = batch.is_control
+    producer = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    if not batch.is_control:
+        producer = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    return build_empty(
+        batch.base_offset,
+        batch.next_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        max_timestamp=batch.max_timestamp,
+        attributes=batch.attributes & _TIMESTAMP_TYPE_BIT,
+        producer=producer,
+    )
+
+
+def build_empty(
+    base_offset: int,
+    next_offset: int,
+    *,
+    partition_leader_epoch: int,
+    max_timestamp: int,
+    attributes: int = 0,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+) -> bytes:
+    """An empty batch (no records, no payload) holding the offsets ``[base_offset,
+    next_offset)``: what stays of batches whose every record the log cleaner removed (a run of
+    them becomes one, when no producer needs them for its sequence)."""
     header = bytearray(HEADER_SIZE)
     _HEADER.pack_into(
         header,
         0,
-        batch.base_offset,
+        base_offset,
         _MIN_BATCH_LENGTH,
-        batch.partition_leader_epoch,
+        partition_leader_epoch,
         MAGIC,
         0,  # crc, filled in below
-        batch.attributes & _TIMESTAMP_TYPE_BIT,
-        batch.last_offset_delta,
-        batch.max_timestamp,
-        batch.max_timestamp,
-        NO_PRODUCER_ID if marker else batch.producer_id,
-        NO_PRODUCER_EPOCH if marker else batch.producer_epoch,
-        NO_SEQUENCE if marker else batch.base_sequence,
+        attributes,
+        next_offset - base_offset - 1,
+        max_timestamp,
+        max_timestamp,
+        *producer,
         0,
     )
     _CRC.pack_into(header, CRC_OFFSET, google_crc32c.value(bytes(header[ATTRIBUTES_OFFSET:])))

@@ -46,9 +46,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from logstore.batch import ControlType, RecordBatch, build_retained, iter_batches
+from logstore.batch import (
+    ControlType,
+    RecordBatch,
+    build_empty,
+    build_retained,
+    iter_batches,
+    parse_header,
+)
 from logstore.log import Log
 from logstore.segment import BatchIndex, Extent, LogSegment, cleaned_object_name
 
@@ -218,6 +225,8 @@ class _Transactions:
     members: dict[int, list[int]]
     #: the base offset of the earliest data batch whose transaction has no marker in range
     first_open: int | None
+    #: producer id -> its last batch in the range (kept, if empty, for its sequence)
+    last_of_producer: dict[int, int] = field(default_factory=dict)
 
 
 def _transactions(walk: Iterable[tuple[int, int, RecordBatch]]) -> _Transactions:
@@ -226,7 +235,10 @@ def _transactions(walk: Iterable[tuple[int, int, RecordBatch]]) -> _Transactions
     members: dict[int, list[int]] = {}
     starts: dict[int, int] = {}  # transaction -> its first batch's base offset
     ongoing: dict[int, int] = {}  # producer id -> transaction
+    last_of_producer: dict[int, int] = {}
     for _, i, batch in walk:
+        if batch.producer_id >= 0:
+            last_of_producer[batch.producer_id] = i
         if batch.producer_id < 0 or not batch.is_transactional:
             continue
         if batch.is_control:
@@ -245,7 +257,7 @@ def _transactions(walk: Iterable[tuple[int, int, RecordBatch]]) -> _Transactions
             starts[txn] = batch.base_offset
         members[txn].append(i)
     first_open = min((starts[t] for t in ongoing.values()), default=None)
-    return _Transactions(aborted, marker_of, members, first_open)
+    return _Transactions(aborted, marker_of, members, first_open, last_of_producer)
 
 
 def _record_offsets(batch: RecordBatch, count: int) -> list[int]:
@@ -345,6 +357,53 @@ class _Rewrite:
         return bytes(batch.buffer)
 
 
+class _Parts:
+    """One extent's rewritten batches. A run of empty batches (of one leader epoch) becomes
+    one empty batch holding all their offsets, so what a compacted log keeps does not grow
+    with the batches it was ever sent; an empty batch that is its producer's last in the range
+    stays as it is, for the producer's sequence (as Kafka keeps it)."""
+
+    def __init__(self, last_of_producer: dict[int, int]) -> None:
+        self.last_of_producer = last_of_producer
+        self.parts: list[bytes] = []
+        self.run: list[RecordBatch] = []  # empty batches to merge
+
+    def add(self, i: int, data: bytes) -> None:
+        batch = parse_header(data)
+        mergeable = not batch.record_count and (
+            batch.producer_id < 0 or self.last_of_producer.get(batch.producer_id) != i
+        )
+        if not mergeable or (
+            self.run and self.run[-1].partition_leader_epoch != batch.partition_leader_epoch
+        ):
+            self._flush()
+        if mergeable:
+            self.run.append(batch)
+        else:
+            self.parts.append(data)
+
+    def _flush(self) -> None:
+        run = self.run
+        if len(run) == 1:
+            self.parts.append(bytes(run[0].buffer))
+        elif run:
+            self.parts.append(
+                build_empty(
+                    run[0].base_offset,
+                    run[-1].next_offset,
+                    partition_leader_epoch=run[0].partition_leader_epoch,
+                    max_timestamp=max(b.max_timestamp for b in run),
+                )
+            )
+        self.run = []
+
+    def take(self) -> bytes:
+        self._flush()
+        data = b"".join(self.parts)
+        self.parts = []
+        return data
+
+
 def clean_log(
     log_: Log,
     *,
@@ -378,15 +437,15 @@ def clean_log(
     generation = log_.clean_generation + 1
     writer = _ObjectWriter(log_, sources, generation)
     current = -1
-    parts: list[bytes] = []
+    parts = _Parts(txns.last_of_producer)
     for s, i, batch in extents.walk(upto):
         if s != current:
-            if parts:
-                writer.add(current, b"".join(parts))
-            current, parts = s, []
+            if current >= 0:
+                writer.add(current, parts.take())
+            current = s
         # a marker comes after its transaction's data, whose fate is decided by then
-        parts.append(rewrite.marker(i, batch) if batch.is_control else rewrite.data(i, batch))
-    writer.add(current, b"".join(parts))
+        parts.add(i, rewrite.marker(i, batch) if batch.is_control else rewrite.data(i, batch))
+    writer.add(current, parts.take())
     cleaned = writer.finish()
     committed = log_.replace_cleaned(
         sources, cleaned, generation, plan.rewinds, next_delete_horizon_ms=rewrite.next_horizon

@@ -372,6 +372,13 @@ def test_many_updates_to_few_keys_shrink_the_log(tmp_path: Path) -> None:
     assert stats.records_kept == 5  # the latest of each key
     assert log.size_in_bytes < size / 3
     assert stats.bytes_written == sum(s.size for s in log.segments()[:-1])
+    # the 179 emptied batches merged into one empty batch per cleaned extent (9), beside the
+    # one batch holding every key's latest record
+    cleaned = log.read(0, 1 << 30, max_offset=stats.end_offset)
+    batches = list(iter_batches(cleaned))
+    assert sum(1 for b in batches if b.record_count) == 1
+    assert len(batches) <= 10
+    assert [b.base_offset for b in batches[1:]] == [b.next_offset for b in batches[:-1]]
 
 
 def test_listing_readers_and_dump_see_the_cleaned_log_only(tmp_path: Path) -> None:
