@@ -14,16 +14,32 @@ Layout (big-endian, as Kafka's DefaultRecordBatch)::
     magic                  int8    2
     crc                    uint32  CRC-32C of bytes [ATTRIBUTES_OFFSET, end of batch)
     attributes             int16   bits 0-2 compression, 3 timestamp type,
-                                   4 transactional, 5 control
-    lastOffsetDelta        int32   recordCount - 1 (offsets have no gaps)
-    firstTimestamp         int64   timestamp of the first record (ms)
+                                   4 transactional, 5 control, 6 delete horizon set
+    lastOffsetDelta        int32   offset of the last record (or of the last record the batch
+                                   held before the log cleaner removed it) - baseOffset
+    firstTimestamp         int64   timestamp of the first record (ms); with bit 6, the
+                                   delete horizon instead (KIP-534: when the log cleaner may
+                                   drop the batch's tombstones, or the marker itself)
     maxTimestamp           int64   largest record timestamp (ms)
     producerId             int64   -1 if none
     producerEpoch          int16   -1 if none
     baseSequence           int32   -1 if none
-    recordCount            int32   number of records in the payload
-    records                        Arrow IPC stream, schema RECORD_SCHEMA, exactly
-                                   recordCount rows; record i has offset baseOffset + i
+    recordCount            int32   number of records in the payload (0 only in an empty
+                                   batch the log cleaner left: no payload at all)
+    records                        Arrow IPC stream, exactly recordCount rows: schema
+                                   RECORD_SCHEMA when lastOffsetDelta == recordCount - 1
+                                   (record i has offset baseOffset + i), else
+                                   GAPPED_RECORD_SCHEMA, whose int32 column offset_delta gives
+                                   each record's offset - baseOffset (strictly increasing)
+
+A batch with gaps is what the log cleaner writes (:func:`build_retained`), as Kafka's cleaned
+batches keep their base offset and lastOffsetDelta with fewer records. Every other batch has
+no ``offset_delta`` column, so its bytes are what they were before gaps existed. Readers get
+the offsets with :meth:`RecordBatch.offset_deltas` (None for a batch without gaps). A batch
+whose every record the cleaner removed stays as an *empty batch* (recordCount 0, no payload,
+neither transactional nor control), as Kafka keeps one for its producer's sequence: the
+batches of a log stay contiguous, so every check that a batch starts where the previous one
+ended still holds.
 
 Compression is Arrow IPC buffer compression (lz4 frame or zstd), recorded in the attribute bits
 with Kafka's codes. Kafka's gzip (1) and snappy (2) codes are refused: Arrow IPC cannot carry them.
@@ -33,7 +49,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
@@ -47,6 +63,7 @@ from logstore.errors import CorruptRecordError
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "CRC_OFFSET",
+    "GAPPED_RECORD_SCHEMA",
     "HEADERS_TYPE",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
@@ -64,6 +81,8 @@ __all__ = [
     "build",
     "build_checked",
     "build_control",
+    "build_empty",
+    "build_retained",
     "count_records",
     "iter_batches",
     "parse_header",
@@ -128,6 +147,7 @@ _COMPRESSION_MASK: Final = 0x07  # bits 0-2
 _TIMESTAMP_TYPE_BIT: Final = 0x08  # bit 3
 _TRANSACTIONAL_BIT: Final = 0x10  # bit 4
 _CONTROL_BIT: Final = 0x20  # bit 5
+_DELETE_HORIZON_BIT: Final = 0x40  # bit 6 (KIP-534)
 
 
 class Compression(IntEnum):
@@ -201,6 +221,14 @@ RECORD_SCHEMA: Final = pa.schema(
         pa.field("headers", HEADERS_TYPE, nullable=True),
     ]
 )
+
+#: The payload schema of a batch with offset gaps (lastOffsetDelta > recordCount - 1): each
+#: record's offset - baseOffset, strictly increasing, in a last column.
+OFFSET_DELTA_FIELD: Final = pa.field("offset_delta", pa.int32(), nullable=False)
+GAPPED_RECORD_SCHEMA: Final = RECORD_SCHEMA.append(OFFSET_DELTA_FIELD)
+
+_EMPTY_RECORDS: Final = pa.RecordBatch.from_pylist([], schema=RECORD_SCHEMA)
+_EMPTY_DELTAS: Final = pa.array([], pa.int32())
 
 _WRITE_OPTIONS: Final = {
     codec: pa.ipc.IpcWriteOptions(compression=name) for codec, name in _IPC_CODEC.items()
@@ -342,6 +370,12 @@ class RecordBatch:
         return self.base_offset + self.last_offset_delta
 
     @property
+    def has_gaps(self) -> bool:
+        """Whether the log cleaner removed records of this batch: record i's offset is then
+        ``base_offset + offset_deltas()[i]``, else ``base_offset + i``."""
+        return self.last_offset_delta != self.record_count - 1
+
+    @property
     def next_offset(self) -> int:
         return self.last_offset + 1
 
@@ -367,6 +401,12 @@ class RecordBatch:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the log cleaner may drop this batch's tombstones (or this marker), once it set
+        one (KIP-534: then the firstTimestamp field holds it); None before."""
+        return self.first_timestamp if self.attributes & _DELETE_HORIZON_BIT else None
 
     @property
     def last_sequence(self) -> int:
@@ -398,12 +438,19 @@ class RecordBatch:
             _compression_of(self.attributes)
         except CorruptRecordError as err:
             raise CorruptRecordError(f"{self._where()}: {err}") from err
-        if self.record_count < 1:
-            raise CorruptRecordError(f"{self._where()}: record count {self.record_count} < 1")
-        if self.last_offset_delta != self.record_count - 1:
+        if self.record_count < 1 and (
+            self.record_count < 0
+            or self.batch_length != _MIN_BATCH_LENGTH
+            or self.attributes & (_CONTROL_BIT | _TRANSACTIONAL_BIT)
+        ):
             raise CorruptRecordError(
-                f"{self._where()}: last offset delta {self.last_offset_delta} does not match "
-                f"record count {self.record_count} (offsets must have no gaps)"
+                f"{self._where()}: record count {self.record_count} < 1 (only an empty batch "
+                "with no payload, neither transactional nor control, has none)"
+            )
+        if self.last_offset_delta < self.record_count - 1:
+            raise CorruptRecordError(
+                f"{self._where()}: last offset delta {self.last_offset_delta} is smaller than "
+                f"record count {self.record_count} - 1"
             )
 
     def is_valid(self) -> bool:
@@ -421,14 +468,33 @@ class RecordBatch:
         Does not check the CRC (see :meth:`ensure_valid`), but fully validates the decoded
         payload, so malformed bytes give CorruptRecordError rather than a bad array.
         """
+        return self.to_arrow_with_deltas()[0]
+
+    def offset_deltas(self) -> list[int] | None:
+        """Each record's offset - base_offset for a batch with gaps; None without gaps
+        (record i then has offset base_offset + i). Reads the header only in that case."""
+        if not self.has_gaps:
+            return None
+        deltas = self.to_arrow_with_deltas()[1]
+        assert deltas is not None
+        return deltas.to_pylist()  # type: ignore[no-any-return]
+
+    def to_arrow_with_deltas(self) -> tuple[pa.RecordBatch, pa.Array | None]:
+        """:meth:`to_arrow`, and the records' ``offset_delta`` column (int32) for a batch with
+        gaps (None without gaps), checked: strictly increasing, from 0 to lastOffsetDelta."""
+        if self.record_count == 0 and len(self.buffer) == HEADER_SIZE:
+            return _EMPTY_RECORDS, _EMPTY_DELTAS  # an empty batch the log cleaner left
         payload = self.buffer[HEADER_SIZE:]
+        gapped = self.has_gaps
+        expected = GAPPED_RECORD_SCHEMA if gapped else RECORD_SCHEMA
         try:
             source = pa.BufferReader(pa.py_buffer(payload))
             with pa.ipc.open_stream(source, options=_READ_OPTIONS) as reader:
                 schema = reader.schema
-                if not schema.equals(RECORD_SCHEMA):
+                if not schema.equals(expected):
+                    name = "GAPPED_RECORD_SCHEMA" if gapped else "RECORD_SCHEMA"
                     raise CorruptRecordError(
-                        f"{self._where()}: payload schema {schema} is not RECORD_SCHEMA"
+                        f"{self._where()}: payload schema {schema} is not {name}"
                     )
                 batches = list(reader)
             if source.tell() != len(payload):
@@ -450,26 +516,50 @@ class RecordBatch:
                 f"{self._where()}: malformed Arrow IPC payload: {err}"
             ) from err
         _check_not_null(result, self._where())
-        return result
+        if not gapped:
+            return result, None
+        deltas = result.column(4)
+        self._check_deltas(deltas)
+        return result.select(range(4)), deltas
+
+    def _check_deltas(self, deltas: pa.Array) -> None:
+        if deltas.null_count:
+            raise CorruptRecordError(f"{self._where()}: null offset deltas in the payload")
+        first, last = deltas[0].as_py(), deltas[-1].as_py()
+        steps = pc.pairwise_diff(deltas) if len(deltas) > 1 else None
+        if (
+            first < 0
+            or last > self.last_offset_delta
+            or (steps is not None and pc.min(steps).as_py() < 1)
+        ):
+            raise CorruptRecordError(
+                f"{self._where()}: offset deltas are not strictly increasing within "
+                f"[0, {self.last_offset_delta}]"
+            )
 
     def records(self) -> list[Record]:
         """The records as Python objects, with their offsets filled in."""
-        data = self.to_arrow()
+        data, deltas = self.to_arrow_with_deltas()
         base = self.base_offset
         keys = data.column(0).to_pylist()
         values = data.column(1).to_pylist()
         timestamps = data.column(2).to_pylist()
         headers = data.column(3).to_pylist()
+        offsets = (
+            range(base, base + data.num_rows)
+            if deltas is None
+            else [base + d for d in deltas.to_pylist()]
+        )
         return [
             Record(
                 key=key,
                 value=value,
                 timestamp=timestamp,
                 headers=tuple((h["key"], h["value"]) for h in hs) if hs else (),
-                offset=base + i,
+                offset=offset,
             )
-            for i, (key, value, timestamp, hs) in enumerate(
-                zip(keys, values, timestamps, headers, strict=True)
+            for offset, key, value, timestamp, hs in zip(
+                offsets, keys, values, timestamps, headers, strict=True
             )
         ]
 
@@ -778,18 +868,24 @@ def _encode(
     producer_epoch: int,
     base_sequence: int,
     timestamps: tuple[int, int] | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
+    """One batch of ``data`` (RECORD_SCHEMA; GAPPED_RECORD_SCHEMA with ``last_offset_delta``,
+    for :func:`build_retained`)."""
     count = data.num_rows
     if count == 0:
         raise ValueError("a batch needs at least one record")
-    if not 0 <= base_offset <= _INT64_MAX - (count - 1):
+    if last_offset_delta is None:
+        last_offset_delta = count - 1
+    if not 0 <= base_offset <= _INT64_MAX - last_offset_delta:
         raise ValueError(f"base offset {base_offset} out of range")
     parts: tuple[bytes | pa.Buffer, ...]
-    if compression is Compression.NONE:
+    if compression is Compression.NONE and data.num_columns == len(RECORD_SCHEMA):
         parts = (_SCHEMA_MESSAGE, data.serialize(), _END_OF_STREAM)
     else:
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=_WRITE_OPTIONS[compression]) as writer:
+        options = _WRITE_OPTIONS[compression]
+        with pa.ipc.new_stream(sink, data.schema, options=options) as writer:
             writer.write_batch(data)
         parts = (sink.getvalue(),)
     if timestamps is None:
@@ -811,7 +907,7 @@ def _encode(
             MAGIC,
             0,  # crc, filled in below
             attributes,
-            count - 1,
+            last_offset_delta,
             first_timestamp,
             max_timestamp,
             producer_id,
@@ -917,6 +1013,110 @@ def build_checked(
         base_sequence=base_sequence,
         timestamps=timestamps,
     )
+
+
+def build_retained(
+    batch: RecordBatch,
+    keep: pa.Array | Sequence[int],
+    *,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """``batch`` with only its records at positions ``keep`` (ascending), as the log cleaner
+    writes it (Kafka's MemoryRecords.filterTo): base offset, lastOffsetDelta, attributes,
+    producer fields, base sequence and partition leader epoch stay, so every kept record keeps
+    its offset and the producer's last sequence stays; the timestamps are the kept records'.
+    ``delete_horizon_ms`` sets the batch's delete horizon (KIP-534: bit 6, in firstTimestamp).
+    The batch's own bytes when every record is kept and the horizon does not change.
+
+    A batch that lost records carries their offset deltas (GAPPED_RECORD_SCHEMA); one that lost
+    them all is an empty batch (no payload): a data batch keeps its producer id, epoch and
+    sequence (not its transactional bit: it holds no transaction's data any more), a marker
+    keeps nothing but its offsets."""
+    positions = pa.array(keep, pa.int32()) if not isinstance(keep, pa.Array) else keep
+    horizon = batch.delete_horizon_ms if delete_horizon_ms is None else delete_horizon_ms
+    if len(positions) == batch.record_count and horizon == batch.delete_horizon_ms:
+        return bytes(batch.buffer)
+    if len(positions) == 0:
+        return _empty_batch(batch)
+    data, deltas = batch.to_arrow_with_deltas()
+    attributes = batch.attributes
+    if len(positions) == batch.record_count and deltas is None:
+        kept = data  # the horizon alone changes
+    else:
+        kept = data.take(positions)
+        kept_deltas = positions if deltas is None else deltas.take(positions)
+        kept = pa.RecordBatch.from_arrays(
+            [*kept.columns, kept_deltas.cast(pa.int32())], schema=GAPPED_RECORD_SCHEMA
+        )
+    column = kept.column(2)
+    first_timestamp, max_timestamp = column[0].as_py(), pc.max(column).as_py()
+    if batch.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        first_timestamp = max_timestamp = batch.max_timestamp
+    if horizon is not None:
+        attributes |= _DELETE_HORIZON_BIT
+        first_timestamp = horizon
+    producer = {
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+    }
+    return _encode(
+        kept,
+        base_offset=batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        attributes=attributes,
+        compression=batch.compression,
+        timestamps=(first_timestamp, max_timestamp),
+        last_offset_delta=batch.last_offset_delta,
+        **producer,
+    )
+
+
+def _empty_batch(batch: RecordBatch) -> bytes:
+    """The empty batch that stands for ``batch`` once the cleaner removed all its records."""
+    producer = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    if not batch.is_control:
+        producer = (batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    return build_empty(
+        batch.base_offset,
+        batch.next_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        max_timestamp=batch.max_timestamp,
+        attributes=batch.attributes & _TIMESTAMP_TYPE_BIT,
+        producer=producer,
+    )
+
+
+def build_empty(
+    base_offset: int,
+    next_offset: int,
+    *,
+    partition_leader_epoch: int,
+    max_timestamp: int,
+    attributes: int = 0,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE),
+) -> bytes:
+    """An empty batch (no records, no payload) holding the offsets ``[base_offset,
+    next_offset)``: what stays of batches whose every record the log cleaner removed (a run of
+    them becomes one, when no producer needs them for its sequence)."""
+    header = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(
+        header,
+        0,
+        base_offset,
+        _MIN_BATCH_LENGTH,
+        partition_leader_epoch,
+        MAGIC,
+        0,  # crc, filled in below
+        attributes,
+        next_offset - base_offset - 1,
+        max_timestamp,
+        max_timestamp,
+        *producer,
+        0,
+    )
+    _CRC.pack_into(header, CRC_OFFSET, google_crc32c.value(bytes(header[ATTRIBUTES_OFFSET:])))
+    return bytes(header)
 
 
 def build_control(

@@ -15,6 +15,15 @@ adds what recovery needs to pick the partition's chunks out of the shared WAL ob
 ``truncations`` (``[S, X]``: chunks whose last seq is <= S are void at offsets >= X). A log
 without a WAL still writes format 1, so an older replog keeps reading its directories; a
 format-1 checkpoint reads as "no topic id, wal_start_seq 0, no truncations".
+
+A compacted log that the log cleaner has cleaned adds ``clean_generation`` and
+``cleaned_end``: the log's offsets below ``cleaned_end`` are in the cleaned objects of that
+generation (listed in ``segments``) and nowhere else; any other copy of them (segment objects
+and WAL chunks the cleaner replaced, or cleaned objects of another generation, left by a crash
+before or after the swap) is void. Its checkpoint is written as format 3 (over format 1) or 4
+(over format 2), so a replog without the cleaner refuses it rather than misread it; in memory
+``format_version`` stays 1 or 2. A log never cleaned writes neither key, so its checkpoint is
+byte-identical to what it was before the cleaner existed.
 """
 
 from __future__ import annotations
@@ -29,7 +38,11 @@ CHECKPOINT_NAME = "checkpoint.json"
 FORMAT_VERSION = 1
 #: the format of logs over the broker WAL (adds topic_id, wal_start_seq, truncations)
 WAL_FORMAT_VERSION = 2
-_READABLE = (FORMAT_VERSION, WAL_FORMAT_VERSION)
+#: a cleaned log's checkpoint is written as format 3 (format 1 plus the cleaner's fields) or 4
+#: (format 2 plus them), which a replog without the log cleaner refuses rather than misread
+CLEANED_FORMAT_VERSIONS = {FORMAT_VERSION: 3, WAL_FORMAT_VERSION: 4}
+_BASE_FORMAT = {v: k for k, v in CLEANED_FORMAT_VERSIONS.items()}
+_READABLE = (FORMAT_VERSION, WAL_FORMAT_VERSION, *CLEANED_FORMAT_VERSIONS.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +74,18 @@ class Checkpoint:
     wal_start_seq: int = 0
     #: format 2 only: (S, X) truncation records, oldest first
     truncations: tuple[tuple[int, int], ...] = ()
+    #: the log cleaner's last committed generation (0: never cleaned)
+    clean_generation: int = 0
+    #: offsets below this are in the cleaned objects of ``clean_generation`` only
+    cleaned_end: int = 0
 
     def to_bytes(self) -> bytes:
         doc = asdict(self)
         doc["epochs"] = [list(e) for e in self.epochs]
+        if self.clean_generation:
+            doc["format_version"] = CLEANED_FORMAT_VERSIONS[self.format_version]
+        else:
+            del doc["clean_generation"], doc["cleaned_end"]
         if self.format_version == FORMAT_VERSION:
             for key in ("topic_id", "wal_start_seq", "truncations"):
                 del doc[key]  # byte-identical to what format-1 code writes
@@ -84,9 +105,13 @@ class Checkpoint:
                     "upgrade replog"
                 )
             extra: dict[str, Any] = {}
+            if version in _BASE_FORMAT:
+                extra["clean_generation"] = int(doc["clean_generation"])
+                extra["cleaned_end"] = int(doc["cleaned_end"])
+                version = _BASE_FORMAT[version]
             if version == WAL_FORMAT_VERSION:
                 topic_id = doc.get("topic_id")
-                extra = {
+                extra |= {
                     "format_version": WAL_FORMAT_VERSION,
                     "topic_id": None if topic_id is None else str(topic_id),
                     "wal_start_seq": int(doc.get("wal_start_seq", 0)),

@@ -111,7 +111,7 @@ def dump(url: str, *, records: bool = False) -> Iterator[DumpLine]:
     A path that is missing, an object that is neither (``checkpoint.json``, say) and a
     directory without such objects raise :class:`ConfigError` naming what to give instead.
     """
-    if not url.endswith((SUFFIX, WAL_SUFFIX)) and _written_through_wal(url):
+    if not url.endswith((SUFFIX, WAL_SUFFIX)) and _walked_as_recovery(url):
         yield from _dump_partition_over_wal(url, records)
         return
     storage, names = _objects(url)
@@ -214,14 +214,15 @@ def _dump_chunk(data: bytes, chunk: WalChunk, records: bool) -> Iterator[DumpLin
         )
 
 
-def _written_through_wal(url: str) -> bool:
+def _walked_as_recovery(url: str) -> bool:
     """Whether ``url`` is a partition directory whose checkpoint says its log is over the
-    broker WAL."""
+    broker WAL or was cleaned by the log cleaner: its objects are then the log only as
+    recovery walks them."""
     try:
-        data = Storage.from_url(url).read(CHECKPOINT_NAME)
-        return Checkpoint.from_bytes(data).format_version == WAL_FORMAT_VERSION
+        checkpoint = Checkpoint.from_bytes(Storage.from_url(url).read(CHECKPOINT_NAME))
     except (ObjectNotFoundError, CorruptRecordError):
         return False
+    return checkpoint.format_version == WAL_FORMAT_VERSION or checkpoint.clean_generation > 0
 
 
 def _dump_partition_over_wal(url: str, records: bool) -> Iterator[DumpLine]:
@@ -231,10 +232,10 @@ def _dump_partition_over_wal(url: str, records: bool) -> Iterator[DumpLine]:
     root = Storage.from_url(root_url)
     log = open_replica_log(root, topic, int(partition), read_only=True)
     extents = log.extents()
+    over = f" over the broker WAL of {root.url}" if log.wal is not None else ""
     yield DumpLine(
-        f"Dumping {url.rstrip('/')} over the broker WAL of {root.url}: log start "
-        f"{log.log_start_offset}, end {log.log_end_offset}, {len(extents)} extent(s), as "
-        "recovery reads them"
+        f"Dumping {url.rstrip('/')}{over}: log start {log.log_start_offset}, end "
+        f"{log.log_end_offset}, {len(extents)} extent(s), as recovery reads them"
     )
     for extent in extents:
         if isinstance(extent, ChunkSegment):

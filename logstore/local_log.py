@@ -521,8 +521,10 @@ def _first_at_or_after(data: bytes, timestamp: int) -> tuple[int, int] | None:
     for batch in iter_batches(data, validate=False):
         if batch.max_timestamp < timestamp or batch.is_control:
             continue
-        timestamps = batch.to_arrow().column("timestamp").to_pylist()
-        for i, ts in enumerate(timestamps):
+        records, deltas = batch.to_arrow_with_deltas()
+        timestamps = records.column("timestamp").to_pylist()
+        offsets = range(len(timestamps)) if deltas is None else deltas.to_pylist()
+        for delta, ts in zip(offsets, timestamps, strict=True):
             if ts >= timestamp:
-                return batch.base_offset + i, ts
+                return batch.base_offset + delta, ts
     return None

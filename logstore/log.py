@@ -115,8 +115,17 @@ class Log(LogRetention):
         wal: WalLink | None = None,
         wal_start_seq: int = 0,
         truncations: Iterable[tuple[int, int]] = (),
+        clean_generation: int = 0,
+        cleaned_end: int = 0,
     ) -> None:
         super().__init__(storage, config, segments, log_start_offset, time_ms, wal)
+        #: the log cleaner's committed generation, and the end of the offsets it cleaned
+        self._clean_generation = clean_generation
+        self._cleaned_end = cleaned_end
+        #: truncations so far that removed data (a clean planned before one must not commit)
+        self._rewinds = 0
+        #: the earliest delete horizon the last clean left pending (logstore.log_cleaner)
+        self._next_delete_horizon_ms: int | None = None
         self._flush_lock = threading.Lock()
         #: orders checkpoint writes: a checkpoint built earlier is never written after a later
         #: one (taken last, after any other lock; nothing is taken while holding it)
@@ -201,6 +210,8 @@ class Log(LogRetention):
             wal=link,
             wal_start_seq=loaded.wal_start_seq,
             truncations=loaded.truncations,
+            clean_generation=loaded.clean_generation,
+            cleaned_end=loaded.cleaned_end,
         )
         if loaded.checkpoint_needed and not read_only:
             result.checkpoint()
@@ -275,6 +286,13 @@ class Log(LogRetention):
         state checks) passes those ``batches`` and the CRCs are not computed a second time.
         """
         batches = self._validated(data, batches)
+        for batch in batches:
+            if batch.has_gaps:
+                raise InvalidRecordError(
+                    f"record batch's last offset delta {batch.last_offset_delta} does not match "
+                    f"its record count {batch.record_count}: only the log cleaner writes "
+                    "batches with offset gaps"
+                )
         buf = bytearray(data)
         with self._lock:
             self._check_open()
@@ -591,7 +609,9 @@ class Log(LogRetention):
         return index.base_offsets[index.slot_for(offset)]
 
     def _set_end_locked(self, end: int) -> None:
+        self._rewinds += 1
         self._leo = end
+        self._cleaned_end = min(self._cleaned_end, end)
         self._high_watermark = min(self._high_watermark, end)
         self.leader_epoch_cache.truncate_from_end(end)
 
@@ -695,6 +715,8 @@ class Log(LogRetention):
         self._pending.clear()
         self._log_start_offset = offset
         self._durable_end = self._leo = self._high_watermark = offset
+        self._cleaned_end = 0
+        self._rewinds += 1
         self.leader_epoch_cache.clear()
         return offset
 
@@ -723,6 +745,7 @@ class Log(LogRetention):
                 tuple(self.leader_epoch_cache.entries()),
                 self._wal_start_seq,
                 len(self._truncations),
+                self._cleaned_end,
             )
         return (
             self._shape_version,
@@ -730,6 +753,7 @@ class Log(LogRetention):
             self._high_watermark,
             self._durable_end,
             tuple(self.leader_epoch_cache.entries()),
+            self._cleaned_end,
         )
 
     def checkpoint_needed(self) -> bool:
@@ -760,8 +784,13 @@ class Log(LogRetention):
             self._checkpoint_seq += 1
             seq = self._checkpoint_seq
             wal_fields: dict[str, object] = {}
-            if self.wal is not None:
+            if self._clean_generation:
                 wal_fields = {
+                    "clean_generation": self._clean_generation,
+                    "cleaned_end": self._cleaned_end,
+                }
+            if self.wal is not None:
+                wal_fields |= {
                     "format_version": WAL_FORMAT_VERSION,
                     "topic_id": self.wal.topic_id,
                     "wal_start_seq": self._wal_start_seq,

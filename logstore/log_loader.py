@@ -20,7 +20,7 @@ on it and writes the checkpoint if recovery changed what it says.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from logstore.batch import RecordBatch, iter_batches, valid_prefix
@@ -28,8 +28,15 @@ from logstore.checkpoint import CHECKPOINT_NAME, WAL_FORMAT_VERSION, Checkpoint
 from logstore.epoch_cache import EpochEntry, LeaderEpochCache
 from logstore.errors import CorruptRecordError, LogLayoutError, ObjectNotFoundError
 from logstore.local_log import WalLink
-from logstore.segment import BatchIndex, ChunkSegment, Extent, LogSegment, base_offset_of
-from logstore.storage import Storage
+from logstore.segment import (
+    BatchIndex,
+    ChunkSegment,
+    Extent,
+    LogSegment,
+    base_offset_of,
+    cleaned_object_of,
+)
+from logstore.storage import ObjectInfo, Storage
 from logstore.wal_index import ChunkExtent
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,9 @@ class LoadedLog:
     truncations: list[tuple[int, int]] = field(default_factory=list)
     #: recovery changed what the checkpoint says (or found none): write one
     checkpoint_needed: bool = False
+    #: the log cleaner's committed generation and the end of what it cleaned
+    clean_generation: int = 0
+    cleaned_end: int = 0
 
 
 class LogLoader:
@@ -77,13 +87,8 @@ class LogLoader:
             )
         trusted = {s.name: s for s in checkpoint.segments}
         epochs = LeaderEpochCache([EpochEntry(e, o) for e, o in checkpoint.epochs])
-        found = sorted(
-            (base, info.path, info.size)
-            for info in storage.list()
-            if "/" not in info.path and (base := base_offset_of(info.path)) is not None
-        )
+        found, changed = _listed_objects(storage, checkpoint, read_only=read_only)
         segments: list[LogSegment] = []
-        changed = False
         expected: int | None = None
         cut = False
         for base, name, size in found:
@@ -159,6 +164,8 @@ class LogLoader:
             checkpoint.high_watermark,
             epochs,
             checkpoint_needed=changed or (not checkpoint.segments and bool(segments)),
+            clean_generation=checkpoint.clean_generation,
+            cleaned_end=min(checkpoint.cleaned_end, end),
         )
 
     def load_over_wal(self, link: WalLink, *, high_watermark_hint: int = 0) -> LoadedLog:
@@ -211,18 +218,17 @@ class LogLoader:
 
         segments: list[LogSegment] = []
         scanned_epochs: dict[str, list[EpochEntry]] = {}
-        for info in storage.list():
-            base = base_offset_of(info.path) if "/" not in info.path else None
-            if base is None:
-                continue
-            entry = trusted.get(info.path)
-            if entry is not None and entry.size == info.size and entry.base_offset == base:
+        listed, voided = _listed_objects(storage, checkpoint, read_only=read_only)
+        changed = changed or voided
+        for base, name, size in listed:
+            entry = trusted.get(name)
+            if entry is not None and entry.size == size and entry.base_offset == base:
                 segments.append(
                     LogSegment(
-                        info.path,
+                        name,
                         base,
                         entry.next_offset,
-                        info.size,
+                        size,
                         entry.max_timestamp,
                         entry.rolled,
                         entry.created_ms,
@@ -231,17 +237,18 @@ class LogLoader:
                 continue
             # a torn object is cut to its valid prefix; the walk decides what follows it
             own = LeaderEpochCache()
-            segment, _ = self._recover_object(storage, info.path, base, own, read_only=read_only)
+            segment, _ = self._recover_object(storage, name, base, own, read_only=read_only)
             changed = True
             if segment is not None:
                 segments.append(segment)
                 scanned_epochs[segment.name] = own.entries()
         segments.sort(key=lambda s: s.base_offset)
 
+        # chunks wholly below the cleaned end were replaced by the cleaner's objects
         chunks = [
             c
             for c in link.index.chunks_for(link.topic_id, link.partition)
-            if c.first_seq >= wal_start_seq
+            if c.first_seq >= wal_start_seq and c.next_offset > checkpoint.cleaned_end
         ]
         # A record voids only chunks of seqs up to its S: once no chunk that old is left
         # (the collector deleted their objects) it voids nothing and goes. Only here, before
@@ -346,6 +353,8 @@ class LogLoader:
             wal_start_seq=wal_start_seq,
             truncations=truncations,
             checkpoint_needed=changed,
+            clean_generation=checkpoint.clean_generation,
+            cleaned_end=min(checkpoint.cleaned_end, end),
         )
 
     @staticmethod
@@ -448,6 +457,48 @@ class LogLoader:
             index=index,
         )
         return segment, reason is not None
+
+
+def _listed_objects(
+    storage: Storage, checkpoint: Checkpoint, *, read_only: bool
+) -> tuple[list[tuple[int, str, int]], bool]:
+    """The partition's live segment objects (:func:`live_segment_objects`); the void ones are
+    deleted (unless ``read_only``). Also returns whether any was void."""
+    found, void = live_segment_objects(storage.list(), checkpoint)
+    for name in void:
+        log.info("%s: deleting %s, not part of the cleaned log", storage.url, name)
+        if not read_only:
+            storage.delete(name)
+    return found, bool(void)
+
+
+def live_segment_objects(
+    listing: Iterable[ObjectInfo], checkpoint: Checkpoint
+) -> tuple[list[tuple[int, str, int]], list[str]]:
+    """A partition directory's segment objects as (base offset, name, size), by base offset,
+    under the cleaner's rule (docs/storage.md §2.10.1), and the names of the void ones: below
+    the checkpoint's ``cleaned_end`` only the cleaned objects of its ``clean_generation``
+    count. Plain objects there (replaced by a committed clean) and cleaned objects of another
+    generation (a clean that crashed before its commit, or one replaced since) are void."""
+    found: list[tuple[int, str, int]] = []
+    void: list[str] = []
+    for info in listing:
+        if "/" in info.path:
+            continue
+        base = base_offset_of(info.path)
+        if base is not None:
+            live = base >= checkpoint.cleaned_end
+        else:
+            cleaned = cleaned_object_of(info.path)
+            if cleaned is None:
+                continue
+            base, generation = cleaned
+            live = generation == checkpoint.clean_generation and base < checkpoint.cleaned_end
+        if live:
+            found.append((base, info.path, info.size))
+        else:
+            void.append(info.path)
+    return sorted(found), void
 
 
 def load_checkpoint(storage: Storage) -> Checkpoint:

@@ -1,5 +1,6 @@
 """What a partition log drops and rewrites below its head: retention (``retention.ms``,
-``retention.bytes``, DeleteRecords) and merging a segment's small objects into one.
+``retention.bytes``, DeleteRecords), merging a segment's small objects into one, and the swap
+that commits a log cleaner's round (:meth:`LogRetention.replace_cleaned`).
 
 Both change only whole extents below the high watermark and checkpoint the new shape before
 the old objects go: a retired segment object stays readable for ``file.delete.delay.ms``
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.local_log import LocalLog
@@ -27,6 +29,12 @@ class LogRetention(LocalLog):
 
     _maintenance_lock: threading.Lock
     _high_watermark: int
+    _clean_generation: int
+    _cleaned_end: int
+    _rewinds: int
+    _closed: bool
+    _written_key: tuple[object, ...] | None
+    _next_delete_horizon_ms: int | None
     leader_epoch_cache: LeaderEpochCache
 
     def checkpoint(self) -> bool:
@@ -170,3 +178,105 @@ class LogRetention(LocalLog):
             self._cache_put(head.name, merged, checked=True)
         self._schedule_deletes(s.name for s in run[1:])
         log.debug("%s: merged %d objects into %s", self.storage.url, len(run), head.name)
+
+    # --- the log cleaner's swap -------------------------------------------------------------
+
+    @property
+    def clean_generation(self) -> int:
+        """The log cleaner's last committed generation (0: never cleaned)."""
+        return self._clean_generation
+
+    @property
+    def cleaned_end(self) -> int:
+        """The end of the offsets the last committed clean covered (its dirty section ends
+        there; the next clean's dirty section starts there)."""
+        return self._cleaned_end
+
+    @property
+    def next_delete_horizon_ms(self) -> int | None:
+        """When a tombstone or marker the last clean kept may go (None: none, or not known
+        since the log opened: the next clean with dirty data finds them)."""
+        return self._next_delete_horizon_ms
+
+    @property
+    def rewinds(self) -> int:
+        """How many truncations removed data so far (the cleaner's plan notes it: a swap
+        after another one is refused, whatever the extents look like)."""
+        return self._rewinds
+
+    def _committed(self, shape_version: int) -> bool:
+        """Whether a checkpoint of shape ``shape_version`` or later is on storage (a
+        checkpoint's key starts with the shape version it describes)."""
+        with self._lock:
+            key = self._written_key
+            return key is not None and int(key[0]) >= shape_version  # type: ignore[call-overload]
+
+    def read_extent(self, extent: Extent) -> bytes:
+        """The whole bytes of one of the log's extents, every batch CRC-checked."""
+        return self._read_range(extent, 0, extent.size)
+
+    def replace_cleaned(
+        self,
+        sources: Sequence[Extent],
+        cleaned: Sequence[LogSegment],
+        generation: int,
+        rewinds: int,
+        *,
+        next_delete_horizon_ms: int | None = None,
+    ) -> bool:
+        """Swap the log's first extents, which hold the offsets of ``sources`` (the extents
+        the cleaner read, when the log had seen ``rewinds`` truncations), for ``cleaned``,
+        the objects the cleaner wrote from them (on storage already, covering the same
+        offsets). False, and nothing changes, if a truncation came between or the log no
+        longer starts with those offsets (retention); a WAL compaction that packed some of
+        the chunks meanwhile does not matter, as long as an extent still ends where
+        ``sources`` end: every copy of an offset holds the same bytes.
+
+        The checkpoint written here is the commit point (docs/storage.md §2.10.1): it names
+        ``generation`` and the cleaned objects, so recovery reads the old extents before it
+        and the cleaned objects after it, never a mix. Readers in this process see the old
+        list or the new one (a swap under the state lock); the replaced segment objects stay
+        readable for file.delete.delay.ms and chunk extents release their reference after
+        the commit, so a read holding them finishes. ``next_delete_horizon_ms``: the earliest
+        delete horizon of the tombstones and markers the clean kept, when the next clean is due
+        even with nothing dirty."""
+        start, end = sources[0].base_offset, sources[-1].next_offset
+        if not cleaned or cleaned[0].base_offset != start or cleaned[-1].next_offset != end:
+            raise ValueError(f"{self.storage.url}: cleaned objects do not cover [{start}, {end})")
+        with self._maintenance_lock:
+            with self._lock:
+                ends = [e.next_offset for e in self._segments]
+                if (
+                    self._closed
+                    or self._rewinds != rewinds
+                    or not self._segments
+                    or self._segments[0].base_offset != start
+                    or end not in ends
+                ):
+                    return False
+                count = ends.index(end) + 1
+                live = self._segments[:count]
+                self._segments[:count] = cleaned
+                self._bases[:count] = [c.base_offset for c in cleaned]
+                if len(self._segments) > len(cleaned):
+                    self._segments[len(cleaned)].rolled = True
+                self._shape_version += 1
+                swapped = self._shape_version
+                self._clean_generation = generation
+                self._cleaned_end = end
+                self._next_delete_horizon_ms = next_delete_horizon_ms
+            self.checkpoint()  # the commit point (or a checkpoint after it, written first)
+            if not self._committed(swapped):
+                # closed meanwhile, before a checkpoint of the swap (the broker is stopping):
+                # the replaced objects must stay; recovery deletes the cleaned ones
+                return False
+            self._retire(live)
+        log.info(
+            "%s: cleaned offsets [%d, %d) into %d object(s), generation %d",
+            self.storage.url,
+            start,
+            end,
+            len(cleaned),
+            generation,
+        )
+        return True

@@ -75,7 +75,8 @@ from logstore.errors import (
     OffsetOutOfRangeError,
     ReplogError,
 )
-from logstore.segment import ChunkSegment, Extent, base_offset_of
+from logstore.log_loader import live_segment_objects, load_checkpoint
+from logstore.segment import ChunkSegment, Extent, base_offset_of, cleaned_object_of
 from logstore.storage import LocalStorage, MemoryStorage, Storage
 
 __all__ = [
@@ -293,9 +294,29 @@ def to_read_batch(batch: RecordBatch, start: int, end: int) -> pa.RecordBatch | 
     stop = min(end, batch.next_offset) - base
     if stop <= skip:
         return None
+    if batch.has_gaps:
+        return _gapped_read_batch(batch, skip, stop)
     data = batch.to_arrow()
     if skip or stop < data.num_rows:
         data = data.slice(skip, stop - skip)
+    return _read_batch(batch, data, _offsets(base + skip, data.num_rows))
+
+
+def _gapped_read_batch(batch: RecordBatch, low: int, high: int) -> pa.RecordBatch | None:
+    """:func:`to_read_batch` of a batch the log cleaner left with offset gaps: its records
+    whose offset delta is in ``[low, high)``, each with its own offset."""
+    data, deltas = batch.to_arrow_with_deltas()
+    assert deltas is not None
+    values = deltas.to_pylist()
+    first, last = bisect.bisect_left(values, low), bisect.bisect_left(values, high)
+    if first == last:
+        return None
+    data = data.slice(first, last - first)
+    offsets = pc.add(deltas.slice(first, last - first).cast(pa.int64()), batch.base_offset)
+    return _read_batch(batch, data, offsets)
+
+
+def _read_batch(batch: RecordBatch, data: pa.RecordBatch, offsets: pa.Array) -> pa.RecordBatch:
     rows = data.num_rows
     ts_type = batch.timestamp_type
     timestamps = data.column(2)
@@ -303,7 +324,7 @@ def to_read_batch(batch: RecordBatch, start: int, end: int) -> pa.RecordBatch | 
         timestamps = pa.repeat(pa.scalar(batch.max_timestamp, pa.int64()), rows)
     return pa.RecordBatch.from_arrays(
         [
-            _offsets(base + skip, rows),
+            offsets,
             data.column(0),
             data.column(1),
             timestamps,
@@ -393,10 +414,16 @@ class SegmentReader:
     # --- listing ------------------------------------------------------------------------------
 
     def list_objects(self) -> list[SegmentObject]:
-        """The partition's segment objects, by base offset (other objects are ignored)."""
+        """The partition's segment objects, by base offset (other objects are ignored). Once
+        the log cleaner has written objects here, the checkpoint decides which count
+        (:func:`~logstore.log_loader.live_segment_objects`): one more GET, only then."""
+        listing = self.storage.list()
+        if any(cleaned_object_of(info.path) is not None for info in listing):
+            live, _ = live_segment_objects(listing, load_checkpoint(self.storage))
+            return [SegmentObject(name, base, size) for base, name, size in live]
         found = [
             SegmentObject(info.path, base, info.size)
-            for info in self.storage.list()
+            for info in listing
             if "/" not in info.path and (base := base_offset_of(info.path)) is not None
         ]
         found.sort(key=lambda o: o.base_offset)

@@ -33,6 +33,24 @@ def base_offset_of(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def cleaned_object_name(base_offset: int, generation: int) -> str:
+    """The name of an object the log cleaner wrote in ``generation`` (docs/storage.md §2.10.1):
+    not a plain segment object's name, so only a checkpoint naming the generation makes
+    recovery use it, and it never collides with the object it replaces."""
+    return f"{base_offset:020d}-{generation:010d}{SUFFIX}"
+
+
+def cleaned_object_of(name: str) -> tuple[int, int] | None:
+    """(base offset, generation) of a cleaned object's name, or None if it is not one."""
+    stem = name.rsplit("/", 1)[-1]
+    if not stem.endswith(SUFFIX) or len(stem) != 31 + len(SUFFIX) or stem[20] != "-":
+        return None
+    base, generation = stem[:20], stem[21:31]
+    if not (base.isdigit() and generation.isdigit()):
+        return None
+    return int(base), int(generation)
+
+
 @dataclass(slots=True)
 class BatchIndex:
     """Per-batch positions inside one object (parallel lists, ordered by offset)."""

@@ -141,6 +141,44 @@ class BrokerConfig:
             minimum=-1,
         ),
     )
+    log_cleaner_enable: bool = field(
+        default=True,
+        metadata=k(
+            "log.cleaner.enable",
+            "run the log cleaner on this broker's replicas of compacted topics (leaders and "
+            "followers alike: each replica cleans its own store)",
+        ),
+    )
+    log_cleaner_threads: int = field(
+        default=1,
+        metadata=k("log.cleaner.threads", "logs cleaned at the same time", minimum=1),
+    )
+    log_cleaner_backoff_ms: int = field(
+        default=15_000,
+        metadata=k(
+            "log.cleaner.backoff.ms",
+            "how long the cleaner sleeps when no log needs cleaning (looking costs no "
+            "storage request)",
+            minimum=1,
+        ),
+    )
+    log_cleaner_dedupe_buffer_size: int = field(
+        default=128 * 1024 * 1024,
+        metadata=k(
+            "log.cleaner.dedupe.buffer.size",
+            "the most dirty bytes one cleaner round takes (bounds its offset map and the "
+            "bytes it reads into memory)",
+            minimum=1,
+        ),
+    )
+    log_cleaner_io_max_bytes_per_second: float = field(
+        default=1.7976931348623157e308,
+        metadata=k(
+            "log.cleaner.io.max.bytes.per.second",
+            "the cleaner's read plus write rate (a faster round is followed by a pause)",
+            minimum=1,
+        ),
+    )
     wal_compaction_l0_max_age_ms: int = field(
         default=60_000,
         metadata=k(

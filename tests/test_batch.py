@@ -612,8 +612,8 @@ def test_unsupported_compression_code_on_read(code: int, name: str) -> None:
     ("offset", "fmt", "value", "match"),
     [
         (HEADER_SIZE - 4, ">i", 0, "record count 0"),
-        (HEADER_SIZE - 4, ">i", 3, "does not match record count"),
-        (ATTRIBUTES_OFFSET + 2, ">i", 5, "does not match record count"),
+        (HEADER_SIZE - 4, ">i", 3, "smaller than record count"),
+        (ATTRIBUTES_OFFSET + 2, ">i", 0, "smaller than record count"),
     ],
 )
 def test_header_counts_checked(offset: int, fmt: str, value: int, match: str) -> None:

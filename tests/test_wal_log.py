@@ -4,6 +4,7 @@ compaction with the logs as extent holders (§2.8)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -561,8 +562,14 @@ def test_checkpoint_formats() -> None:
     assert doc["format_version"] == 1
     assert "topic_id" not in doc  # exactly what format-1 code writes
     assert Checkpoint.from_bytes(v1.to_bytes()) == v1
-    with pytest.raises(CorruptRecordError, match=r"format_version 3 is not supported.*upgrade"):
-        Checkpoint.from_bytes(json.dumps({**doc, "format_version": 3}).encode())
+    # a cleaned log's checkpoint: format 3 over format 1, 4 over format 2 (docs/storage.md
+    # §2.10.1), which a replog without the log cleaner refuses
+    for plain, on_storage in ((v1, 3), (v2, 4)):
+        cleaned = dataclasses.replace(plain, clean_generation=2, cleaned_end=6)
+        assert json.loads(cleaned.to_bytes())["format_version"] == on_storage
+        assert Checkpoint.from_bytes(cleaned.to_bytes()) == cleaned
+    with pytest.raises(CorruptRecordError, match=r"format_version 5 is not supported.*upgrade"):
+        Checkpoint.from_bytes(json.dumps({**doc, "format_version": 5}).encode())
 
 
 # --- the recovery walk over overlapping extents --------------------------------------------------

@@ -159,7 +159,7 @@ class ProducerStateManager:
         records with old timestamps is not expired while it writes; replayed at recovery,
         only the batch's own timestamp is known."""
         base = batch.base_offset if base_offset is None else base_offset
-        last = base + batch.record_count - 1
+        last = base + batch.last_offset_delta  # a cleaned batch may lack its last records
         self.map_end_offset = max(self.map_end_offset, last + 1)
         if batch.producer_id < 0:
             return

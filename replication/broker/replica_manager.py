@@ -32,7 +32,7 @@ from logstore.wal import INLINE_MAX_BYTES, WalWriter
 from logstore.wal_index import WAL_PREFIX, WalIndex
 from replication import events
 from replication import protocol as p
-from replication.broker import log_flush, replica_fetch, replica_produce
+from replication.broker import log_cleaner, log_flush, replica_fetch, replica_produce
 from replication.broker.log_flush import (
     compaction_window_bytes,
     flush_interval_ms,
@@ -109,6 +109,8 @@ class ReplicaManager:
         self.storage_reads = 0
         #: WAL compaction rounds done (log.wal.enable)
         self.compactions = 0
+        #: the log cleaner's rounds and bytes (replication.broker.log_cleaner)
+        self.cleaner_totals = log_cleaner.CleanerTotals()
         #: rounds of the periodic checkpoint, and logs it found changed and checkpointed
         self.checkpoint_rounds = 0
         self.checkpoints = 0
@@ -193,6 +195,8 @@ class ReplicaManager:
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._producer_expiration_loop(), name="producer-expiration"),
         ]
+        if self.config.log_cleaner_enable:
+            self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="log-cleaner"))
         if self.config.log_wal_enable:
             self._tasks.append(asyncio.create_task(self._compaction_loop(), name="compaction"))
         else:  # over the WAL its writer's I/O thread is the group commit
@@ -1026,6 +1030,7 @@ class ReplicaManager:
     # WAL compaction, once every replica is open
     _every_replica_open = log_flush.every_replica_open
     _compaction_loop = log_flush.compaction_loop
+    _cleaner_loop = log_cleaner.cleaner_loop
 
     # the logs' checkpoints and, over the WAL, the broker checkpoint of HWs
     _read_broker_checkpoint = log_flush.read_broker_checkpoint

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from logstore.errors import ReplogError
+from logstore.batch import iter_batches
+from logstore.errors import InvalidRecordError, ReplogError
 from replication.broker.partition import Partition
 from replication.broker.purgatory import DelayedOperation
 from replication.common import TopicPartition
@@ -47,6 +48,8 @@ async def append_records(
             if acks not in (-1, 0, 1):
                 raise InvalidRequiredAcksError(f"acks={acks} is not one of -1 (all), 0, 1")
             partition = rm.get_partition(topic, index)
+            if partition.log.config.compact:
+                _check_keys(topic, records or b"")
             info = partition.append_as_leader(records or b"", acks)
         except ReplogError as err:
             rm._check_behind(err)
@@ -85,6 +88,18 @@ async def append_records(
                     f"min.insync.replicas={partition.policy.min_insync_replicas}"
                 )
     return results
+
+
+def _check_keys(topic: str, records: bytes | bytearray | memoryview) -> None:
+    """A compacted topic keeps the latest record per key: a record without one is refused (as
+    Kafka refuses it, and replog's Kafka listener), naming the topic and its cleanup.policy."""
+    for batch in iter_batches(records, validate=True):
+        if not batch.is_control and batch.to_arrow().column(0).null_count:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key: topic {topic!r} has "
+                "cleanup.policy=compact, which keeps the latest record per key; give every "
+                "record a key"
+            )
 
 
 async def write_txn_markers(

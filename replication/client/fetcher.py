@@ -19,6 +19,7 @@ skipped ones included, so a fetch that returns only markers or aborted data stil
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import struct
 from collections.abc import Iterable
@@ -68,15 +69,26 @@ def _complete_prefix(view: memoryview) -> int:
 
 def to_fetch_batch(batch: RecordBatch, fetch_offset: int = 0) -> pa.RecordBatch | None:
     """A data batch as Arrow with FETCH_SCHEMA, without records below ``fetch_offset``."""
-    data = batch.to_arrow()
+    data, deltas = batch.to_arrow_with_deltas()
     base = batch.base_offset
     skip = max(fetch_offset - base, 0)
-    if skip:
-        if skip >= data.num_rows:
+    offsets: pa.Array
+    if deltas is not None:
+        # a batch the log cleaner left with offset gaps: each record carries its own delta
+        first = bisect.bisect_left(deltas.to_pylist(), skip)
+        if first >= data.num_rows:
             return None
-        data = data.slice(skip)
+        data = data.slice(first)
+        offsets = pc.add(deltas.slice(first).cast(pa.int64()), pa.scalar(base, pa.int64()))
+    else:
+        if skip:
+            if skip >= data.num_rows:
+                return None
+            data = data.slice(skip)
+        offsets = pc.cumulative_sum(
+            pa.repeat(pa.scalar(1, pa.int64()), data.num_rows), start=base + skip - 1
+        )
     rows = data.num_rows
-    offsets = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), rows), start=base + skip - 1)
     ts_type = batch.timestamp_type
     timestamps = data.column(2)
     if ts_type is TimestampType.LOG_APPEND_TIME:

@@ -43,6 +43,7 @@ than the stored batches.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, NoReturn
 
@@ -615,9 +616,12 @@ def _build_replog(decoded: _Decoded) -> bytes:
 
 def _encode_batch(batch: RecordBatch, out: list[bytes]) -> None:
     """Append one replog batch as an uncompressed Kafka batch (prefix, CRC'd header, records)."""
-    data = batch.to_arrow()
+    data, offset_deltas = batch.to_arrow_with_deltas()
     count = data.num_rows
     first = batch.first_timestamp
+    # A batch the log cleaner left with offset gaps carries each record's offset delta, as a
+    # cleaned Kafka batch does; any other batch's record i has delta i.
+    positions: Iterable[int] = range(count) if offset_deltas is None else offset_deltas.to_pylist()
     keys = data.column(0).to_pylist()
     values = data.column(1).to_pylist()
     try:
@@ -635,9 +639,7 @@ def _encode_batch(batch: RecordBatch, out: list[bytes]) -> None:
     null = _NULL
     parts: list[bytes] = []
     append = parts.append
-    for i, (key, value, delta, header) in enumerate(
-        zip(keys, values, deltas, headers, strict=True)
-    ):
+    for i, key, value, delta, header in zip(positions, keys, values, deltas, headers, strict=True):
         if key is None:
             key_length = null
             key = b""

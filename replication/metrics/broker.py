@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from replication.broker.fetch_session import FetchSessionCache
+from replication.broker.log_cleaner import COUNTED
 from replication.broker.replica_fetcher import ReplicaFetcherManager
 from replication.broker.replica_manager import ReplicaManager
 from replication.coordinator.group import GroupCoordinator
@@ -126,6 +127,7 @@ class BrokerCollector:
                 rm.storage_reads,
             ),
         ]
+        metrics += self._log_cleaner()
         writer = rm.wal_writer
         if writer is None:
             return metrics
@@ -154,6 +156,33 @@ class BrokerCollector:
                 wal + "broker_checkpoints",
                 "Broker checkpoints (every partition's HW in one object) written",
                 rm.broker_checkpoints,
+            ),
+        ]
+
+    def _log_cleaner(self) -> list[Metric]:
+        """The log cleaner's work (Kafka's LogCleaner and LogCleanerManager metrics)."""
+        totals = self.replica_manager.cleaner_totals
+        counts = totals.counts
+        counted = {
+            "rounds": "Log cleaner rounds committed",
+            "failures": "Log cleaner rounds that failed",
+            **{
+                name: f"{name.replace('_', ' ').capitalize()} by the log cleaner"
+                for name in COUNTED
+            },
+        }
+        return [
+            *(_counter(f"replog_log_cleaner_{n}", doc, counts[n]) for n, doc in counted.items()),
+            _gauge(
+                "kafka_log_logcleanermanager_maxdirtypercent",
+                "The highest share of a compacted log not yet cleaned, in percent, at the "
+                "cleaner's last look",
+                100 * totals.max_dirty_ratio,
+            ),
+            _gauge(
+                "kafka_log_logcleaner_cleanerrecopypercent",
+                "Bytes written / bytes read of the last cleaner round, in percent",
+                100 * totals.last_recopy_ratio,
             ),
         ]
 
