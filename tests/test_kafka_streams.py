@@ -8,34 +8,62 @@ their configs (a repartition topic, and the state store's changelog with
 sent to them, DeleteRecords on the repartition topic, and, on a start with no local state,
 restoring the store by reading its changelog. The test checks the counts the output topic
 holds (read_committed) after a first run, and after a second run on an empty state directory
-whose store can only come back from the changelog."""
+whose store can only come back from the changelog.
+
+Between the two runs the changelog is compacted: the first run updates a few words many times,
+the brokers' log cleaners (every replica's, each on its own store) clean the changelog, which
+was written in transactions, down to one record per word, and the second run restores its
+store from that cleaned log, read through the Kafka listener with its offset gaps."""
 
 from __future__ import annotations
 
 import json
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import confluent_kafka
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
+from logstore.batch import iter_batches
+from logstore.log import open_replica_log
+from logstore.storage import Storage
+from replication.client.partitioner import partition_for_key
 from tests.cluster import Cluster
 from tests.helpers import unique_name, wait_until
 from tests.kafka_jvm import streams_app
 from tests.test_kafka_clients import wait_known
+from tests.test_metrics import scrape, value
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 FIRST = ["the quick brown fox", "the lazy dog", "The fox jumps over the dog"]
 SECOND = ["a fox and a dog", "the end"]
+#: many updates of a few words, one on each of the changelog's 3 partitions
+MANY = ["the fox red"] * 100
+#: new words, one on each changelog partition: the last transaction on each partition holds
+#: only its word, so once everything before it is cleaned every word has exactly one record
+LAST = ["blue pink green"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("kafka-streams"), brokers=3, kafka=True).start()
+    c = Cluster(
+        tmp_path_factory.mktemp("kafka-streams"),
+        brokers=3,
+        kafka=True,
+        metrics=True,
+        overrides={"log.cleaner.backoff.ms": "200"},
+    ).start()
     yield c
     c.stop()
 
@@ -57,9 +85,12 @@ def produce(bootstrap: str, topic: str, lines: list[str]) -> None:
     assert producer.flush(30) == 0
 
 
-def latest_counts(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
-    """The last count per word in ``topic`` (String keys, Long values), read_committed from the
-    start of every partition to its end."""
+Row = tuple[int, int, bytes, bytes]  # partition, offset, key, value
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int) -> list[Row]:
+    """Every record of ``topic`` with a key and a value, read_committed from the start of every
+    partition to its end."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -77,7 +108,7 @@ def latest_counts(bootstrap: str, topic: str, partitions: int) -> dict[str, int]
                 for p in ends
             ]
         )
-        counts: dict[str, int] = {}
+        rows: list[Row] = []
         positions = dict.fromkeys(ends, 0)
         while any(positions[p] < ends[p] for p in ends):
             message = consumer.poll(5)
@@ -91,22 +122,42 @@ def latest_counts(bootstrap: str, topic: str, partitions: int) -> dict[str, int]
             assert offset is not None
             assert key is not None, f"a null word at {partition}:{offset}"
             assert value is not None, f"a null count at {partition}:{offset}"
-            counts[key.decode()] = struct.unpack(">q", value)[0]
+            rows.append((partition, offset, key, value))
             positions[partition] = offset + 1
-        return counts
+        return rows
     finally:
         consumer.close()
 
 
-def run_until_counted(
-    cluster: Cluster, state_dir: Path, app: str, topics: tuple[str, str], expected: dict[str, int]
-) -> None:
-    """Start the word count, wait until the output topic holds ``expected``, stop it cleanly."""
+def latest_counts(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
+    """The last count per word in ``topic`` (String keys, Long values)."""
+    return {
+        key.decode(): struct.unpack(">q", value)[0]
+        for _, _, key, value in read_committed(bootstrap, topic, partitions)
+    }
+
+
+@contextmanager
+def word_count(
+    cluster: Cluster,
+    state_dir: Path,
+    app: str,
+    topics: tuple[str, str],
+    before: tuple[str, ...] = (),
+) -> Iterator[Callable[[list[str]], None]]:
+    """The word count running on ``topics`` (source, sink), whose source holds the lines
+    ``before``; yields ``count(lines)``, which produces ``lines`` to the source and waits until
+    the sink holds the counts of every line in it. Stopped cleanly at the end."""
     source, sink = topics
     process = streams_app(
         "WordCount", cluster.kafka_bootstrap, app, source, sink, str(state_dir), state_dir=state_dir
     )
-    try:
+    produced = list(before)
+
+    def count(lines: list[str]) -> None:
+        produce(cluster.kafka_bootstrap, source, lines)
+        produced.extend(lines)
+        expected = word_counts(produced)
         wait_until(
             lambda: (
                 latest_counts(cluster.kafka_bootstrap, sink, 3) == expected
@@ -116,6 +167,9 @@ def run_until_counted(
             interval=1,
             message=f"the word counts in {sink}: {expected}",
         )
+
+    try:
+        yield count
         assert _failed(process, state_dir) is False
         assert process.stdin is not None
         process.stdin.close()
@@ -151,6 +205,23 @@ def _output(state_dir: Path) -> str:
     )
 
 
+def replica_words(cluster: Cluster, topic: str, partitions: int) -> dict[int, list[bytes | None]]:
+    """Every replica's keys, in offset order, of its cleaned log's data records, by broker
+    (read from the broker's own store); {} while a replica has not been cleaned yet."""
+    words: dict[int, list[bytes | None]] = {}
+    for broker_id, broker in cluster.brokers.items():
+        root = Storage.from_url(broker.log_dir)
+        for partition in range(partitions):
+            replica = open_replica_log(root, topic, partition, read_only=True)
+            if replica.clean_generation < 1:
+                return {}
+            data = replica.read(replica.log_start_offset, 1 << 30)
+            for batch in iter_batches(data):
+                if not batch.is_control:
+                    words.setdefault(broker_id, []).extend(r.key for r in batch.records())
+    return words
+
+
 def test_word_count_runs_exactly_once_and_restores_its_store_from_the_changelog(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -164,18 +235,48 @@ def test_word_count_runs_exactly_once_and_restores_its_store_from_the_changelog(
         future.result(30)
     wait_known(cluster, source, 3)
     wait_known(cluster, sink, 3)
-
-    produce(bootstrap, source, FIRST)
-    run_until_counted(cluster, tmp_path / "first", app, (source, sink), word_counts(FIRST))
-
-    # the store's changelog, made by Streams with the configs it asked for
     changelog = f"{app}-counts-changelog"
-    resource = ConfigResource("topic", changelog)
-    configs = admin.describe_configs([resource])[resource].result(30)
-    assert configs["cleanup.policy"].value == "compact"
+    assert sorted({partition_for_key(w.encode(), 3) for w in LAST[0].split()}) == [0, 1, 2]
 
-    # a second run with no local state: the counts go on from what the changelog restored
-    produce(bootstrap, source, SECOND)
-    run_until_counted(
-        cluster, tmp_path / "second", app, (source, sink), word_counts(FIRST + SECOND)
-    )
+    with word_count(cluster, tmp_path / "first", app, (source, sink)) as count:
+        count(FIRST)
+        # the store's changelog, made by Streams with the configs it asked for
+        resource = ConfigResource("topic", changelog)
+        configs = admin.describe_configs([resource])[resource].result(30)
+        assert configs["cleanup.policy"].value == "compact"
+        # clean as soon as anything is dirty; short segments (over the broker WAL every flush
+        # is a segment of its own already)
+        altered = ConfigResource(
+            "topic",
+            changelog,
+            incremental_configs=[
+                ConfigEntry(name, v, incremental_operation=AlterConfigOpType.SET)
+                for name, v in {"min.cleanable.dirty.ratio": "0.01", "segment.ms": "100"}.items()
+            ],
+        )
+        admin.incremental_alter_configs([altered])[altered].result(30)
+        count(MANY)
+        count(LAST)
+    lines = FIRST + MANY + LAST
+    counts = word_counts(lines)
+
+    # every replica's cleaner cleans the changelog down to one record per word
+    def cleaned() -> bool:
+        words = replica_words(cluster, changelog, 3)
+        return len(words) == 3 and all(len(w) == len(set(w)) for w in words.values())
+
+    wait_until(cleaned, timeout=60, message=f"every replica of {changelog} cleaned")
+    for broker in cluster.brokers.values():
+        samples = scrape(broker)
+        assert value(samples, "replog_log_cleaner_records_read_total") > value(
+            samples, "replog_log_cleaner_records_kept_total"
+        )
+    # what a Kafka consumer reads from offset 0: each word once, with its latest count
+    rows = read_committed(bootstrap, changelog, 3)
+    assert sorted(key.decode() for _, _, key, _ in rows) == sorted(counts)
+    assert latest_counts(bootstrap, changelog, 3) == counts
+    assert len(rows) < sum(counts.values())  # the updates written, one record each
+
+    # a second run with no local state: the counts go on from what the cleaned changelog restored
+    with word_count(cluster, tmp_path / "second", app, (source, sink), tuple(lines)) as count:
+        count(SECOND)
