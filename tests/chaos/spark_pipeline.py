@@ -599,23 +599,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the data of passed schedules")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="replog-spark-chaos-"))
-    results: list[dict[str, Any]] = []
+    results = []
     for seed in range(args.seed, args.seed + args.schedules):
-        try:
-            result = run_schedule(seed, args.faults, workdir, records=args.records, keep=args.keep)
-        except Exception as err:  # a harness failure: reported, and the run goes on
-            result = {
-                "seed": seed,
-                "error": f"{type(err).__name__}: {err}",
-                "traceback": traceback.format_exc(limit=8),
-                "workdir": str(workdir / f"seed-{seed}"),
-                "ok": False,
-            }
-        results.append(result)
-        print(json.dumps(result), flush=True)
-    summary = summarize(results)
-    print(json.dumps(summary), flush=True)
+        results.append(_schedule(seed, args, workdir))
+        print(json.dumps(results[-1]), flush=True)
+    print(json.dumps(summary := summarize(results)), flush=True)
     return 0 if summary["ok"] else 1
+
+
+def _schedule(seed: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    try:
+        return run_schedule(seed, args.faults, workdir, records=args.records, keep=args.keep)
+    except Exception as err:  # a harness failure: reported, and the run goes on
+        where = str(workdir / f"seed-{seed}")
+        failure = f"{type(err).__name__}: {err}"
+        return {
+            "seed": seed,
+            "ok": False,
+            "error": failure,
+            "workdir": where,
+            "traceback": traceback.format_exc(limit=8),
+        }
 
 
 if __name__ == "__main__":
