@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import shutil
@@ -598,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where schedules keep data")
     parser.add_argument("--keep", action="store_true", help="keep the data of passed schedules")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("replication").setLevel(logging.ERROR)  # clients retry loudly under faults
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="replog-spark-chaos-"))
     results = []
     for seed in range(args.seed, args.seed + args.schedules):
