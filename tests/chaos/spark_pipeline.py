@@ -4,8 +4,9 @@ the exactly-once sink out, in a Spark driver process of its own, against 3 real 
     python -m tests.chaos.spark_pipeline --seed 1 --schedules 3 --faults 8
 
 Each schedule starts a fresh cluster (a controller and 3 brokers, tests/cluster.py), topics
-``in`` and ``out`` (3 partitions, RF 3, min.insync.replicas 2) and half of the input, then the
-driver (:mod:`tests.chaos.spark_driver`), while a producer adds the rest during the faults.
+``in`` and ``out`` (3 partitions, RF 3, min.insync.replicas 2) and ``--records`` of input, then
+the driver (:mod:`tests.chaos.spark_driver`), while a producer adds 40 records a second until
+the faults end.
 Faults, in a seeded order (every kind once, shuffled, before any repeats), each once the sink
 has committed a batch since the last one, at a seeded moment (half of them while a sink
 transaction holds data, i.e. mid-batch):
@@ -220,14 +221,14 @@ def _running(pid: int) -> bool:
 class InputProducer(threading.Thread):
     """Produces ``in-<seed>-<n>`` values (acks=all, idempotent), round robin over the
     partitions: :meth:`produce` a number at once, and as a thread ``chunk`` every
-    ``interval_s`` until stopped or ``limit`` were sent. Records which were acked and which
-    failed (those may or may not be in the log)."""
+    ``interval_s`` until stopped, so that the pipeline has news after every fault. Records
+    which were acked and which failed (those may or may not be in the log)."""
 
     def __init__(
-        self, bootstrap: str, seed: int, limit: int, *, chunk: int = 25, interval_s: float = 0.25
+        self, bootstrap: str, seed: int, *, chunk: int = 20, interval_s: float = 0.5
     ) -> None:
         super().__init__(name="input-producer", daemon=True)
-        self.bootstrap, self.seed, self.limit = bootstrap, seed, limit
+        self.bootstrap, self.seed = bootstrap, seed
         self.chunk, self.interval_s = chunk, interval_s
         self.sent = 0
         self.acked: set[str] = set()
@@ -259,9 +260,9 @@ class InputProducer(threading.Thread):
 
     def run(self) -> None:
         with Producer(bootstrap_servers=self.bootstrap, **PRODUCER) as producer:
-            while not self.stopping.is_set() and self.sent < self.limit:
+            while not self.stopping.is_set():
                 try:
-                    for _ in range(min(self.chunk, self.limit - self.sent)):
+                    for _ in range(self.chunk):
                         self._send(producer)
                 except ReplogError as err:  # the producer is unusable: the input ends here
                     self.errors.append(f"{type(err).__name__}: {err}")
@@ -409,8 +410,7 @@ def run_schedule(
         cluster.start()
         with Admin(bootstrap_servers=cluster.bootstrap) as admin:
             admin.create_topics([NewTopic(t, PARTITIONS, 3, TOPIC_CONFIGS) for t in (IN, OUT)])
-            # as many again while the faults run
-            producer = InputProducer(cluster.bootstrap, seed, limit=2 * records)
+            producer = InputProducer(cluster.bootstrap, seed)
             producer.produce(records)
             driver = Driver(cluster.bootstrap, data_dir, sink_id)
             driver.start()
