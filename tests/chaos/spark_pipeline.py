@@ -52,14 +52,14 @@ from typing import Any
 from replication.client import Admin, NewTopic, Producer, TopicPartition
 from replication.errors import ReplogError
 from tests.chaos.spark_driver import transformed
-from tests.cluster import Cluster
+from tests.cluster import FAST_FAILOVER, Cluster
 from tests.readback import read_to_end
 
 FAULT_KINDS = ("driver_kill", "worker_kill", "output_leader_kill", "coordinator_kill")
 IN, OUT, PARTITIONS = "in", "out", 3
 TOPIC_CONFIGS = {"min.insync.replicas": "2"}
 #: the brokers' session timeout: a broker restarted "later" stays down longer than it
-SESSION_TIMEOUT_S = 2.0
+SESSION_TIMEOUT_S = int(FAST_FAILOVER["broker.session.timeout.ms"]) / 1000
 #: a transaction a killed driver left open aborts within this (the sink's producers' setting)
 TRANSACTION_TIMEOUT_MS = 15_000
 #: how long the pipeline may take to commit a batch after a fault, and to reach the input's end
@@ -316,6 +316,8 @@ class Nemesis:
         return {"how": how, "killed": sorted(w.kind.rsplit(".", 1)[-1] for w in victims)}
 
     def _kill_restart(self, broker_id: int) -> dict[str, Any]:
+        if broker_id not in self.cluster.brokers:  # no leader at the moment: any broker
+            broker_id = self.rng.choice(sorted(self.cluster.brokers))
         broker = self.cluster.brokers[broker_id]
         later = self.rng.random() < 0.5
         broker.kill()
