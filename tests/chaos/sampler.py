@@ -2,8 +2,8 @@
 
 A sample (one JSON line) holds, at ``t`` seconds into the run:
 
-- ``nodes``: per node process (controllers and brokers), its pid, RSS (bytes), open file
-  descriptors and threads, read from ``/proc`` (absent while the node is down);
+- ``nodes``: per node process (controllers and brokers), its pid, RSS and its anonymous part
+  (bytes), open file descriptors and threads, read from ``/proc`` (absent while the node is down);
 - ``metadata``: the objects and bytes under the metadata store's root;
 - ``storage``: the objects and bytes under each broker's log storage root;
 - ``internal``: each internal topic's records (log end minus log start, summed over its
@@ -49,6 +49,8 @@ def process_stats(pid: int) -> dict[str, int] | None:
     return {
         "pid": pid,
         "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+        # the heap's share of the RSS (the rest is mapped files: libraries, mostly)
+        "rss_anon_bytes": int(fields.get("RssAnon", "0 kB").split()[0]) * 1024,
         "fds": fds,
         "threads": int(fields["Threads"]),
     }
@@ -74,8 +76,9 @@ def flatten(sample: Mapping[str, Any]) -> dict[str, tuple[float, int | None]]:
     for node, stats in sample.get("nodes", {}).items():
         if stats is None:
             continue
-        for key in ("rss_bytes", "fds", "threads"):
-            out[f"{node}.{key}"] = (float(stats[key]), stats["pid"])
+        for key in ("rss_bytes", "rss_anon_bytes", "fds", "threads"):
+            if key in stats:
+                out[f"{node}.{key}"] = (float(stats[key]), stats["pid"])
     for key, value in sample.get("metadata", {}).items():
         out[f"metadata.{key}"] = (float(value), None)
     records = sample.get("records")
