@@ -151,6 +151,12 @@ def _run_faults(
         nemesis.run(plan(seed, classes, count=int(duration_s) + 1), duration_s)
     finally:
         nemesis.close()
+    return stop_producers(producers)
+
+
+def stop_producers(producers: Sequence[Worker]) -> float:
+    """Stop ``producers`` and wait for each (RuntimeError after 60 s); returns when they were
+    told to stop."""
     for worker in producers:
         worker.stop()
     produce_end = time.monotonic()
