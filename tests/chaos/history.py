@@ -52,9 +52,15 @@ class Fault:
     detail: dict[str, object] = field(default_factory=dict)
 
 
+#: An :class:`Ack`'s offset when the client was told the record is stored but not where
+#: (librdkafka's delivery report of a retried batch the broker already had, with no offset).
+NO_OFFSET = -1
+
+
 @dataclass(frozen=True)
 class Ack:
-    """An idempotent producer's record was acknowledged (acks=all) at ``offset``."""
+    """An idempotent producer's record was acknowledged (acks=all) at ``offset`` (or at an
+    offset it was not told: :data:`NO_OFFSET`)."""
 
     producer: str
     value: str

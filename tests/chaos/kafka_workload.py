@@ -29,17 +29,17 @@ from typing import Any
 import confluent_kafka
 
 from tests.chaos.history import (
+    NO_OFFSET,
     Ack,
     CorruptRead,
     History,
     Isolation,
     Outcome,
     Read,
-    SendFailure,
     Transaction,
     producer_value,
 )
-from tests.chaos.workload import Worker
+from tests.chaos.workload import IdempotentWriter, Worker
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ GROUP_SETTINGS: dict[str, Any] = {
 }
 #: How long a transactional call may take before its outcome counts as unknown.
 TXN_CALL_S = 15.0
+#: The most records the transformer reads for one transaction.
+BATCH = 20
 #: How long the transformer may take to join its group on the healthy cluster.
 JOIN_TIMEOUT_S = 30.0
 
@@ -73,34 +75,15 @@ def kafka_value(txn: int, index: int) -> str:
     return f"kt{txn:06d}-{index}"
 
 
-class KafkaIdempotentWriter(Worker):
+class KafkaIdempotentWriter(IdempotentWriter):
     """Sends ``pk<n>.<k>-<seq>`` values (``k`` counts the producers it had to replace after a
     fatal error: order holds per producer id), one every ``interval_s``, at most ``window``
-    undelivered."""
+    undelivered (:class:`~tests.chaos.workload.IdempotentWriter`'s arguments)."""
 
-    def __init__(
-        self,
-        name: str,
-        bootstrap: str,
-        topic: str,
-        partitions: int,
-        history: History,
-        *,
-        interval_s: float = 0.03,
-        window: int = 50,
-    ) -> None:
-        self.name = name
-        super().__init__()
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.partitions = partitions
-        self.history = history
-        self.interval_s = interval_s
-        self.window = window
-        self.undelivered = 0
-        self.fatal: confluent_kafka.KafkaError | None = None
+    #: the fatal error librdkafka reported (error_cb), until the producer is replaced
+    fatal: confluent_kafka.KafkaError | None = None
 
-    def _producer(self) -> confluent_kafka.Producer:
+    def _producer(self) -> confluent_kafka.Producer:  # type: ignore[override]
         return confluent_kafka.Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -133,13 +116,12 @@ class KafkaIdempotentWriter(Worker):
                 self.fatal = None
                 incarnation += 1
                 continue
-            if self.undelivered >= self.window:
+            if not self.unacked.acquire(blocking=False):  # released by the delivery reports
                 producer.poll(0.2)
                 continue
             value = producer_value(f"{self.name}.{incarnation}", seq)
             partition = seq % self.partitions
             seq += 1
-            self.undelivered += 1
             try:
                 producer.produce(
                     self.topic,
@@ -149,16 +131,10 @@ class KafkaIdempotentWriter(Worker):
                 )
             except (BufferError, confluent_kafka.KafkaException) as err:
                 self._failed(value, partition, err)
-            self.stopping.wait(self.interval_s)
+            producer.poll(self.interval_s)
         left = producer.flush(30)
         if left:
             log.info("%s: %d records undelivered at the end", self.name, left)
-
-    def _failed(self, value: str, partition: int, err: object) -> None:
-        self.undelivered -= 1
-        self.history.send_failures.append(
-            SendFailure(self.name, value, partition, f"{type(err).__name__}: {err}")
-        )
 
     def _report(
         self, value: str, partition: int
@@ -173,19 +149,25 @@ class KafkaIdempotentWriter(Worker):
         partition: int,
     ) -> None:
         if err is not None:
-            self._failed(value, partition, err)
+            self._failed(value, partition, confluent_kafka.KafkaException(err))
             return
-        self.undelivered -= 1
-        offset = message.offset()
-        assert offset is not None
+        self.unacked.release()
+        offset = message.offset()  # None: delivered, at an offset librdkafka did not learn
         self.history.acks.append(
-            Ack(self.name, value, self.topic, partition, offset, time.monotonic())
+            Ack(
+                self.name,
+                value,
+                self.topic,
+                partition,
+                NO_OFFSET if offset is None else offset,
+                time.monotonic(),
+            )
         )
 
 
 class KafkaTransformer(Worker):
-    """Consume-transform-produce from ``source`` to ``sink`` (as many partitions), 1-20
-    records per transaction."""
+    """Consume-transform-produce from ``source`` to ``sink`` (as many partitions), up to
+    :data:`BATCH` records per transaction."""
 
     name = "kafka-ctp"
 
@@ -234,7 +216,7 @@ class KafkaTransformer(Worker):
         while not self.consumer.assignment():  # in the group before the faults start
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} got no partitions in {JOIN_TIMEOUT_S:.0f} s")
-            self.consumer.consume(20, 0.2)
+            self.consumer.consume(BATCH, 0.2)
         self._rewind(self.consumer)  # what it was given while joining is read again
 
     def run(self) -> None:
@@ -250,9 +232,7 @@ class KafkaTransformer(Worker):
                         log.info("%s: init_transactions failed: %s", self.name, err)
                         self.stopping.wait(0.5)
                         continue
-                batch = [
-                    m for m in consumer.consume(self.rng.randint(1, 20), 0.5) if self._usable(m)
-                ]
+                batch = [m for m in consumer.consume(BATCH, 0.5) if self._usable(m)]
                 if not batch:
                     continue
                 records = tuple(

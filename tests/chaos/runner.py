@@ -19,8 +19,8 @@ from logstore.errors import ReplogError
 from replication.client import Admin, TopicPartition
 from tests.chaos.checker import SIGTERM_LIMIT_S, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.history import FinalState, History, Retention, TimestampLookup
-from tests.chaos.kafka_workload import KafkaIdempotentWriter, kafka_workers
+from tests.chaos.history import NO_OFFSET, FinalState, History, Retention, TimestampLookup
+from tests.chaos.kafka_workload import KafkaIdempotentWriter, KafkaTransformer, kafka_workers
 from tests.chaos.nemesis import TRANSACTION_TOPIC, Nemesis, plan
 from tests.chaos.workload import (
     IdempotentWriter,
@@ -173,6 +173,7 @@ def _run_faults(
         _wait_for_acks(
             history,
             {w.name for w in producers if isinstance(w, IdempotentWriter | KafkaIdempotentWriter)},
+            transaction=any(isinstance(w, KafkaTransformer) for w in producers),
         )
         nemesis.run(plan(seed, classes, count=int(duration_s) + 1), duration_s)
     finally:
@@ -186,14 +187,21 @@ def _run_faults(
     return produce_end
 
 
-def _wait_for_acks(history: History, producers: set[str], timeout_s: float = 30.0) -> None:
-    """Until every producer had an ack on the healthy cluster (AssertionError after
-    ``timeout_s``): the faults start on a cluster that works."""
+def _wait_for_acks(
+    history: History, producers: set[str], *, transaction: bool = False, timeout_s: float = 30.0
+) -> None:
+    """Until every producer had an ack on the healthy cluster (and, with ``transaction``, a
+    transaction ended; AssertionError after ``timeout_s``): the faults start on a cluster that
+    works."""
     wait_until(
-        lambda: producers <= {ack.producer for ack in history.acks},
+        lambda: (
+            producers <= {ack.producer for ack in history.acks}
+            and (not transaction or bool(history.transactions))
+        ),
         timeout=timeout_s,
         interval=0.05,
-        message=f"an ack for each of {sorted(producers)} on a healthy cluster",
+        message=f"an ack for each of {sorted(producers)} on a healthy cluster"
+        + (", and a transaction" if transaction else ""),
     )
 
 
@@ -301,6 +309,7 @@ def _result(
             for f in history.faults
         ],
         "acked": len(history.acks),
+        "acked_without_offset": sum(a.offset == NO_OFFSET for a in history.acks),
         "send_failures": len(history.send_failures),
         "transactions": {o: outcomes.count(o) for o in ("committed", "aborted", "unknown")},
         "reads": len(history.reads),
