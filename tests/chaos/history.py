@@ -9,7 +9,9 @@ Values name their writer, so the checker needs no other bookkeeping:
 
 - an idempotent producer writes ``p<n>.<k>-<seq:06d>`` (``p1.0-000123``): worker ``n``'s
   ``k``-th producer (a new producer id each), seq counting from 0 per worker;
-- the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``.
+- the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``;
+- on confluent-kafka (:mod:`tests.chaos.kafka_workload`), an idempotent producer writes
+  ``pk<n>.<k>-<seq:06d>`` and the consume-transform-produce loop ``kt<txn:06d>-<i>``.
 """
 
 from __future__ import annotations

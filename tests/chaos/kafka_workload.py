@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,7 +64,9 @@ GROUP_SETTINGS: dict[str, Any] = {
     "check.crcs": True,
 }
 #: How long a transactional call may take before its outcome counts as unknown.
-TXN_CALL_S = 15.0
+TXN_CALL_S = 10.0
+#: How many times the transformer calls commit or abort while librdkafka says retry.
+END_ATTEMPTS = 3
 #: The most records the transformer reads for one transaction.
 BATCH = 20
 #: How long the transformer may take to join its group on the healthy cluster.
@@ -193,7 +196,7 @@ class KafkaTransformer(Worker):
                 **CLIENT_SETTINGS,
             }
         )
-        producer.init_transactions(30)  # fences the previous one, aborting its transaction
+        producer.init_transactions(20)  # fences the previous one, aborting its transaction
         return producer
 
     def init(self) -> None:
@@ -272,14 +275,28 @@ class KafkaTransformer(Worker):
                 TXN_CALL_S,
             )
             if commit:
-                producer.commit_transaction(TXN_CALL_S)
+                self._retried(producer.commit_transaction)
                 return "committed"
-            producer.abort_transaction(TXN_CALL_S)
+            self._retried(producer.abort_transaction)
             return "aborted"
         except (BufferError, confluent_kafka.KafkaException) as err:
             log.info("%s: transaction failed, outcome unknown: %s", self.name, err)
             self._recover(producer, err)
             return "unknown"
+
+    def _retried(self, end: Callable[[float], None]) -> None:
+        """Commit or abort, calling again while librdkafka says the call may be retried (a
+        timeout: "retry call to resume"), until the worker is stopped."""
+        for attempt in range(1, END_ATTEMPTS + 1):
+            try:
+                end(TXN_CALL_S)
+                return
+            except confluent_kafka.KafkaException as err:
+                error = err.args[0] if err.args else None
+                retriable = isinstance(error, confluent_kafka.KafkaError) and error.retriable()
+                if not retriable or attempt == END_ATTEMPTS or self.stopping.is_set():
+                    raise
+                log.info("%s: ending the transaction, attempt %d: %s", self.name, attempt, err)
 
     def _recover(self, producer: confluent_kafka.Producer, err: BaseException) -> None:
         """After a failed call: abort the transaction if librdkafka says it can be, else start
@@ -292,7 +309,10 @@ class KafkaTransformer(Worker):
                 log.info("%s: abort after a failure failed: %s", self.name, abort_err)
             else:
                 return
+        producer.purge()  # what it holds is part of a transaction that will be aborted
         self.producer = None
+        # librdkafka's destroy can wait for the transaction: let a thread of its own drop it
+        threading.Thread(target=producer.flush, args=(0,), daemon=True).start()
 
     def _rewind(self, consumer: confluent_kafka.Consumer) -> None:
         """Back to the group's committed offsets, so an aborted batch is read again."""
