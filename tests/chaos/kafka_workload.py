@@ -247,9 +247,11 @@ class KafkaTransformer(Worker):
                     self._rewind(consumer)
                 txn += 1
         finally:
-            consumer.close()
             if self.producer is not None:
                 self.producer.flush(10)
+            # close() waits for the group coordinator, which a fault may keep away: the loop
+            # ends (the runner's deadline) and the member leaves when it can
+            threading.Thread(target=consumer.close, daemon=True).start()
 
     def _usable(self, message: confluent_kafka.Message) -> bool:
         err = message.error()
