@@ -30,6 +30,7 @@ from tests.chaos.clocks import FakeClock
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.disks import TmpfsDisk
 from tests.chaos.history import (
+    NO_OFFSET,
     Ack,
     CorruptRead,
     Fault,
@@ -142,6 +143,18 @@ def test_acked_record_elsewhere_is_a_wrong_offset() -> None:
     history, final = clean()
     final.uncommitted[(E, 1)] = {1: "p1-000001"}
     assert counts(history, final) == only("wrong_offset")
+
+
+@pytest.mark.unit
+def test_a_record_acked_without_an_offset_must_be_stored_in_its_partition() -> None:
+    history, final = clean()
+    history.acks.append(Ack("pk1.0", "pk1.0-000000", E, 1, NO_OFFSET, 1.4))
+    final.uncommitted[(E, 1)][1] = "pk1.0-000000"
+    assert counts(history, final) == only("none", 0)
+    final.uncommitted[(E, 0)][4] = final.uncommitted[(E, 1)].pop(1)
+    assert counts(history, final) == only("wrong_offset")
+    del final.uncommitted[(E, 0)][4]
+    assert counts(history, final) == only("acked_lost")
 
 
 @pytest.mark.unit
@@ -560,4 +573,19 @@ def test_seeded_schedule_finds_no_anomaly(
     assert result["faults"], "the nemesis injected nothing"
     assert result["acked"] > 0
     assert result["transactions"]["committed"] > 0
+    assert result["ok"], json.dumps(result, indent=1)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_a_seeded_schedule_of_kafka_clients_finds_no_anomaly(tmp_path: Path) -> None:
+    """confluent-kafka's idempotent producers, consume-transform-produce transactions and
+    consumer groups, through the Kafka listeners, under a broker's crash, a coordinator's,
+    and a cut network."""
+    classes = ["kill_restart_now", "coordinator_kill", "net_cut"]
+    result = run_schedule(112, classes, 8.0, tmp_path, workload="kafka")
+    assert result["faults"], "the nemesis injected nothing"
+    assert result["acked"] > 0
+    assert result["transactions"]["committed"] > 0
+    assert result["reads"] > 0
     assert result["ok"], json.dumps(result, indent=1)

@@ -11,7 +11,8 @@ Modules: :mod:`~tests.chaos.launcher` (a broker with faulty storage), :mod:`~tes
 (the processes and proxies), :mod:`~tests.chaos.disks` (a broker's tmpfs disk),
 :mod:`~tests.chaos.clocks` (a node's wall clock under libfaketime), :mod:`~tests.chaos.nemesis`
 (the faults),
-:mod:`~tests.chaos.workload` (producers and readers), :mod:`~tests.chaos.history` (what is
+:mod:`~tests.chaos.workload` (producers and readers), :mod:`~tests.chaos.kafka_workload` (the
+same on confluent-kafka, through the Kafka listeners), :mod:`~tests.chaos.history` (what is
 recorded), :mod:`~tests.chaos.checker` (the rules), :mod:`~tests.chaos.runner` (one schedule).
 This package imports nothing at import time, so the launcher starts fast in broker processes.
 """

@@ -3,6 +3,7 @@
     python -m tests.chaos --seed 1 --schedules 100            # every fault class, ~25 s each
     python -m tests.chaos --seed 7 --schedules 3 --classes crash_restart_while_paused
     python -m tests.chaos --seed 1 --schedules 8 --no-wal     # the per-partition layout
+    python -m tests.chaos --seed 1 --schedules 5 --workload kafka  # confluent-kafka clients
 
 Exit status 0 if no schedule found an anomaly, 1 otherwise (2 for bad arguments).
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from tests.chaos.checker import ANOMALY_KINDS
 from tests.chaos.nemesis import FAULT_CLASSES
-from tests.chaos.runner import run_schedule
+from tests.chaos.runner import WORKLOADS, run_schedule
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -43,6 +44,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=True,
         help="brokers write through the broker WAL (log.wal.enable, the default); --no-wal: "
         "the per-partition layout (log.wal.enable=false)",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="replog",
+        help="the clients of the workloads: replog's own (the default), confluent-kafka's "
+        "through the brokers' Kafka listeners, or a mix of both",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the data of schedules that passed too"
@@ -89,13 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("replication").setLevel(logging.ERROR)  # clients retry loudly under faults
+    logging.getLogger("tests.chaos.librdkafka").setLevel(logging.CRITICAL)  # so does librdkafka
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="replog-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     for seed in range(args.seed, args.seed + args.schedules):
         try:
             result = run_schedule(
-                seed, args.classes, args.duration, workdir, keep=args.keep, wal=args.wal
+                seed,
+                args.classes,
+                args.duration,
+                workdir,
+                keep=args.keep,
+                wal=args.wal,
+                workload=args.workload,
             )
         except Exception as err:  # a harness failure: reported, and the run goes on
             result = {

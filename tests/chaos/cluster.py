@@ -15,6 +15,9 @@ its own proxy and on a log storage the harness can break.
 - With ``fake_clocks``, every node runs under libfaketime (:class:`~tests.chaos.clocks.FakeClock`),
   whose wall clock ``clock_jump`` steps.
 - Controllers run through the launcher too (no storage faults there).
+- With ``kafka``, each broker also has a Kafka listener behind a proxy of its own
+  (:attr:`ChaosCluster.kafka_proxies`, :attr:`ChaosCluster.kafka_bootstrap`), which
+  ``net_cut`` and ``net_stall`` act on with the broker's other proxy.
 
 Every wait has a deadline; nothing here decides what is an anomaly (see
 :mod:`tests.chaos.checker`), it only reports what it could not do.
@@ -80,19 +83,22 @@ def _free_subnet() -> int:
 class LaunchedBroker(BrokerProcess):
     """A node started through :mod:`tests.chaos.launcher` (faulty log storage). With a
     ``proxy`` (what clients reach) each start takes a fresh port and points the proxy at it;
-    without one the port is kept across restarts, as for any BrokerProcess. ``host``: the
-    address it listens on; ``exec_prefix``: what runs it (in a network namespace)."""
+    without one the port is kept across restarts, as for any BrokerProcess. ``kafka_proxy``:
+    the same for its Kafka listener. ``host``: the address it listens on; ``exec_prefix``:
+    what runs it (in a network namespace)."""
 
     def __init__(
         self,
         *args: Any,
         proxy: TcpProxy | None = None,
+        kafka_proxy: TcpProxy | None = None,
         host: str = "127.0.0.1",
         exec_prefix: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, kafka=kafka_proxy is not None, **kwargs)
         self.proxy = proxy
+        self.kafka_proxy = kafka_proxy
         self.host = host
         self.exec_prefix = list(exec_prefix)
 
@@ -101,14 +107,23 @@ class LaunchedBroker(BrokerProcess):
             super().start()
             return self
         self.port = 0  # a fresh port: the last one may have been taken while this was down
+        self.kafka_port = 0
         super().start()
         self.proxy.target = (self.host, self.port)
+        if self.kafka_proxy is not None:
+            self.kafka_proxy.target = (self.host, self.kafka_port)
         return self
 
     def command(self) -> list[str]:
         cmd = super().command()  # [python, "-m", "replication.tools.cli", role, "start", ...]
-        listeners = "listeners=REPLOG://127.0.0.1:"
-        args = [a.replace(listeners, f"listeners=REPLOG://{self.host}:") for a in cmd[3:]]
+        args = [
+            a.replace("REPLOG://127.0.0.1:", f"REPLOG://{self.host}:").replace(
+                "KAFKA://127.0.0.1:", f"KAFKA://{self.host}:"
+            )
+            if a.startswith("listeners=")
+            else a
+            for a in cmd[3:]
+        ]
         return [*self.exec_prefix, cmd[0], "-m", "tests.chaos.launcher", *args]
 
 
@@ -124,6 +139,7 @@ class ChaosCluster:
         disk_mb: int | None = None,
         fake_clocks: bool = False,
         netns: bool = False,
+        kafka: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         names = [f"controller-{i}" for i in CONTROLLER_IDS] + [
@@ -138,6 +154,8 @@ class ChaosCluster:
         self.controller_proxies: dict[int, TcpProxy] = {}
         self.controllers: dict[int, LaunchedBroker] = {}
         self.proxies: dict[int, TcpProxy] = {}
+        #: with ``kafka``: each broker's Kafka listener's proxy
+        self.kafka_proxies: dict[int, TcpProxy] = {}
         self.brokers: dict[int, LaunchedBroker] = {}
         #: with ``disk_mb``: each broker's log storage is on its own tmpfs of that size,
         #: mounted by :meth:`start` and unmounted by :meth:`close` (``disk_full`` fills it)
@@ -145,12 +163,14 @@ class ChaosCluster:
         self.paused: set[str] = set()
         self.storage_seq = 0
         try:
-            self._make(brokers, wal, disk_mb, fake_clocks)
+            self._make(brokers, wal, disk_mb, fake_clocks, kafka)
         except BaseException:
             self.close()
             raise
 
-    def _make(self, brokers: int, wal: bool, disk_mb: int | None, fake_clocks: bool) -> None:
+    def _make(
+        self, brokers: int, wal: bool, disk_mb: int | None, fake_clocks: bool, kafka: bool
+    ) -> None:
         self.metadata_root = (self.data_dir / "metadata").as_uri()
         #: brokers write through the broker WAL (log.wal.enable, the default); False: the
         #: per-partition layout
@@ -192,6 +212,10 @@ class ChaosCluster:
             # The target is set by each start of the broker (LaunchedBroker.start).
             proxy = self._proxy(f"broker-{i}")
             self.proxies[i] = proxy
+            advertised = proxy.address
+            if kafka:
+                self.kafka_proxies[i] = self._proxy(f"broker-{i}")
+                advertised += f",KAFKA://{self.kafka_proxies[i].address}"
             broker_dir = self.data_dir / f"broker-{i}"
             control = broker_dir / "storage-control.json"
             if disk_mb is not None:
@@ -203,7 +227,7 @@ class ChaosCluster:
                 overrides={
                     **common,
                     "process.roles": "broker",
-                    "advertised.listeners": proxy.address,
+                    "advertised.listeners": advertised,
                 },
                 env={
                     CONTROL_ENV: str(control),
@@ -211,6 +235,7 @@ class ChaosCluster:
                     **self._clock_env(f"broker-{i}"),
                 },
                 proxy=proxy,
+                kafka_proxy=self.kafka_proxies.get(i),
                 **self._network(f"broker-{i}"),
             )
             write_control(control, broker.log_dir, 0, [])
@@ -239,6 +264,16 @@ class ChaosCluster:
     def bootstrap(self) -> str:
         """Every broker's proxy: the only way clients reach the brokers."""
         return ",".join(p.address for p in self.proxies.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every broker's Kafka listener's proxy (a cluster made with ``kafka``)."""
+        assert self.kafka_proxies, "this cluster has no Kafka listeners"
+        return ",".join(p.address for p in self.kafka_proxies.values())
+
+    def broker_proxies(self, broker: int) -> list[TcpProxy]:
+        """The proxies in front of a broker: replog's listener's, and its Kafka listener's."""
+        return [self.proxies[broker], *([self.kafka_proxies[broker]] if self.kafka_proxies else [])]
 
     def processes(self) -> dict[str, BrokerProcess]:
         return {
@@ -287,7 +322,7 @@ class ChaosCluster:
         process that is down. Returns what could not be started (with its stderr tail)."""
         for name in sorted(self.paused):
             self.resume(name)
-        for proxy in self.proxies.values():
+        for proxy in [*self.proxies.values(), *self.kafka_proxies.values()]:
             proxy.unblock()
             proxy.resume()
         for broker in self.brokers:
@@ -350,7 +385,11 @@ class ChaosCluster:
         for proc in self.processes().values():
             if proc.alive:
                 proc.kill()
-        for proxy in [*self.proxies.values(), *self.controller_proxies.values()]:
+        for proxy in [
+            *self.proxies.values(),
+            *self.kafka_proxies.values(),
+            *self.controller_proxies.values(),
+        ]:
             proxy.stop()
         for disk in self.disks.values():
             disk.unmount()

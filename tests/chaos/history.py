@@ -9,7 +9,9 @@ Values name their writer, so the checker needs no other bookkeeping:
 
 - an idempotent producer writes ``p<n>.<k>-<seq:06d>`` (``p1.0-000123``): worker ``n``'s
   ``k``-th producer (a new producer id each), seq counting from 0 per worker;
-- the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``.
+- the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``;
+- on confluent-kafka (:mod:`tests.chaos.kafka_workload`), an idempotent producer writes
+  ``pk<n>.<k>-<seq:06d>`` and the consume-transform-produce loop ``kt<txn:06d>-<i>``.
 """
 
 from __future__ import annotations
@@ -52,9 +54,15 @@ class Fault:
     detail: dict[str, object] = field(default_factory=dict)
 
 
+#: An :class:`Ack`'s offset when the client was told the record is stored but not where
+#: (librdkafka's delivery report of a retried batch the broker already had, with no offset).
+NO_OFFSET = -1
+
+
 @dataclass(frozen=True)
 class Ack:
-    """An idempotent producer's record was acknowledged (acks=all) at ``offset``."""
+    """An idempotent producer's record was acknowledged (acks=all) at ``offset`` (or at an
+    offset it was not told: :data:`NO_OFFSET`)."""
 
     producer: str
     value: str

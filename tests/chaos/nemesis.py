@@ -21,9 +21,9 @@ two_faults                  two of the single-broker faults at once, on differen
 controller_kill             SIGKILL the active controller, restart it after S + 0.5..3 s
 coordinator_kill            SIGKILL the leader of __transaction_state-0, restart it at once
                             or after S + 0.5..2 s
-net_cut                     the broker's proxy cuts every connection and refuses new ones
+net_cut                     the broker's proxies cut every connection and refuse new ones
                             for 1..5 s
-net_stall                   the broker's proxy holds every frame for 1..5 s
+net_stall                   the broker's proxies hold every frame for 1..5 s
 storage_fail                the broker's log storage fails every write for 1..4 s
 storage_stall               every write of the broker's log storage waits 0.3..1.5 s, for 2..5 s
 storage_tear                the broker's log storage tears every write (stores a prefix, then
@@ -231,15 +231,18 @@ class Nemesis:
             cluster.resume(name)
         elif fault_class in ("net_cut", "net_stall"):
             detail["seconds"] = _between(draws[0], 1.0, 5.0)
-            proxy = cluster.proxies[broker]
+            proxies = cluster.broker_proxies(broker)
             if fault_class == "net_cut":
-                detail["connections_cut"] = proxy.block()
+                detail["connections_cut"] = sum(proxy.block() for proxy in proxies)
                 time.sleep(detail["seconds"])
-                proxy.unblock()
+                for proxy in proxies:
+                    proxy.unblock()
             else:
-                proxy.pause()
+                for proxy in proxies:
+                    proxy.pause()
                 time.sleep(detail["seconds"])
-                proxy.resume()
+                for proxy in proxies:
+                    proxy.resume()
         elif fault_class == "storage_fail":
             detail["seconds"] = _between(draws[0], 1.0, 4.0)
             self._storage_window(broker, [{"kind": "fail", "op": "write"}], detail["seconds"])

@@ -19,7 +19,8 @@ from logstore.errors import ReplogError
 from replication.client import Admin, TopicPartition
 from tests.chaos.checker import SIGTERM_LIMIT_S, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.history import FinalState, History, Retention, TimestampLookup
+from tests.chaos.history import NO_OFFSET, FinalState, History, Retention, TimestampLookup
+from tests.chaos.kafka_workload import KafkaIdempotentWriter, KafkaTransformer, kafka_workers
 from tests.chaos.nemesis import TRANSACTION_TOPIC, Nemesis, plan
 from tests.chaos.workload import (
     IdempotentWriter,
@@ -49,6 +50,9 @@ LOOKUPS_PER_PARTITION = 20
 DISK_MB = 64
 #: Examples of each anomaly kind put in the JSON line (all of them go to anomalies.json).
 EXAMPLES_PER_KIND = 3
+#: Which clients the workloads use: replog's own, confluent-kafka's through the brokers'
+#: Kafka listeners (tests.chaos.kafka_workload), or both at once.
+WORKLOADS = ("replog", "kafka", "mix")
 
 
 def run_schedule(
@@ -59,10 +63,13 @@ def run_schedule(
     *,
     keep: bool = False,
     wal: bool = True,
+    workload: str = "replog",
 ) -> dict[str, Any]:
     """Run one schedule in ``workdir/seed-<seed>``; its directory is removed if it passed
     (unless ``keep``). ``wal``: the brokers write through the broker WAL (log.wal.enable, the
-    default); False: the per-partition layout."""
+    default); False: the per-partition layout. ``workload``: one of :data:`WORKLOADS`."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
     began = time.monotonic()
     data_dir = workdir / f"seed-{seed}"
     if data_dir.exists():
@@ -76,13 +83,16 @@ def run_schedule(
         disk_mb=DISK_MB if "disk_full" in classes else None,
         fake_clocks=clock_jumps,
         netns=bool({"net_partition", "controller_isolated"} & set(classes)),
+        kafka=workload != "replog",
     )
     configs = {**TOPIC_CONFIGS, **(CLOCK_TOPIC_CONFIGS if clock_jumps else {})}
     workers: list[Worker] = []
     created = time.monotonic()  # before the topics: their age is never underestimated
     try:
         cluster.start()
-        produce_end = _run_faults(cluster, seed, classes, duration_s, history, workers, configs)
+        produce_end = _run_faults(
+            cluster, seed, classes, duration_s, history, workers, configs, workload
+        )
         _settle(
             cluster,
             workers,
@@ -102,6 +112,7 @@ def run_schedule(
     result = {
         **_result(seed, classes, history, final, found, produce_end, began, data_dir),
         "wal": wal,
+        "workload": workload,
     }
     (data_dir / "anomalies.json").write_text(json.dumps(found, indent=1))
     if result["ok"] and not keep:
@@ -117,37 +128,53 @@ def _run_faults(
     history: History,
     workers: list[Worker],
     topic_configs: dict[str, str],
+    workload: str,
 ) -> float:
     """Topics, workloads (added to ``workers`` as they start), then the nemesis. Returns when
     the producers stopped; the readers go on."""
     tps = [TopicPartition(t, p) for t in (TOPIC, TXN_TOPIC) for p in range(PARTITIONS)]
+    producers: list[Worker] = []
+    readers: list[Worker] = []
     with Admin(bootstrap_servers=cluster.bootstrap, default_api_timeout_ms=30000) as admin:
         # __transaction_state gets min(3, live brokers) replicas: wait for all of them
         cluster.wait_registered(admin, time.monotonic() + RECOVERY_TIMEOUT_S)
         for topic in (TOPIC, TXN_TOPIC):
             admin.create_topic(topic, PARTITIONS, 3, topic_configs)
-        txn = TransactionalWriter(cluster.bootstrap, TXN_TOPIC, PARTITIONS, history, seed)
-        txn.init()  # creates __transaction_state
+        if workload in ("replog", "mix"):
+            producers += [
+                IdempotentWriter(f"p{i}", cluster.bootstrap, TOPIC, PARTITIONS, history)
+                for i in range(1, PRODUCERS + 1)
+            ]
+            producers.append(
+                TransactionalWriter(cluster.bootstrap, TXN_TOPIC, PARTITIONS, history, seed)
+            )
+            readers += [
+                Reader("read_uncommitted", cluster.bootstrap, tps, history),
+                Reader("read_committed", cluster.bootstrap, tps, history),
+            ]
+        if workload in ("kafka", "mix"):
+            writers, members = kafka_workers(
+                cluster.kafka_bootstrap, TOPIC, TXN_TOPIC, PARTITIONS, PRODUCERS, history, seed
+            )
+            producers += writers
+            readers += members
+        for worker in producers:
+            worker.init()  # a transactional id's first use creates __transaction_state
         problems = cluster.wait_caught_up(
             admin, [TOPIC, TXN_TOPIC, TRANSACTION_TOPIC], time.monotonic() + RECOVERY_TIMEOUT_S
         )
         if problems:
             raise RuntimeError(f"the fresh cluster never got a full ISR: {problems}")
-    producers: list[Worker] = [
-        IdempotentWriter(f"p{i}", cluster.bootstrap, TOPIC, PARTITIONS, history)
-        for i in range(1, PRODUCERS + 1)
-    ]
-    producers.append(txn)
-    readers: list[Worker] = [
-        Reader("read_uncommitted", cluster.bootstrap, tps, history),
-        Reader("read_committed", cluster.bootstrap, tps, history),
-    ]
     for worker in producers + readers:
         workers.append(worker)
         worker.start()
     nemesis = Nemesis(cluster, TOPIC, PARTITIONS, history)
     try:
-        _wait_for_acks(history, {w.name for w in producers if isinstance(w, IdempotentWriter)})
+        _wait_for_acks(
+            history,
+            {w.name for w in producers if isinstance(w, IdempotentWriter | KafkaIdempotentWriter)},
+            transaction=any(isinstance(w, KafkaTransformer) for w in producers),
+        )
         nemesis.run(plan(seed, classes, count=int(duration_s) + 1), duration_s)
     finally:
         nemesis.close()
@@ -166,14 +193,21 @@ def stop_producers(producers: Sequence[Worker]) -> float:
     return produce_end
 
 
-def _wait_for_acks(history: History, producers: set[str], timeout_s: float = 30.0) -> None:
-    """Until every producer had an ack on the healthy cluster (AssertionError after
-    ``timeout_s``): the faults start on a cluster that works."""
+def _wait_for_acks(
+    history: History, producers: set[str], *, transaction: bool = False, timeout_s: float = 30.0
+) -> None:
+    """Until every producer had an ack on the healthy cluster (and, with ``transaction``, a
+    transaction ended; AssertionError after ``timeout_s``): the faults start on a cluster that
+    works."""
     wait_until(
-        lambda: producers <= {ack.producer for ack in history.acks},
+        lambda: (
+            producers <= {ack.producer for ack in history.acks}
+            and (not transaction or bool(history.transactions))
+        ),
         timeout=timeout_s,
         interval=0.05,
-        message=f"an ack for each of {sorted(producers)} on a healthy cluster",
+        message=f"an ack for each of {sorted(producers)} on a healthy cluster"
+        + (", and a transaction" if transaction else ""),
     )
 
 
@@ -281,6 +315,7 @@ def _result(
             for f in history.faults
         ],
         "acked": len(history.acks),
+        "acked_without_offset": sum(a.offset == NO_OFFSET for a in history.acks),
         "send_failures": len(history.send_failures),
         "transactions": {o: outcomes.count(o) for o in ("committed", "aborted", "unknown")},
         "reads": len(history.reads),

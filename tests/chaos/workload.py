@@ -62,6 +62,9 @@ class Worker(abc.ABC):
         self.thread = threading.Thread(target=self._run, name=f"chaos-{self.name}", daemon=True)
         self.error: BaseException | None = None
 
+    def init(self) -> None:  # noqa: B027 - a hook most workers need not override
+        """What must be done on the healthy cluster before the faults (by default nothing)."""
+
     def start(self) -> None:
         self.thread.start()
 
