@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ from logstore.config import LogConfig
 from logstore.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from logstore.segment import BatchIndex, ChunkSegment, Extent, LogSegment
 from logstore.storage import Storage
+from logstore.tail_cache import TailCache
 from logstore.wal import WalWriter
 from logstore.wal_index import ChunkExtent, WalIndex
 
@@ -83,6 +84,7 @@ class LocalLog:
         log_start_offset: int,
         time_ms: Callable[[], int],
         wal: WalLink | None,
+        tail_cache: TailCache | None = None,
     ) -> None:
         self.storage = storage
         self.config = config
@@ -96,12 +98,14 @@ class LocalLog:
         self._log_start_offset = log_start_offset
         self._durable_end = segments[-1].next_offset if segments else log_start_offset
         self._leo = self._durable_end
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        #: cached objects whose every batch is known CRC-valid (written from appended batches,
-        #: which were checked on append, or merged from checked ones): read_from_memory
-        #: serves them as they are; other cached bytes (read from storage) are checked on read
-        self._cache_checked: set[str] = set()
-        self._cache_bytes = 0
+        #: recent objects' bytes, shared with the broker's other logs (a cache of its own if
+        #: standalone). Objects whose every batch is known CRC-valid (written from appended
+        #: batches, which were checked on append, or merged from checked ones) are marked
+        #: checked: read_from_memory serves them as they are; other cached bytes (read from
+        #: storage) are checked on read
+        self._cache = tail_cache if tail_cache is not None else TailCache(total_bytes=None)
+        self._cache_owner = self._cache.owner()
+        weakref.finalize(self, self._cache.drop_owner, self._cache_owner)
         self._delayed_deletes: list[tuple[int, str]] = []
         #: the broker WAL this log's batches go to (None: standalone, its own segment objects)
         self.wal = wal
@@ -239,8 +243,8 @@ class LocalLog:
                 if position_offset >= upper or (budget <= 0 and not first):
                     break
                 index = segment.index
-                data = self._cache.get(segment.name)
-                if index is None or data is None or segment.name not in self._cache_checked:
+                data = self._cache.checked(self._cache_owner, segment.name)
+                if index is None or data is None:
                     return None
                 start, end, budget, first, next_offset = _plan_range(
                     index, segment, position_offset, upper, budget, first
@@ -359,11 +363,7 @@ class LocalLog:
     def cached_chunk(self, extent: ChunkExtent) -> bytes | None:
         """The chunk extent's bytes from the tail cache, if they are there and were checked
         when appended (``ExtentHolder``: the compactor then need not read its object)."""
-        name = ChunkSegment(extent).name
-        with self._lock:
-            if name not in self._cache_checked:
-                return None
-            return self._cache.get(name)
+        return self._cache.checked(self._cache_owner, ChunkSegment(extent).name)
 
     def replace_extents(self, old: Sequence[ChunkExtent], new: ChunkExtent) -> bool:
         """Swap the adjacent live chunk extents ``old`` for ``new`` (the same batches in
@@ -381,9 +381,8 @@ class LocalLog:
         # now at most 0.23 ms. A cache key names immutable bytes (object, position, size), so
         # the bytes looked up now are those of the extents swapped below, if they still are.
         names = [ChunkSegment(extent).name for extent in old]
-        with self._lock:
-            cached = [self._cache.get(name) for name in names]
-            checked = all(name in self._cache_checked for name in names)
+        cached = [self._cache.get(self._cache_owner, name, touch=False) for name in names]
+        checked = all(self._cache.checked(self._cache_owner, name) is not None for name in names)
         joined = b"".join(c for c in cached if c is not None) if None not in cached else None
         with self._lock:
             chunks = [s.chunk if isinstance(s, ChunkSegment) else None for s in self._segments]
@@ -445,32 +444,17 @@ class LocalLog:
 
     def _cache_put(self, name: str, data: bytes, *, checked: bool = False) -> None:
         limit = self.config.tail_cache_bytes
-        if len(data) > limit:
-            return
-        with self._lock:
-            self._cache_drop(name)
-            self._cache[name] = data
-            self._cache_bytes += len(data)
-            if checked:
-                self._cache_checked.add(name)
-            while self._cache_bytes > limit:
-                evicted, old = self._cache.popitem(last=False)
-                self._cache_bytes -= len(old)
-                self._cache_checked.discard(evicted)
+        self._cache.put(self._cache_owner, name, data, limit_bytes=limit, checked=checked)
 
     def _cache_get(self, name: str) -> bytes | None:
-        with self._lock:
-            data = self._cache.get(name)
-            if data is not None:
-                self._cache.move_to_end(name)
-            return data
+        return self._cache.get(self._cache_owner, name)
 
     def _cache_drop(self, name: str) -> None:
-        with self._lock:
-            old = self._cache.pop(name, None)
-            self._cache_checked.discard(name)
-            if old is not None:
-                self._cache_bytes -= len(old)
+        self._cache.drop(self._cache_owner, name)
+
+    def _cache_clear(self) -> None:
+        """Forget this log's cached bytes (it was closed or deleted)."""
+        self._cache.drop_owner(self._cache_owner)
 
 
 def _plan_range(

@@ -62,6 +62,7 @@ from logstore.log_loader import LogLoader, load_checkpoint
 from logstore.log_retention import LogRetention
 from logstore.segment import BatchIndex, ChunkSegment, Extent, LogSegment, object_name
 from logstore.storage import Storage
+from logstore.tail_cache import TailCache
 from logstore.wal import PendingChunk, WalClosedError, WalWriter, durable_count, still_taken
 from logstore.wal_index import ChunkExtent, WalIndex
 from logstore.wall_clock import steady_wall_ms
@@ -117,8 +118,9 @@ class Log(LogRetention):
         truncations: Iterable[tuple[int, int]] = (),
         clean_generation: int = 0,
         cleaned_end: int = 0,
+        tail_cache: TailCache | None = None,
     ) -> None:
-        super().__init__(storage, config, segments, log_start_offset, time_ms, wal)
+        super().__init__(storage, config, segments, log_start_offset, time_ms, wal, tail_cache)
         #: the log cleaner's committed generation, and the end of the offsets it cleaned
         self._clean_generation = clean_generation
         self._cleaned_end = cleaned_end
@@ -171,6 +173,7 @@ class Log(LogRetention):
         wal_index: WalIndex | None = None,
         read_only: bool = False,
         high_watermark_hint: int = 0,
+        tail_cache: TailCache | None = None,
     ) -> Log:
         """Open (and recover) the log stored under ``storage``'s root.
 
@@ -184,7 +187,9 @@ class Log(LogRetention):
         checkpoint), so a tool or test may open a replica beside the broker running on it; the
         log sees what was on storage when it opened and must not be written to.
         ``high_watermark_hint``: over the WAL, the HW the broker checkpoint recorded (the
-        partition checkpoint's may be older); the larger one is taken, within the log."""
+        partition checkpoint's may be older); the larger one is taken, within the log.
+        ``tail_cache``: the cache of recent objects' bytes the log shares with a broker's other
+        logs (:mod:`logstore.tail_cache`); without it the log keeps one of its own."""
         config = config or LogConfig()
         link: WalLink | None = None
         if wal_writer is not None or wal_index is not None or topic_id is not None:
@@ -212,6 +217,7 @@ class Log(LogRetention):
             truncations=loaded.truncations,
             clean_generation=loaded.clean_generation,
             cleaned_end=loaded.cleaned_end,
+            tail_cache=tail_cache,
         )
         if loaded.checkpoint_needed and not read_only:
             result.checkpoint()
@@ -622,8 +628,8 @@ class Log(LogRetention):
         slot = index.slot_for(offset)
         cut_position = index.positions[slot]
         i = self._segments.index(chunk)
-        cached = self._cache.get(chunk.name)
-        checked = chunk.name in self._cache_checked
+        cached = self._cache.get(self._cache_owner, chunk.name, touch=False)
+        checked = self._cache.checked(self._cache_owner, chunk.name) is not None
         self._cache_drop(chunk.name)
         self._shape_version += 1
         if cut_position == 0:
@@ -728,6 +734,7 @@ class Log(LogRetention):
                 self._wait_wal_idle_locked()
             self._truncate_fully_locked(0)
             self._closed = True
+        self._cache_clear()
         self.storage.delete_all()
 
     # --- checkpoint and close ---------------------------------------------------------------
@@ -839,6 +846,7 @@ class Log(LogRetention):
             log.warning("%s: closed without flushing: %s", self.storage.url, err)
         self.checkpoint()
         self._closed = True
+        self._cache_clear()
 
 
 def open_replica_log(

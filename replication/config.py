@@ -19,6 +19,7 @@ from jproperties import Properties, PropertyError
 from logstore.config import LogConfig, keys_of, parse
 from logstore.config import key as k
 from logstore.errors import ConfigError
+from logstore.tail_cache import DEFAULT_TOTAL_BYTES as DEFAULT_TAIL_CACHE_TOTAL_BYTES
 from replication.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,15 @@ class BrokerConfig:
             "over the WAL: compact L0 objects once the oldest is this old, however few bytes "
             "they hold (bounds how many small objects a slow broker keeps)",
             minimum=1,
+        ),
+    )
+    log_tail_cache_total_bytes: int = field(
+        default=DEFAULT_TAIL_CACHE_TOTAL_BYTES,
+        metadata=k(
+            "log.tail.cache.total.bytes",
+            "recently written object bytes kept in memory over every partition of the broker "
+            "(each partition also keeps at most its log.tail.cache.bytes)",
+            minimum=0,
         ),
     )
     log_retention_check_interval_ms: int = field(

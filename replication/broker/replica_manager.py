@@ -28,6 +28,7 @@ from logstore.config import LogConfig, keys_of, parse, to_mapping
 from logstore.errors import ConfigError, LogLayoutError, ReplogError
 from logstore.log import Log
 from logstore.storage import Storage
+from logstore.tail_cache import TailCache
 from logstore.wal import INLINE_MAX_BYTES, WalWriter
 from logstore.wal_index import WAL_PREFIX, WalIndex
 from replication import events
@@ -86,6 +87,8 @@ class ReplicaManager:
         self.config = config
         self.broker_id = config.broker_id
         self.storage = storage
+        #: the recent objects' bytes of every log this broker hosts, under one bound
+        self.tail_cache = TailCache(config.log_tail_cache_total_bytes)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image = MetadataImage()
         #: ``config`` with the dynamic broker configs of ``image`` laid over it
@@ -805,11 +808,12 @@ class ReplicaManager:
     def _open_log(self, topic: TopicInfo, index: int, log_config: LogConfig) -> Log:
         storage = self.storage.child(f"{topic.name}/{index}")
         if self.wal_writer is None or self.wal_index is None:
-            return Log.open(storage, log_config)
+            return Log.open(storage, log_config, tail_cache=self.tail_cache)
         open_over_wal = functools.partial(
             Log.open,
             storage,
             log_config,
+            tail_cache=self.tail_cache,
             topic_id=topic.topic_id,
             topic=topic.name,
             partition=index,

@@ -60,6 +60,7 @@ from replication.server.apis import KafkaApis
 from replication.server.controller_apis import ControllerApis
 from replication.server.gc_policy import GcPolicy
 from replication.server.group_apis import GroupApis
+from replication.server.malloc_policy import apply_malloc_policy
 from replication.server.socket_server import ListenerSecurity, ReplogChannel, SocketServer
 
 log = logging.getLogger(__name__)
@@ -565,4 +566,5 @@ def _exit_stuck(node: Node, config: BrokerConfig) -> None:
 
 def run_node(config: BrokerConfig, *, log_level: str = "INFO") -> None:
     configure_logging(log_level, config.logging_format)
+    apply_malloc_policy()  # freed large buffers go back to the system, not the heap
     asyncio.run(_serve(config))
