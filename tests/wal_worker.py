@@ -1,4 +1,4 @@
-"""A WAL writer as a process, for SIGKILL tests (tests/test_wal.py)::
+"""A WAL writer as a process, for SIGKILL tests (tests/test_wal_recovery.py)::
 
     python -m tests.wal_worker --url DIR --epoch E --seed S [--fault none|stall|tear]
 
