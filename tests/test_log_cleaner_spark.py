@@ -13,7 +13,7 @@ from logstore.log import open_replica_log
 from logstore.storage import Storage
 from replication.client import Producer
 from tests.helpers import unique_name, wait_until
-from tests.test_spark_source import batch_df, create_topic, options
+from tests.spark_source_helpers import batch_df, create_topic, options
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
