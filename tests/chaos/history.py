@@ -133,7 +133,8 @@ class Read:
 class HighWatermark:
     """The high watermark a reader's fetch reported for a partition. Each reader's series is
     its own (replog's readers are named after their isolation level, confluent-kafka's group
-    members ``kafka-<isolation>-<member>``)."""
+    members ``kafka-<isolation>-<member>``, and the LSOs a read_committed member got
+    ``kafka-read_committed-<member>/lso``)."""
 
     reader: str
     topic: str

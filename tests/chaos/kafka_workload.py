@@ -24,11 +24,14 @@ them by the same rules:
   is given (:class:`~tests.chaos.history.Read`), every batch its CRC check refused, and after
   each consume the high watermark librdkafka last got from a fetch of each partition it is
   assigned (:class:`~tests.chaos.history.HighWatermark`, under its own name). That is the
-  fetch response's HighWatermark with read_committed too (librdkafka keeps the LSO apart).
+  fetch response's HighWatermark with read_committed too; a read_committed member also
+  records the LastStableOffset librdkafka got (its statistics' ``ls_offset``), as the series
+  ``<name>/lso``: it must not go down either.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -83,6 +86,8 @@ END_ATTEMPTS = 3
 BATCH = 20
 #: How long the transformer may take to join its group on the healthy cluster.
 JOIN_TIMEOUT_S = 30.0
+#: How often a read_committed KafkaReader's librdkafka reports its statistics (with the LSOs).
+STATS_INTERVAL_MS = 500
 #: How long the transformer waits before asking again for the group's committed offsets.
 RETRY_S = 0.5
 
@@ -458,8 +463,17 @@ class KafkaReader(Worker):
         self.bootstrap = bootstrap
         self.topics = topics
         self.history = history
+        #: the last value recorded of each series (the HW, and the LSO) of each partition
+        self.seen: dict[tuple[str, TP], int] = {}
 
     def run(self) -> None:
+        # librdkafka's get_watermark_offsets() gives the HW with read_committed too; the LSO
+        # of the fetch responses is in its statistics only (ls_offset)
+        lso: dict[str, Any] = (
+            {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self._stats}
+            if self.isolation == "read_committed"
+            else {}
+        )
         consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -470,37 +484,42 @@ class KafkaReader(Worker):
                 "auto.commit.interval.ms": 1000,
                 **GROUP_SETTINGS,
                 **CLIENT_SETTINGS,
+                **lso,
             }
         )
         consumer.subscribe(self.topics)
-        seen: dict[TP, int] = {}
         try:
             while not self.stopping.is_set():
                 messages = consumer.consume(500, 0.2)
                 now = time.monotonic()
                 for m in messages:
                     self._record(m, now)
-                self._high_watermarks(consumer, seen, now)
+                for tp in consumer.assignment():
+                    watermarks = consumer.get_watermark_offsets(tp, cached=True)
+                    if watermarks is not None:
+                        self._note(self.name, tp.topic, tp.partition, watermarks[1], now)
         finally:
             consumer.close()
 
-    def _high_watermarks(
-        self, consumer: confluent_kafka.Consumer, seen: dict[TP, int], now: float
-    ) -> None:
-        """Record each assigned partition's HW as librdkafka last got it from a fetch, when it
+    def _note(self, series: str, topic: str, partition: int, offset: int, now: float) -> None:
+        """Record a partition's HW (or LSO) as librdkafka last got it from a fetch, when it
         changed; skip what librdkafka does not know (OFFSET_INVALID before a fetch, -1 from a
         fetch that failed for the partition)."""
-        for tp in consumer.assignment():
-            watermarks = consumer.get_watermark_offsets(tp, cached=True)
-            if watermarks is None:
-                continue
-            hw = watermarks[1]
-            key = (tp.topic, tp.partition)
-            if hw >= 0 and hw != seen.get(key):
-                seen[key] = hw
-                self.history.high_watermarks.append(
-                    HighWatermark(self.name, tp.topic, tp.partition, hw, now)
-                )
+        key = (series, (topic, partition))
+        if offset >= 0 and offset != self.seen.get(key):
+            self.seen[key] = offset
+            self.history.high_watermarks.append(
+                HighWatermark(series, topic, partition, offset, now)
+            )
+
+    def _stats(self, stats: str) -> None:
+        """librdkafka's statistics (served in consume()): the LSO of each partition, as the
+        series ``<name>/lso``."""
+        now = time.monotonic()
+        for topic, t in json.loads(stats).get("topics", {}).items():
+            for partition, p in t.get("partitions", {}).items():
+                if int(partition) >= 0:  # -1: librdkafka's unassigned-partition queue
+                    self._note(f"{self.name}/lso", topic, int(partition), p["ls_offset"], now)
 
     def _record(self, message: confluent_kafka.Message, now: float) -> None:
         err = message.error()
