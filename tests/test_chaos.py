@@ -43,6 +43,7 @@ from tests.chaos.history import (
     StoredBatch,
     TimestampLookup,
     Transaction,
+    transformed_value,
 )
 from tests.chaos.launcher import UNTIL_CHANGED, apply_faults
 from tests.chaos.nemesis import FAULT_CLASSES, plan
@@ -201,6 +202,17 @@ def test_high_watermark_going_down_for_one_reader() -> None:
 
 
 @pytest.mark.unit
+def test_each_group_member_has_its_own_high_watermark_series() -> None:
+    history, final = clean()
+    # after a rebalance member 2 fetches a partition member 1 had read further: no anomaly
+    history.high_watermarks.append(HighWatermark("kafka-read_committed-1", E, 0, 9, 2.0))
+    history.high_watermarks.append(HighWatermark("kafka-read_committed-2", E, 0, 7, 2.1))
+    assert counts(history, final) == only("none", 0)
+    history.high_watermarks.append(HighWatermark("kafka-read_committed-2", E, 0, 6, 2.2))
+    assert counts(history, final) == only("hw_backwards")
+
+
+@pytest.mark.unit
 def test_an_offset_refused_as_out_of_range_is_the_hw_going_back() -> None:
     history, final = clean()
     history.out_of_range.append(OutOfRange("read_committed", E, 0, 3, 2, 1.9))
@@ -233,6 +245,66 @@ def test_unknown_outcome_is_all_or_nothing() -> None:
     assert counts(history, final) == only("none", 0), "all of it visible is fine"
     del final.committed[(T, 0)][5]
     assert counts(history, final) == only("committed_missing"), "half of it is not"
+
+
+def transformer_run(
+    transactions: list[tuple[str, list[tuple[int, int]]]], committed: dict[int, int]
+) -> tuple[History, FinalState]:
+    """clean(), plus a consume-transform-produce loop from E (its group started at offset 0)
+    to T: each transaction's (outcome, [(source partition, source offset) of each input]),
+    its outputs stored in T (visible unless aborted), and the group's final committed offset
+    of each partition of E. E-1@1 holds an empty value."""
+    history, final = clean()
+    final.uncommitted[(E, 1)][1] = final.committed[(E, 1)][1] = ""
+    history.transformer_starts = {(E, 0): 0, (E, 1): 0}
+    final.transformer_committed = {(E, p): offset for p, offset in committed.items()}
+    for txn, (outcome, inputs) in enumerate(transactions, start=100):
+        records = tuple(
+            (p, transformed_value(txn, i, p, offset)) for i, (p, offset) in enumerate(inputs)
+        )
+        history.transactions.append(Transaction(txn, T, records, outcome))  # type: ignore[arg-type]
+        for p, value in records:
+            at = max(final.uncommitted.setdefault((T, p), {}), default=-1) + 2  # and a marker
+            final.uncommitted[(T, p)][at] = value
+            if outcome != "aborted":
+                final.committed.setdefault((T, p), {})[at] = value
+    return history, final
+
+
+@pytest.mark.unit
+def test_the_transformers_inputs_are_each_transformed_once() -> None:
+    run = [("committed", [(0, 0), (0, 1), (1, 0)]), ("aborted", [(0, 2)]), ("unknown", [(0, 2)])]
+    # E-0@3 is past the committed offset: not transformed yet; E-1@1 is empty: skipped
+    assert counts(*transformer_run(run, {0: 3, 1: 2})) == only("none", 0)
+
+
+@pytest.mark.unit
+def test_a_lost_and_a_duplicated_input_of_the_transformer() -> None:
+    run = [("committed", [(0, 0), (1, 0)]), ("committed", [(0, 2), (0, 0)])]
+    found = check(*transformer_run(run, {0: 3, 1: 1}))
+    assert {k: len(v) for k, v in found.items()} == {
+        **only("input_lost"),
+        "input_duplicated": 1,
+    }
+    lost = found["input_lost"][0]
+    assert "events-0@1 (p2-000000) is below the group's committed offset 3" in lost
+    assert "events-0@0 (p1-000000) was transformed 2 times" in found["input_duplicated"][0]
+
+
+@pytest.mark.unit
+def test_a_transformer_output_past_the_committed_offset_or_of_no_input() -> None:
+    run = [("committed", [(0, 0), (0, 1), (1, 0)]), ("committed", [(0, 2), (0, 5)])]
+    # E-0@2 is output, but the group committed only up to it: it would be transformed again;
+    # E-0@5 is not in the log at all
+    found = check(*transformer_run(run, {0: 2, 1: 1}))
+    assert {k: len(v) for k, v in found.items()} == {
+        **only("input_duplicated", 2),
+        "read_changed": 0,
+    }
+    assert "at or past the group's committed offset 2" in found["input_duplicated"][0]
+    found = check(*transformer_run(run, {0: 6, 1: 1}))
+    assert {k: len(v) for k, v in found.items()} == {**only("read_changed"), "input_lost": 1}
+    assert "name events-0@5, where the final log holds None" in found["read_changed"][0]
 
 
 @pytest.mark.unit

@@ -139,10 +139,9 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the oldest open transaction, or the HW."""
-        first_unstable = self.producer_state.first_unstable_offset()
-        hw = self.log.high_watermark
-        return hw if first_unstable is None else min(hw, first_unstable)
+        """First offset of the oldest transaction that is open or whose marker is not below
+        the HW yet, or the HW (:meth:`ProducerStateManager.last_stable_offset`)."""
+        return self.producer_state.last_stable_offset(self.log.high_watermark)
 
     @property
     def log_config(self) -> LogConfig:

@@ -4,8 +4,9 @@ As Kafka's ProducerStateManager. For every producer id that wrote to the partiti
 the epoch and the metadata of the last five batches, so a retried batch is recognised and
 answered with its original offsets instead of being appended twice; a gap in sequence numbers
 is OUT_OF_ORDER_SEQUENCE_NUMBER and an older epoch is fenced. It also tracks the first offset
-of every open transaction (the last stable offset is the smallest, or the HW) and the index of
-aborted transactions that read_committed fetches use to drop aborted records.
+of every open transaction, and of every ended one whose marker the HW has not passed yet (the
+last stable offset is the smallest, or the HW: :meth:`ProducerStateManager.last_stable_offset`),
+and the index of aborted transactions that read_committed fetches use to drop aborted records.
 
 The state is rebuilt from the log on recovery: a snapshot object (``producer-state.json``,
 versioned) taken at checkpoints, plus the batches after it. Followers maintain it from the
@@ -93,6 +94,10 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerStateEntry] = {}
         #: (first offset, producer id) of open transactions, sorted
         self._ongoing: list[tuple[int, int]] = []
+        #: (first offset, marker offset) of transactions that ended here with a marker the HW
+        #: may not have passed yet, sorted (Kafka's unreplicatedTxns): their outcome is not
+        #: yet in every ISR member's log, so a new leader may still hold them open
+        self._unreplicated: list[tuple[int, int]] = []
         self.aborted: list[AbortedTxn] = []
         #: the log offset up to which this state reflects the log
         self.map_end_offset = 0
@@ -192,6 +197,7 @@ class ProducerStateManager:
         if first < 0:
             return  # a marker for a transaction that wrote nothing here
         self._ongoing.remove((first, entry.producer_id))
+        bisect.insort(self._unreplicated, (first, offset))
         entry.current_txn_first_offset = -1
         if control == ControlType.ABORT:
             self.aborted.append(AbortedTxn(entry.producer_id, first, offset))
@@ -201,6 +207,22 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction, or None."""
         return self._ongoing[0][0] if self._ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of the oldest transaction that is open, or that ended
+        with a marker at or above ``high_watermark``; else ``high_watermark``.
+
+        As Kafka's firstUnstableOffset: a transaction stays unstable until the HW passes its
+        marker, so read_committed never shows an outcome that only this leader holds, and the
+        LSO does not go back when a leader that lacks the marker takes over."""
+        self.on_high_watermark(high_watermark)
+        firsts = [t[0] for t in self._ongoing[:1] + self._unreplicated[:1]]
+        return min([high_watermark, *firsts])
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the ended transactions whose markers are below ``high_watermark``."""
+        if self._unreplicated and self._unreplicated[0][1] < high_watermark:
+            self._unreplicated = [t for t in self._unreplicated if t[1] >= high_watermark]
 
     def ongoing(self) -> list[tuple[int, int]]:
         """(first offset, producer id) of every open transaction."""

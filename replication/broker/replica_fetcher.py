@@ -500,6 +500,7 @@ class ReplicaFetcher:
         log start offset (DeleteRecords / retention on the leader)."""
         plog = partition.log
         plog.update_high_watermark(min(part.high_watermark, plog.durable_end_offset))
+        partition.producer_state.on_high_watermark(plog.high_watermark)
         self.lags[partition.key] = max(0, part.high_watermark - plog.log_end_offset)
         if part.log_start_offset > plog.log_start_offset:
             await asyncio.to_thread(plog.delete_records_before, part.log_start_offset)

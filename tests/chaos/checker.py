@@ -11,13 +11,20 @@ wrong_offset       an acked record is in the final log, but not at the offset it
 duplicates         a value is stored twice (idempotence: a retried batch is appended once)
 order              one producer's values are out of order within a partition
 read_changed       a reader saw value V at offset O, and the final log has something else at O,
-                   or nothing (what is below the HW never changes)
+                   or nothing (what is below the HW never changes); or an output of the
+                   consume-transform-produce loop names an input the final log does not hold
 hw_backwards       a reader saw a partition's high watermark go down, or was told an offset
                    below a HW it had seen is out of range
 aborted_visible    a read_committed reader, or the final read_committed log, shows a record of
                    an aborted transaction
 committed_missing  a committed transaction is not wholly visible to read_committed, or one whose
                    outcome is unknown is partly visible (it must be all or nothing)
+input_lost         a record of the consume-transform-produce loop's source, between where its
+                   group started and the group's final committed offset, has no output in the
+                   read_committed sink (exactly-once of the loop's inputs)
+input_duplicated   such a record has several outputs there, or an output names an input at or
+                   past the group's committed offset (the group would transform it again) or
+                   before where the group started
 replicas_differ    the replicas of a partition store different batches below the HW (base
                    offset, last offset, leader epoch, CRC), or one cannot be read there
 corrupt_served     a reader was given a batch that failed its CRC check (only whole, CRC-valid
@@ -51,6 +58,7 @@ from tests.chaos.history import (
     History,
     StoredBatch,
     parse_producer_value,
+    parse_transformed_value,
 )
 
 ANOMALY_KINDS = (
@@ -62,6 +70,8 @@ ANOMALY_KINDS = (
     "hw_backwards",
     "aborted_visible",
     "committed_missing",
+    "input_lost",
+    "input_duplicated",
     "replicas_differ",
     "corrupt_served",
     "crashed_on_enospc",
@@ -207,6 +217,59 @@ def check_transactions(history: History, final: FinalState) -> Found:
     return found
 
 
+def check_transformer(history: History, final: FinalState) -> Found:
+    """input_lost, input_duplicated (and read_changed): the read_committed outputs of the
+    consume-transform-produce loop name each input of its group's range once, and nothing else.
+
+    The range of a source partition runs from where the group started to its final committed
+    offset. Aborted transactions count for nothing (their outputs are not visible), a
+    transaction of unknown outcome for what is visible of it; a record with an empty value
+    needs no output. Skipped if the group's committed offsets were not read."""
+    found: Found = {"input_lost": [], "input_duplicated": [], "read_changed": []}
+    if not final.transformer_committed:
+        return found
+    (source,) = {topic for topic, _ in final.transformer_committed}
+    outputs: dict[TP, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for records in final.committed.values():
+        for value in records.values():
+            named = parse_transformed_value(value)
+            if named is not None:
+                outputs[(source, named[0])][named[1]].append(value)
+    for tp in sorted(set(history.transformer_starts) | set(outputs)):
+        name = f"{tp[0]}-{tp[1]}"
+        start = history.transformer_starts.get(tp, 0)
+        end = max(final.transformer_committed.get(tp, -1), start)
+        log = final.committed.get(tp, {})
+        made = outputs.get(tp, {})
+        for offset in range(start, end):
+            if log.get(offset) and not made.get(offset):
+                found["input_lost"].append(
+                    f"{name}@{offset} ({log[offset]}) is below the group's committed offset {end} "
+                    "and no read_committed output names it"
+                )
+        for offset, values in sorted(made.items()):
+            if not start <= offset < end:
+                found["input_duplicated"].append(
+                    f"{', '.join(values)} name {name}@{offset}, "
+                    + (
+                        f"before where the group started ({start})"
+                        if offset < start
+                        else f"at or past the group's committed offset {end} (read again)"
+                    )
+                )
+            elif not log.get(offset):
+                found["read_changed"].append(
+                    f"{', '.join(values)} name {name}@{offset}, where the final log holds "
+                    f"{log.get(offset)!r}"
+                )
+            elif len(values) > 1:
+                found["input_duplicated"].append(
+                    f"{name}@{offset} ({log[offset]}) was transformed {len(values)} times: "
+                    + ", ".join(values)
+                )
+    return found
+
+
 def _describe(batch: StoredBatch | None) -> str:
     if batch is None:
         return "nothing"
@@ -323,6 +386,7 @@ def check(history: History, final: FinalState) -> Found:
             check_order(final),
             check_reads(history, final),
             check_transactions(history, final),
+            check_transformer(history, final),
         ]
     for part in parts:
         for kind, examples in part.items():

@@ -11,7 +11,9 @@ Values name their writer, so the checker needs no other bookkeeping:
   ``k``-th producer (a new producer id each), seq counting from 0 per worker;
 - the transactional producer writes ``t<txn:06d>-<i>``: record ``i`` of transaction ``txn``;
 - on confluent-kafka (:mod:`tests.chaos.kafka_workload`), an idempotent producer writes
-  ``pk<n>.<k>-<seq:06d>`` and the consume-transform-produce loop ``kt<txn:06d>-<i>``.
+  ``pk<n>.<k>-<seq:06d>`` and the consume-transform-produce loop
+  ``kt<txn:06d>-<i>:<partition>@<offset>`` (:func:`transformed_value`): output ``i`` of its
+  transaction ``txn``, made from the record at ``offset`` of ``partition`` of its source.
 """
 
 from __future__ import annotations
@@ -40,6 +42,23 @@ def parse_producer_value(value: str) -> tuple[str, int] | None:
 
 def txn_value(txn: int, index: int) -> str:
     return f"t{txn:06d}-{index}"
+
+
+def transformed_value(txn: int, index: int, partition: int, offset: int) -> str:
+    """``"kt000012-3:1@456"``: output ``index`` of the consume-transform-produce loop's
+    transaction ``txn``, made from the record at ``offset`` of partition ``partition`` of the
+    loop's source topic."""
+    return f"kt{txn:06d}-{index}:{partition}@{offset}"
+
+
+def parse_transformed_value(value: str) -> tuple[int, int] | None:
+    """``(1, 456)`` (the input's partition and offset) for ``"kt000012-3:1@456"``; None for a
+    value the consume-transform-produce loop did not write."""
+    name, sep, source = value.partition(":")
+    partition, at, offset = source.partition("@")
+    if not (sep and at and name.startswith("kt") and partition.isdigit() and offset.isdigit()):
+        return None
+    return int(partition), int(offset)
 
 
 @dataclass(frozen=True)
@@ -112,9 +131,12 @@ class Read:
 
 @dataclass(frozen=True)
 class HighWatermark:
-    """The high watermark a reader's fetch reported for a partition."""
+    """The high watermark a reader's fetch reported for a partition. Each reader's series is
+    its own (replog's readers are named after their isolation level, confluent-kafka's group
+    members ``kafka-<isolation>-<member>``, and the LSOs a read_committed member got
+    ``kafka-read_committed-<member>/lso``)."""
 
-    reader: Isolation
+    reader: str
     topic: str
     partition: int
     high_watermark: int
@@ -155,6 +177,9 @@ class History:
     high_watermarks: list[HighWatermark] = field(default_factory=list)
     out_of_range: list[OutOfRange] = field(default_factory=list)
     corrupt_reads: list[CorruptRead] = field(default_factory=list)
+    #: where the consume-transform-produce loop's group began reading each partition of its
+    #: source (its committed offset when it joined, or the log start offset if it had none)
+    transformer_starts: dict[TP, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +235,9 @@ class FinalState:
     timestamp_lookups: list[TimestampLookup] = field(default_factory=list)
     #: the partitions with a retention.ms (with clock_jump)
     retention: dict[TP, Retention] = field(default_factory=dict)
+    #: the consume-transform-produce loop's group's committed offset of each partition of its
+    #: source at the end (negative: it committed none; empty: not read, or no such loop ran)
+    transformer_committed: dict[TP, int] = field(default_factory=dict)
     #: what did not come back after the faults (a process that would not start, a partition
     #: without a full ISR by the deadline), one line each
     not_recovered: list[str] = field(default_factory=list)

@@ -9,17 +9,29 @@ them by the same rules:
   :class:`~tests.chaos.history.SendFailure`.
 - :class:`KafkaTransformer`: a consume-transform-produce loop, as Kafka's exactly-once
   examples: a member of a consumer group (read_committed) reads a few records of one topic,
-  and one transaction writes a record per input to the same partition of another topic
-  (``kt<txn:06d>-<i>``) and commits the group's offsets (``send_offsets_to_transaction``);
-  it commits ~70 % of them and aborts the rest (then goes back to the committed offsets),
-  recording each :class:`~tests.chaos.history.Transaction` and what it was told.
+  and one transaction writes a record per input to the same partition of another topic and
+  commits the group's offsets past those inputs (``send_offsets_to_transaction``); it commits
+  ~70 % of them and aborts the rest (then goes back to the committed offsets), recording each
+  :class:`~tests.chaos.history.Transaction` and what it was told. An output names its input:
+  ``kt<txn:06d>-<i>:<partition>@<offset>`` is output ``i`` of transaction ``txn``, made from
+  the record at ``offset`` of ``partition`` of the source (and written to that partition of
+  the sink; :func:`~tests.chaos.history.parse_transformed_value` reads it back). A record
+  with an empty value is skipped: no output, though the offsets committed pass it. After a
+  rebalance the loop drops what it read and goes back to the committed offsets, so every
+  input is transformed once in the read_committed sink, up to the group's committed offset.
 - :class:`KafkaReader`: a member of a consumer group (one group per isolation level) that
   subscribes to the topics and commits its offsets (auto commit), recording every record it
-  is given (:class:`~tests.chaos.history.Read`) and every batch its CRC check refused.
+  is given (:class:`~tests.chaos.history.Read`), every batch its CRC check refused, and after
+  each consume the high watermark librdkafka last got from a fetch of each partition it is
+  assigned (:class:`~tests.chaos.history.HighWatermark`, under its own name). That is the
+  fetch response's HighWatermark with read_committed too; a read_committed member also
+  records the LastStableOffset librdkafka got (its statistics' ``ls_offset``), as the series
+  ``<name>/lso``: it must not go down either.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -31,14 +43,17 @@ import confluent_kafka
 
 from tests.chaos.history import (
     NO_OFFSET,
+    TP,
     Ack,
     CorruptRead,
+    HighWatermark,
     History,
     Isolation,
     Outcome,
     Read,
     Transaction,
     producer_value,
+    transformed_value,
 )
 from tests.chaos.workload import IdempotentWriter, Worker
 
@@ -71,11 +86,54 @@ END_ATTEMPTS = 3
 BATCH = 20
 #: How long the transformer may take to join its group on the healthy cluster.
 JOIN_TIMEOUT_S = 30.0
+#: How often a read_committed KafkaReader's librdkafka reports its statistics (with the LSOs).
+STATS_INTERVAL_MS = 500
+#: How long the transformer waits before asking again for the group's committed offsets.
+RETRY_S = 0.5
 
 
-def kafka_value(txn: int, index: int) -> str:
-    """The value of output record ``index`` of :class:`KafkaTransformer`'s transaction ``txn``."""
-    return f"kt{txn:06d}-{index}"
+def committed(
+    consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
+) -> list[confluent_kafka.TopicPartition]:
+    """The group's committed offsets of ``partitions`` (negative: none), asked as a
+    read_committed consumer asks (OffsetFetch with require_stable: the offsets of a transaction
+    not yet ended are refused). KafkaException if any partition's could not be read."""
+    found = consumer.committed(partitions, timeout=5)
+    errors = [tp for tp in found if tp.error is not None]
+    if errors:
+        raise confluent_kafka.KafkaException(
+            ", ".join(f"{tp.topic}-{tp.partition}: {tp.error}" for tp in errors)
+        )
+    return found
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float
+) -> dict[TP, int]:
+    """``group``'s committed offset of each partition of ``topic`` (negative: none), asked
+    again until the answer has no error; TimeoutError after ``timeout_s``."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": f"chaos-final-{group}",
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            **CLIENT_SETTINGS,
+        }
+    )
+    deadline = time.monotonic() + timeout_s
+    tps = [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)]
+    try:
+        while True:
+            try:
+                return {(tp.topic, tp.partition): tp.offset for tp in committed(consumer, tps)}
+            except confluent_kafka.KafkaException as err:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the offsets of group {group}: {err}") from err
+            time.sleep(RETRY_S)
+    finally:
+        consumer.close()
 
 
 class KafkaIdempotentWriter(IdempotentWriter):
@@ -183,6 +241,8 @@ class KafkaTransformer(Worker):
         self.rng = random.Random(seed)
         self.producer: confluent_kafka.Producer | None = None
         self.consumer: confluent_kafka.Consumer | None = None
+        #: set by the group's rebalance callbacks (served inside consume())
+        self.rebalanced = False
 
     def _producer(self) -> confluent_kafka.Producer:
         producer = confluent_kafka.Producer(
@@ -200,8 +260,8 @@ class KafkaTransformer(Worker):
         return producer
 
     def init(self) -> None:
-        """Register the transactional id (creates __transaction_state on first use) and join
-        the group."""
+        """Register the transactional id (creates __transaction_state on first use), join the
+        group, and record where it starts reading each partition."""
         self.producer = self._producer()
         self.consumer = confluent_kafka.Consumer(
             {
@@ -214,13 +274,29 @@ class KafkaTransformer(Worker):
                 **CLIENT_SETTINGS,
             }
         )
-        self.consumer.subscribe([self.source])
+        self.consumer.subscribe(
+            [self.source],
+            on_assign=self._on_rebalance,
+            on_revoke=self._on_rebalance,
+            on_lost=self._on_rebalance,
+        )
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         while not self.consumer.assignment():  # in the group before the faults start
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name} got no partitions in {JOIN_TIMEOUT_S:.0f} s")
             self.consumer.consume(BATCH, 0.2)
-        self._rewind(self.consumer)  # what it was given while joining is read again
+        self.rebalanced = False
+        starts = self._rewind(self.consumer, deadline)  # what it was given joining is read again
+        for tp in starts:
+            offset = tp.offset
+            if offset < 0:  # no committed offset: auto.offset.reset=earliest, the log start
+                offset, _ = self.consumer.get_watermark_offsets(tp, timeout=5)
+            self.history.transformer_starts[(tp.topic, tp.partition)] = offset
+
+    def _on_rebalance(
+        self, consumer: confluent_kafka.Consumer, partitions: list[confluent_kafka.TopicPartition]
+    ) -> None:
+        self.rebalanced = True
 
     def run(self) -> None:
         assert self.consumer is not None, "init() first"
@@ -235,13 +311,29 @@ class KafkaTransformer(Worker):
                         log.info("%s: init_transactions failed: %s", self.name, err)
                         self.stopping.wait(0.5)
                         continue
-                batch = [m for m in consumer.consume(BATCH, 0.5) if self._usable(m)]
-                if not batch:
+                messages = [m for m in consumer.consume(BATCH, 0.5) if self._usable(m)]
+                if self.rebalanced:
+                    # the positions went back to the committed offsets while it consumed (or
+                    # will): drop what it read and start again from the group's offsets
+                    self.rebalanced = False
+                    self._rewind(consumer)
+                    continue
+                inputs = [m for m in messages if m.value()]
+                if not inputs:
                     continue
                 records = tuple(
-                    (m.partition() or 0, kafka_value(txn, i)) for i, m in enumerate(batch)
+                    (partition, transformed_value(txn, i, partition, offset))
+                    for i, (partition, offset) in enumerate(_where(m) for m in inputs)
                 )
-                outcome = self._one(self.producer, consumer, records, self.rng.random() < 0.7)
+                ends: dict[int, int] = {}  # partition -> the offset after its last input
+                for m in messages:
+                    partition, offset = _where(m)
+                    ends[partition] = max(ends.get(partition, 0), offset + 1)
+                offsets = [
+                    confluent_kafka.TopicPartition(self.source, p, o) for p, o in ends.items()
+                ]
+                commit = self.rng.random() < 0.7
+                outcome = self._one(self.producer, consumer, records, offsets, commit)
                 self.history.transactions.append(Transaction(txn, self.sink, records, outcome))
                 if outcome != "committed":
                     self._rewind(consumer)
@@ -265,6 +357,7 @@ class KafkaTransformer(Worker):
         producer: confluent_kafka.Producer,
         consumer: confluent_kafka.Consumer,
         records: tuple[tuple[int, str], ...],
+        offsets: list[confluent_kafka.TopicPartition],
         commit: bool,
     ) -> Outcome:
         try:
@@ -272,9 +365,7 @@ class KafkaTransformer(Worker):
             for partition, value in records:
                 producer.produce(self.sink, value=value.encode(), partition=partition)
             producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()),
-                consumer.consumer_group_metadata(),
-                TXN_CALL_S,
+                offsets, consumer.consumer_group_metadata(), TXN_CALL_S
             )
             if commit:
                 self._retried(producer.commit_transaction)
@@ -316,20 +407,43 @@ class KafkaTransformer(Worker):
         # librdkafka's destroy can wait for the transaction: let a thread of its own drop it
         threading.Thread(target=producer.flush, args=(0,), daemon=True).start()
 
-    def _rewind(self, consumer: confluent_kafka.Consumer) -> None:
-        """Back to the group's committed offsets, so an aborted batch is read again."""
-        try:
-            committed = consumer.committed(consumer.assignment(), timeout=5)
-        except confluent_kafka.KafkaException as err:
-            log.info("%s: committed offsets unknown, not rewinding: %s", self.name, err)
-            return
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = confluent_kafka.OFFSET_BEGINNING
+    def _rewind(
+        self, consumer: confluent_kafka.Consumer, deadline: float | None = None
+    ) -> list[confluent_kafka.TopicPartition]:
+        """Back to the group's committed offsets (the log start where it has none), so what
+        an aborted or unknown transaction read is read again; returns them. Asks again while
+        they cannot be read (a transaction that has not ended yet keeps them unstable) until
+        the worker is stopped, or RuntimeError at ``deadline``: going on from anywhere else
+        would skip inputs or transform them twice."""
+        while True:
+            assignment = consumer.assignment()
+            if not assignment:  # revoked: the next assignment starts at the committed offsets
+                return []
             try:
-                consumer.seek(tp)
+                found = committed(consumer, assignment)
+                for tp in found:
+                    consumer.seek(
+                        confluent_kafka.TopicPartition(
+                            tp.topic,
+                            tp.partition,
+                            tp.offset if tp.offset >= 0 else confluent_kafka.OFFSET_BEGINNING,
+                        )
+                    )
+                return found
             except confluent_kafka.KafkaException as err:
-                log.info("%s: seek %s failed: %s", self.name, tp, err)
+                log.info("%s: rewinding to the committed offsets failed: %s", self.name, err)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} could not rewind: {err}") from err
+            if self.stopping.wait(RETRY_S):
+                return []
+
+
+def _where(message: confluent_kafka.Message) -> tuple[int, int]:
+    """(partition, offset) of a message that carries no error."""
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None, message
+    assert offset is not None, message
+    return partition, offset
 
 
 class KafkaReader(Worker):
@@ -349,8 +463,17 @@ class KafkaReader(Worker):
         self.bootstrap = bootstrap
         self.topics = topics
         self.history = history
+        #: the last value recorded of each series (the HW, and the LSO) of each partition
+        self.seen: dict[tuple[str, TP], int] = {}
 
     def run(self) -> None:
+        # librdkafka's get_watermark_offsets() gives the HW with read_committed too; the LSO
+        # of the fetch responses is in its statistics only (ls_offset)
+        lso: dict[str, Any] = (
+            {"statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": self._stats}
+            if self.isolation == "read_committed"
+            else {}
+        )
         consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -361,6 +484,7 @@ class KafkaReader(Worker):
                 "auto.commit.interval.ms": 1000,
                 **GROUP_SETTINGS,
                 **CLIENT_SETTINGS,
+                **lso,
             }
         )
         consumer.subscribe(self.topics)
@@ -370,8 +494,32 @@ class KafkaReader(Worker):
                 now = time.monotonic()
                 for m in messages:
                     self._record(m, now)
+                for tp in consumer.assignment():
+                    watermarks = consumer.get_watermark_offsets(tp, cached=True)
+                    if watermarks is not None:
+                        self._note(self.name, tp.topic, tp.partition, watermarks[1], now)
         finally:
             consumer.close()
+
+    def _note(self, series: str, topic: str, partition: int, offset: int, now: float) -> None:
+        """Record a partition's HW (or LSO) as librdkafka last got it from a fetch, when it
+        changed; skip what librdkafka does not know (OFFSET_INVALID before a fetch, -1 from a
+        fetch that failed for the partition)."""
+        key = (series, (topic, partition))
+        if offset >= 0 and offset != self.seen.get(key):
+            self.seen[key] = offset
+            self.history.high_watermarks.append(
+                HighWatermark(series, topic, partition, offset, now)
+            )
+
+    def _stats(self, stats: str) -> None:
+        """librdkafka's statistics (served in consume()): the LSO of each partition, as the
+        series ``<name>/lso``."""
+        now = time.monotonic()
+        for topic, t in json.loads(stats).get("topics", {}).items():
+            for partition, p in t.get("partitions", {}).items():
+                if int(partition) >= 0:  # -1: librdkafka's unassigned-partition queue
+                    self._note(f"{self.name}/lso", topic, int(partition), p["ls_offset"], now)
 
     def _record(self, message: confluent_kafka.Message, now: float) -> None:
         err = message.error()

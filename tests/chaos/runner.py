@@ -20,7 +20,12 @@ from replication.client import Admin, TopicPartition
 from tests.chaos.checker import SIGTERM_LIMIT_S, check, longest_without_ack
 from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import NO_OFFSET, FinalState, History, Retention, TimestampLookup
-from tests.chaos.kafka_workload import KafkaIdempotentWriter, KafkaTransformer, kafka_workers
+from tests.chaos.kafka_workload import (
+    KafkaIdempotentWriter,
+    KafkaTransformer,
+    committed_offsets,
+    kafka_workers,
+)
 from tests.chaos.nemesis import TRANSACTION_TOPIC, Nemesis, plan
 from tests.chaos.workload import (
     IdempotentWriter,
@@ -229,6 +234,7 @@ def _settle(
         final.not_recovered += cluster.wait_caught_up(
             admin, [TOPIC, TXN_TOPIC, TRANSACTION_TOPIC], deadline
         )
+        final.not_recovered += _open_transactions(admin, tps, deadline + 30)
         try:
             final.uncommitted, final.high_watermarks = read_all(
                 cluster.bootstrap, tps, "read_uncommitted", deadline + 30
@@ -242,6 +248,14 @@ def _settle(
         except (ReplogError, TimeoutError) as err:
             final.logs_read = False
             final.not_recovered.append(f"the final logs could not be read: {err}")
+    transformer = next((w for w in workers if isinstance(w, KafkaTransformer)), None)
+    if transformer is not None and final.logs_read:
+        try:
+            final.transformer_committed = committed_offsets(
+                cluster.kafka_bootstrap, transformer.name, TOPIC, PARTITIONS, RECOVERY_TIMEOUT_S
+            )
+        except TimeoutError as err:
+            final.not_recovered.append(f"the transformer's committed offsets are unknown: {err}")
     if after_read is not None and final.logs_read:
         after_read()
     for worker in workers:
@@ -257,6 +271,30 @@ def _settle(
             broker: cluster.replica_batches(broker, topic, partition, hw)
             for broker in replica_sets.get((topic, partition), sorted(cluster.brokers))
         }
+
+
+def _open_transactions(admin: Admin, tps: list[TopicPartition], deadline: float) -> list[str]:
+    """Wait until no transaction is open on ``tps`` (each LSO is the HW: the producers have
+    stopped, and an open transaction times out), so that the final read_committed logs and
+    the group offsets agree on every outcome. What is still open at ``deadline``, one line
+    each."""
+    while True:
+        try:
+            hws = admin.list_offsets(dict.fromkeys(tps, "latest"))
+            lsos = admin.list_offsets(
+                dict.fromkeys(tps, "latest"), isolation_level="read_committed"
+            )
+            still = [
+                f"{tp.topic}-{tp.partition}: a transaction is still open (LSO {lsos[tp]}, "
+                f"HW {hws[tp]})"
+                for tp in tps
+                if lsos[tp] < hws[tp]
+            ]
+        except ReplogError as err:
+            still = [f"the LSOs could not be read: {err}"]
+        if not still or time.monotonic() > deadline:
+            return still
+        time.sleep(0.2)
 
 
 def _check_clocks(
