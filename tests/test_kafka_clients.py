@@ -364,34 +364,87 @@ def test_kafka_admin_describes_the_cluster_and_configs_grows_topics_and_deletes_
 def test_zstd_on_produce_before_v7_is_refused_as_kafka_refuses_it(cluster: Cluster) -> None:
     """KIP-110: zstd batches need Produce v7; older versions get UNSUPPORTED_COMPRESSION_TYPE."""
     topic = create_topic(cluster, partitions=1, replication=1)
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=4,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    builder.append(0, timestamp=BASE_TIMESTAMP, key=b"k", value=b"v" * 100, headers=[])
-    records = bytes(builder.build())
+    records = _kafka_batch([(b"k", b"v" * 100)], compression_type=4)
     leader = cluster.brokers[_leader(cluster, topic)]
     for version, expected_code in ((6, 76), (7, 0)):
-        request_cls: Any = load_request_schema(0, version)
-        body = request_cls(
-            transactional_id=None,
-            acks=-1,
-            timeout=datetime.timedelta(seconds=10),
-            topic_data=(
-                _topic_cls(request_cls)(
-                    name=topic,
-                    partition_data=(_partition_cls(request_cls)(index=0, records=records),),
-                ),
-            ),
-        )
-        response = _kafka_request(leader.kafka_port, 0, version, body)
-        (partition,) = response.responses[0].partition_responses
+        partition = _produce(leader.kafka_port, version, topic, records)
         assert partition.error_code.value == expected_code
+
+
+def test_a_retried_idempotent_batch_is_answered_as_kafka_answers_it(cluster: Cluster) -> None:
+    """As Kafka's ProducerStateEntry.findDuplicateBatch and ProducerAppendInfo.checkSequence: a
+    retry of one of a producer's last 5 batches is answered NONE with the base offset of the
+    original (so a client such as librdkafka reports that offset) and appended nothing; a
+    retry of an older batch, and a gap, are OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    topic = create_topic(cluster, partitions=1)
+    port = cluster.brokers[_leader(cluster, topic)].kafka_port
+    init_cls: Any = load_request_schema(22, 1)
+    init = _kafka_request(
+        port, 22, 1, init_cls(transactional_id=None, transaction_timeout=datetime.timedelta(0))
+    )
+    assert init.error_code.value == 0
+
+    def produce(sequence: int) -> tuple[int, int]:
+        """Send the batch of records ``sequence`` and ``sequence + 1``: (error code, base
+        offset)."""
+        records = _kafka_batch(
+            [(None, b"a"), (None, b"b")],
+            producer_id=init.producer_id,
+            producer_epoch=init.producer_epoch,
+            base_sequence=sequence,
+        )
+        part = _produce(port, 9, topic, records)
+        return part.error_code.value, part.base_offset
+
+    assert [produce(2 * n) for n in range(7)] == [(0, 2 * n) for n in range(7)]
+    # the last 5 batches are sequences 4..13: any of them again is its original
+    assert produce(4) == (0, 4)
+    assert produce(12) == (0, 12)
+    out_of_order = 45
+    assert produce(2)[0] == out_of_order  # an older batch: Kafka keeps 5 too
+    assert produce(16)[0] == out_of_order  # a gap: 14 is next
+    assert produce(14) == (0, 14)  # the duplicates appended nothing
+
+
+def _kafka_batch(
+    records: list[tuple[bytes | None, bytes]],
+    *,
+    compression_type: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """One Kafka RecordBatch v2 of (key, value) records, as kafka-python builds it."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression_type,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
+    )
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp=BASE_TIMESTAMP, key=key, value=value, headers=[])
+    return bytes(builder.build())
+
+
+def _produce(port: int, version: int, topic: str, records: bytes) -> Any:
+    """Produce ``records`` to partition 0 of ``topic`` (acks=all): the partition's response."""
+    request_cls: Any = load_request_schema(0, version)
+    body = request_cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            _topic_cls(request_cls)(
+                name=topic,
+                partition_data=(_partition_cls(request_cls)(index=0, records=records),),
+            ),
+        ),
+    )
+    (partition,) = _kafka_request(port, 0, version, body).responses[0].partition_responses
+    return partition
 
 
 def _topic_cls(request_cls: Any) -> Any:
