@@ -31,6 +31,7 @@ them by the same rules:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
@@ -169,16 +170,17 @@ class KafkaIdempotentWriter(IdempotentWriter):
         incarnation = 0  # a new producer (new producer id) writes under a new name: pk1.1-...
         seq = 0
         while not self.stopping.is_set():
-            producer.poll(0)  # serves the delivery reports
+            self._poll(producer, 0)  # serves the delivery reports
             if self.fatal is not None:  # the producer is unusable: a new one
                 log.info("%s: fatal error, a new producer: %s", self.name, self.fatal)
-                producer.flush(10)  # fails what it still holds, reporting each
+                with contextlib.suppress(confluent_kafka.KafkaException):
+                    producer.flush(10)  # fails what it still holds, reporting each
                 producer = self._producer()
                 self.fatal = None
                 incarnation += 1
                 continue
             if not self.unacked.acquire(blocking=False):  # released by the delivery reports
-                producer.poll(0.2)
+                self._poll(producer, 0.2)
                 continue
             value = producer_value(f"{self.name}.{incarnation}", seq)
             partition = seq % self.partitions
@@ -192,10 +194,21 @@ class KafkaIdempotentWriter(IdempotentWriter):
                 )
             except (BufferError, confluent_kafka.KafkaException) as err:
                 self._failed(value, partition, err)
-            producer.poll(self.interval_s)
+            self._poll(producer, self.interval_s)
         left = producer.flush(30)
         if left:
             log.info("%s: %d records undelivered at the end", self.name, left)
+
+    def _poll(self, producer: confluent_kafka.Producer, timeout_s: float) -> None:
+        """Serve delivery reports; a fatal error poll() raises (as well as reporting it to
+        error_cb) makes the producer one to replace."""
+        try:
+            producer.poll(timeout_s)
+        except confluent_kafka.KafkaException as err:
+            error = err.args[0] if err.args else None
+            if not (isinstance(error, confluent_kafka.KafkaError) and error.fatal()):
+                raise
+            self.fatal = error
 
     def _report(
         self, value: str, partition: int
