@@ -19,6 +19,7 @@ on it and writes the checkpoint if recovery changed what it says.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -187,6 +188,7 @@ class LogLoader:
         """
         storage, read_only = self.storage, self.read_only
         wal_storage = link.storage
+        unreadable = False
         try:
             found_checkpoint: Checkpoint | None = Checkpoint.from_bytes(
                 storage.read(CHECKPOINT_NAME), where=f"{storage.url}/{CHECKPOINT_NAME}"
@@ -196,6 +198,7 @@ class LogLoader:
         except CorruptRecordError as err:
             log.warning("%s; every segment object will be scanned", err)
             found_checkpoint = Checkpoint()
+            unreadable = True
         changed = found_checkpoint is None or found_checkpoint.format_version != WAL_FORMAT_VERSION
         checkpoint = found_checkpoint or Checkpoint()
         if checkpoint.topic_id is not None and checkpoint.topic_id != link.topic_id:
@@ -259,6 +262,9 @@ class LogLoader:
         if pruned != truncations:
             truncations = pruned
             changed = True
+        if unreadable:
+            # its truncation records are lost: the chunks' order proves them again
+            truncations = _truncations_from_order(chunks)
         for seq, cut in truncations:
             chunks = [v for c in chunks if (v := self._void(wal_storage, c, seq, cut)) is not None]
 
@@ -526,3 +532,23 @@ def _chunk_epochs(chunk: ChunkExtent) -> list[tuple[int, int]]:
             continue
         out.append((epoch, max(start, chunk.base_offset)))
     return out
+
+
+def _truncations_from_order(chunks: Sequence[ChunkExtent]) -> list[tuple[int, int]]:
+    """Truncation records ``(S, cut)`` proven by the chunks alone, for a log whose checkpoint
+    (which holds the records) is unreadable. A log appends at its end, so a chunk first
+    written at seq F starting at offset B means the log ended at B then: every chunk last
+    written before F is void from B on (a truncation cut it there, or it holds the same
+    batches). The records voiding nothing are left out."""
+    by_seq = sorted(chunks, key=lambda c: c.first_seq)
+    firsts = [c.first_seq for c in by_seq]
+    # lowest[i]: the lowest base offset of the chunks first written at by_seq[i] or later
+    lowest = [c.base_offset for c in by_seq]
+    for i in range(len(lowest) - 2, -1, -1):
+        lowest[i] = min(lowest[i], lowest[i + 1])
+    records: set[tuple[int, int]] = set()
+    for chunk in by_seq:
+        later = bisect.bisect_right(firsts, chunk.last_seq)
+        if later < len(by_seq) and lowest[later] < chunk.next_offset:
+            records.add((chunk.last_seq, lowest[later]))
+    return sorted(records)

@@ -389,7 +389,10 @@ def test_truncation_waits_for_the_chunk_in_flight() -> None:
 
 
 @pytest.mark.unit
-def test_truncate_append_reopen_serves_the_new_history() -> None:
+@pytest.mark.parametrize("torn_checkpoint", [False, True])
+def test_truncate_append_reopen_serves_the_new_history(torn_checkpoint: bool) -> None:
+    """Also when a torn write left the partition checkpoint (and its truncation record)
+    unreadable: the chunks written after the truncation prove it again."""
     root = memory_root()
     key = ("orders", 0)
     node = Node(root, [key])
@@ -402,6 +405,9 @@ def test_truncate_append_reopen_serves_the_new_history() -> None:
     expected = written[:6] + again
     assert values(log) == expected
     node.crash()
+    if torn_checkpoint:
+        checkpoint = f"{key[0]}/{key[1]}/{CHECKPOINT_NAME}"
+        root.write(checkpoint, root.read(checkpoint)[:40])  # a prefix stored, then a crash
     node.start()
     log = node.logs[key]
     assert values(log) == expected
