@@ -262,12 +262,8 @@ class Partition:
         """Append as leader. A batch the producer state recognises as a retry is not appended:
         the original batch's offsets come back (``AppendInfo.duplicate``)."""
         self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
-        if acks == -1 and len(self.state.isr) < self.policy.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{self.topic}-{self.index}: ISR {list(self.state.isr)} is smaller than "
-                f"min.insync.replicas={self.policy.min_insync_replicas}; acks=all cannot be "
-                "met until replicas catch up"
-            )
+        if acks == -1:
+            self._check_min_isr()
         batches = list(iter_batches(records, validate=True))
         for batch in batches:
             duplicate = self.producer_state.check(batch)
@@ -293,11 +289,25 @@ class Partition:
             offset += batch.record_count
         return info
 
+    def _check_min_isr(self) -> None:
+        if len(self.state.isr) < self.policy.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.index}: ISR {list(self.state.isr)} is smaller than "
+                f"min.insync.replicas={self.policy.min_insync_replicas}; acks=all cannot be "
+                "met until replicas catch up"
+            )
+
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
     ) -> AppendInfo:
-        """Write a transaction marker (COMMIT or ABORT control batch) as leader."""
+        """Write a transaction marker (COMMIT or ABORT control batch) as leader.
+
+        A marker is written with acks=all, as Kafka's WriteTxnMarkers: below
+        ``min.insync.replicas`` it is refused (NOT_ENOUGH_REPLICAS, which the coordinator
+        retries), since a marker acked by a lone leader dies with that leader's store and its
+        committed transaction with it."""
         self.check_leader_epoch(NO_EPOCH_CHECK, require_leader=True)
+        self._check_min_isr()
         try:
             marker = build_control(
                 ControlType.COMMIT if commit else ControlType.ABORT,
